@@ -1,0 +1,163 @@
+"""The ``grpolab`` command: parse arguments, build a config, call the library. No logic of its own."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+from grpolab import __version__
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", help="YAML config (sections: model, task, sft, rollout, "
+                   "objective, optim, trainer, log); defaults are used for anything not given")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config value, e.g. --set objective.aggregation=balanced "
+                   "(repeatable; 'preset=ctpo' applies a named preset)")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from grpolab.config import load_config
+    from grpolab.train import load_run_config, train
+    from grpolab.train.checkpoint import latest_checkpoint
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").exists():
+            raise SystemExit(f"error: --resume {run_dir}: no config.yaml there; is it a grpolab run directory?")
+        cfg = load_run_config(run_dir)
+        if args.overrides or args.config:
+            from grpolab.config import _flatten  # re-apply user overrides on top of the saved config
+
+            cfg = load_config(overrides={**_flatten(cfg.to_dict()),
+                                         **dict(o.split("=", 1) for o in args.overrides)})
+        cfg.trainer.run_dir = str(run_dir)
+        train(cfg, resume=True)
+        return 0
+    cfg = load_config(args.config, args.overrides)
+    run_dir = Path(cfg.trainer.run_dir)
+    if latest_checkpoint(run_dir) is not None:
+        if not args.overwrite:
+            raise SystemExit(
+                f"error: {run_dir} already holds a run with checkpoints. Continue it with "
+                f"`grpolab train --resume {run_dir}`, start over with --overwrite (keeps the cached "
+                f"warm start), or pick another directory with --set trainer.run_dir=PATH"
+            )
+        for sub in ("checkpoints", "tb", "plots", "final"):
+            shutil.rmtree(run_dir / sub, ignore_errors=True)
+    train(cfg)
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from grpolab.config import load_config
+    from grpolab.models import save_model
+    from grpolab.train.setup import build_policy, build_task_splits, resolve_device
+    from grpolab.train.sft import run_sft
+    from grpolab.train.loop import seed_everything
+
+    cfg = load_config(args.config, args.overrides)
+    seed_everything(cfg.trainer.seed)
+    train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
+    model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
+    res = run_sft(model, tok, train_items, eval_items[: cfg.sft.n_eval], max_steps=cfg.sft.max_steps,
+                  batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
+                  eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
+                  seed=cfg.trainer.seed)
+    out = save_model(model, tok, args.out)
+    print(f"saved warm-started model to {out} ({res.steps} steps, greedy accuracy {res.accuracy:.3f})")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    import torch
+
+    from grpolab.config import TaskConfig
+    from grpolab.models import load_model
+    from grpolab.train.evaluate import evaluate
+    from grpolab.train.setup import build_task_splits
+
+    src = Path(args.model)
+    task_cfg = TaskConfig(name=args.task or "arith", n_eval=args.n)
+    if (src / "config.yaml").exists():  # a run directory
+        from grpolab.train import load_run_config
+        from grpolab.train.checkpoint import latest_checkpoint
+
+        run_cfg = load_run_config(src)
+        if args.task is None:
+            task_cfg = TaskConfig(name=run_cfg.task.name, options=run_cfg.task.options, n_eval=args.n)
+        ckpt = latest_checkpoint(src)
+        src = src / "final" if (src / "final").exists() else (ckpt.model_dir if ckpt else src / "sft")
+    for kv in args.task_option:
+        k, v = kv.split("=", 1)
+        import yaml
+
+        task_cfg.options[k] = yaml.safe_load(v)
+    model, tok = load_model(src)
+    _, items = build_task_splits(task_cfg)
+    greedy = evaluate(model, tok, items, greedy=True, max_new_tokens=args.max_new_tokens)
+    report = {"model": str(src), "task": task_cfg.name, "items": len(items),
+              "greedy_accuracy": greedy.accuracy}
+    if args.samples > 0:
+        sampled = evaluate(model, tok, items, greedy=False, samples=args.samples,
+                           temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                           generator=torch.Generator().manual_seed(args.seed))
+        report["sampled_accuracy"] = sampled.accuracy
+        report["pass_at_k"] = {str(k): v for k, v in sampled.pass_at_k.items()}
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grpolab", description="RL with verifiable rewards (GRPO family) "
+                                "for causal language models.")
+    p.add_argument("--version", action="version", version=f"grpolab {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    t = sub.add_parser("train", help="RL-train a policy (default: the built-in tiny model on 'arith')")
+    _add_config_args(t)
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    t.add_argument("--overwrite", action="store_true", help="start over in a run directory that has checkpoints")
+    t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("sft", help="supervised warm start of the tiny model on task demonstrations")
+    _add_config_args(s)
+    s.add_argument("--out", default="runs/sft", help="where to save the model (HF format)")
+    s.set_defaults(func=cmd_sft)
+
+    e = sub.add_parser("eval", help="greedy accuracy, sampled accuracy and pass@k of a model or run")
+    e.add_argument("model", help="a model directory (HF format) or a grpolab run directory")
+    e.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
+    e.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
+    e.add_argument("--n", type=int, default=256, help="held-out items")
+    e.add_argument("--samples", type=int, default=8, help="samples per item for sampled accuracy/pass@k (0: greedy only)")
+    e.add_argument("--temperature", type=float, default=1.0)
+    e.add_argument("--max-new-tokens", type=int, default=48)
+    e.add_argument("--seed", type=int, default=0)
+    e.set_defaults(func=cmd_eval)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from grpolab.config import ConfigError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; resume with `grpolab train --resume RUN_DIR`", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,366 @@
+"""Dataclass configs with validation, YAML loading and ``--set key=value`` overrides.
+
+A run is described by one :class:`Config` made of sections (``model``, ``task``, ``sft``,
+``rollout``, ``objective``, ``optim``, ``trainer``, ``log``). Every problem -- an unknown key, a value
+of the wrong type, a name not in a registry, an impossible combination -- raises
+:class:`ConfigError` before any work starts, with a message that names the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A configuration problem, reported before any work starts."""
+
+
+def _choice(key: str, value: Any, allowed: list[str] | tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
+
+
+def _positive(key: str, value: float, *, zero_ok: bool = False) -> None:
+    if value < 0 or (value == 0 and not zero_ok):
+        raise ConfigError(f"{key}={value!r} must be {'>= 0' if zero_ok else '> 0'}")
+
+
+@dataclass
+class ModelConfig:
+    """The policy. ``path=None`` builds grpolab's tiny Llama-architecture model from scratch."""
+
+    path: str | None = None
+    hidden_size: int = 192
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 512
+    dtype: str = "float32"
+    device: str = "auto"
+
+    def validate(self) -> None:
+        _choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+            _positive(f"model.{k}", getattr(self, k))
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
+            )
+
+
+@dataclass
+class TaskConfig:
+    """Where prompts and rewards come from: a built-in task name, ``dataset`` or ``reasoning_gym``."""
+
+    name: str = "arith"
+    options: dict[str, Any] = field(default_factory=dict)
+    n_train: int = 4096
+    n_eval: int = 256
+
+    def validate(self) -> None:
+        _positive("task.n_train", self.n_train)
+        _positive("task.n_eval", self.n_eval)
+        if not isinstance(self.options, dict):
+            raise ConfigError(f"task.options must be a mapping, got {type(self.options).__name__}")
+
+
+@dataclass
+class SFTConfig:
+    """Supervised warm start on task demonstrations (used for the built-in tiny model)."""
+
+    enabled: str = "auto"  # auto: only when the model is built from scratch
+    max_steps: int = 600
+    batch_size: int = 64
+    lr: float = 3e-3
+    target_accuracy: float = 0.25
+    eval_every: int = 50
+    n_eval: int = 128
+
+    def validate(self) -> None:
+        _choice("sft.enabled", self.enabled, ("auto", "yes", "no"))
+        _positive("sft.max_steps", self.max_steps, zero_ok=True)
+        _positive("sft.batch_size", self.batch_size)
+        _positive("sft.lr", self.lr)
+        _positive("sft.eval_every", self.eval_every)
+        if not 0 <= self.target_accuracy <= 1:
+            raise ConfigError(f"sft.target_accuracy={self.target_accuracy} must be in [0, 1]")
+
+
+@dataclass
+class RolloutConfig:
+    prompts_per_step: int = 16
+    group_size: int = 8
+    max_new_tokens: int = 48
+    temperature: float = 1.0
+    top_p: float = 1.0
+
+    def validate(self) -> None:
+        _positive("rollout.prompts_per_step", self.prompts_per_step)
+        _positive("rollout.group_size", self.group_size)
+        _positive("rollout.max_new_tokens", self.max_new_tokens)
+        _positive("rollout.temperature", self.temperature)
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"rollout.top_p={self.top_p} must be in (0, 1]")
+
+
+@dataclass
+class ObjectiveConfig:
+    """The policy-gradient objective; see :func:`grpolab.objectives.policy_loss`."""
+
+    advantage: str = "grpo"
+    ratio: str = "token"
+    aggregation: str = "token"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = 3.0
+    clip_power: float = 0.5
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+
+    def validate(self) -> None:
+        from grpolab import objectives as obj
+
+        _choice("objective.advantage", self.advantage, obj.ADVANTAGE_ESTIMATORS.names())
+        _choice("objective.ratio", self.ratio, obj.RATIO_LEVELS.names())
+        _choice("objective.aggregation", self.aggregation, obj.AGGREGATIONS.names())
+        _choice("objective.kl_estimator", self.kl_estimator, obj.KL_ESTIMATORS.names())
+        try:
+            obj.check_objective(
+                ratio=self.ratio, aggregation=self.aggregation, clip_low=self.clip_low,
+                clip_high=self.clip_high, dual_clip=self.dual_clip, clip_power=self.clip_power,
+                max_len=1, kl_coef=self.kl_coef, kl_estimator=self.kl_estimator,
+            )
+        except ValueError as e:
+            raise ConfigError(f"objective: {e}") from None
+        if self.ratio == "cumulative" and self.clip_low >= 0.2:
+            # Not an error (a user may want it), but almost always a mistake: CTPO's bounds scale
+            # with sqrt(position), so PPO-sized clip values leave the ratio effectively unclipped.
+            import warnings
+
+            warnings.warn(
+                "objective.ratio=cumulative with clip_low/clip_high sized for PPO; CTPO's defaults "
+                "are clip_low=0.025, clip_high=0.05 (use the 'ctpo' preset)",
+                stacklevel=2,
+            )
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    beta1: float = 0.9
+    beta2: float = 0.99
+    warmup_steps: int = 5
+    schedule: str = "constant"
+    grad_clip: float = 1.0
+
+    def validate(self) -> None:
+        _positive("optim.lr", self.lr)
+        _positive("optim.weight_decay", self.weight_decay, zero_ok=True)
+        _positive("optim.warmup_steps", self.warmup_steps, zero_ok=True)
+        _choice("optim.schedule", self.schedule, ("constant", "linear", "cosine"))
+        _positive("optim.grad_clip", self.grad_clip, zero_ok=True)
+        for k in ("beta1", "beta2"):
+            if not 0 <= getattr(self, k) < 1:
+                raise ConfigError(f"optim.{k}={getattr(self, k)} must be in [0, 1)")
+
+
+@dataclass
+class TrainerConfig:
+    steps: int = 120
+    epochs: int = 1  # passes over each rollout batch
+    mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
+    micro_batch_size: int = 0  # sequences per forward/backward; 0 = the whole mini-batch
+    policy_lag: int = 0  # rollouts come from the policy this many updates old
+    eval_every: int = 20
+    save_every: int = 20
+    keep_checkpoints: int = 2
+    seed: int = 0
+    run_dir: str = "runs/default"
+    headroom: bool = False
+
+    def validate(self) -> None:
+        for k in ("steps", "epochs", "mini_batches", "eval_every", "save_every", "keep_checkpoints"):
+            _positive(f"trainer.{k}", getattr(self, k))
+        for k in ("micro_batch_size", "policy_lag"):
+            _positive(f"trainer.{k}", getattr(self, k), zero_ok=True)
+
+
+@dataclass
+class LogConfig:
+    tensorboard: bool = True
+    wandb: bool = False
+    wandb_project: str = "grpolab"
+    progress: bool = True
+    plots: bool = True
+
+    def validate(self) -> None:
+        pass
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+
+    def validate(self) -> "Config":
+        for f in dataclasses.fields(self):
+            getattr(self, f.name).validate()
+        n_groups = self.rollout.prompts_per_step
+        if self.trainer.mini_batches > n_groups:
+            raise ConfigError(
+                f"trainer.mini_batches={self.trainer.mini_batches} exceeds rollout.prompts_per_step="
+                f"{n_groups}: mini-batches are split along prompt groups; lower trainer.mini_batches"
+            )
+        if self.objective.aggregation == "balanced" and self.rollout.group_size < 2:
+            raise ConfigError("objective.aggregation=balanced needs rollout.group_size >= 2")
+        if self.rollout.group_size < 2 and self.objective.advantage in ("grpo", "drgrpo", "rloo"):
+            raise ConfigError(
+                f"rollout.group_size={self.rollout.group_size}: group advantages need at least 2 "
+                "samples per prompt (every advantage would be 0); set rollout.group_size >= 2"
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "grpo": {},
+    "dapo": {"objective.aggregation": "token", "objective.clip_high": 0.28, "objective.advantage": "grpo"},
+    "drgrpo": {"objective.advantage": "drgrpo", "objective.aggregation": "constant"},
+    "ba": {"objective.aggregation": "balanced"},
+    "gspo": {"objective.ratio": "gspo", "objective.clip_low": 3e-4, "objective.clip_high": 4e-4},
+    "ctpo": {
+        "objective.ratio": "cumulative", "objective.clip_low": 0.025, "objective.clip_high": 0.05,
+        "objective.clip_power": 0.5,
+    },
+}
+
+
+def _coerce(key: str, value: Any, tp: Any) -> Any:
+    """Convert ``value`` (from YAML or a ``--set`` string) to the annotated type ``tp``."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(key, value, inner[0])
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "1", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "no", "0", "off"):
+            return False
+        raise ConfigError(f"{key}={value!r} must be a boolean (true/false)")
+    if tp in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}={value!r} must be a number")
+        try:
+            out = tp(value) if not isinstance(value, str) else tp(float(value) if tp is float else int(value))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{key}={value!r} must be {'an integer' if tp is int else 'a number'}") from None
+        if tp is int and isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{key}={value!r} must be an integer")
+        return out
+    if tp is str:
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise ConfigError(f"{key}={value!r} must be a string")
+        return str(value)
+    if origin is dict or tp is dict:
+        if isinstance(value, str):
+            value = yaml.safe_load(value)
+        if not isinstance(value, dict):
+            raise ConfigError(f"{key} must be a mapping, got {value!r}")
+        return value
+    return value
+
+
+def _set(cfg: Config, dotted: str, value: Any) -> None:
+    parts = dotted.split(".")
+    sections = {f.name: f for f in dataclasses.fields(Config)}
+    if parts[0] not in sections:
+        raise ConfigError(f"unknown config section {parts[0]!r} in {dotted!r}; sections: {', '.join(sections)}")
+    section = getattr(cfg, parts[0])
+    hints = typing.get_type_hints(type(section))
+    if len(parts) == 3 and parts[1] == "options" and isinstance(getattr(section, "options", None), dict):
+        section.options[parts[2]] = yaml.safe_load(value) if isinstance(value, str) else value
+        return
+    if len(parts) != 2 or parts[1] not in hints:
+        names = ", ".join(f"{parts[0]}.{k}" for k in hints)
+        raise ConfigError(f"unknown config key {dotted!r}; {parts[0]} has: {names}")
+    setattr(section, parts[1], _coerce(dotted, value, hints[parts[1]]))
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and not key.endswith("options") and prefix == "":
+            out.update(_flatten(v, f"{key}."))
+        else:
+            out[key] = v
+    return out
+
+
+def load_config(
+    path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None
+) -> Config:
+    """Build a validated :class:`Config` from an optional YAML file, a ``preset``, and overrides.
+
+    The YAML file has one mapping per section (``objective: {aggregation: balanced}``) and may name
+    ``preset: ctpo``. Overrides are ``"section.key=value"`` strings (or a dict); they win over the file.
+    """
+    cfg = Config()
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file {str(p)!r} not found")
+        try:
+            loaded = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections")
+        data = loaded
+    preset = data.pop("preset", None)
+    items: dict[str, Any] = {}
+    if isinstance(overrides, dict):
+        items = dict(overrides)
+    else:
+        for ov in overrides or []:
+            if "=" not in ov:
+                raise ConfigError(f"override {ov!r} must look like section.key=value")
+            k, v = ov.split("=", 1)
+            items[k.strip()] = v
+    preset = items.pop("preset", preset)
+    if preset is not None:
+        _choice("preset", preset, list(PRESETS))
+        for k, v in PRESETS[preset].items():
+            _set(cfg, k, v)
+    for k, v in _flatten(data).items():
+        _set(cfg, k, v)
+    for k, v in items.items():
+        _set(cfg, k, v)
+    return cfg.validate()
+
+
+def config_from_dict(d: dict[str, Any]) -> Config:
+    """Rebuild a config saved with :meth:`Config.to_dict` (e.g. from a run directory)."""
+    return load_config(overrides=_flatten(d))

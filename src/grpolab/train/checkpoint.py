@@ -1,0 +1,100 @@
+"""Checkpoints: Hugging Face model + trainer state (optimizer, scheduler, RNG, step), atomic.
+
+Layout of ``RUN_DIR/checkpoints/``::
+
+    step_000040/model/       # save_pretrained format: loads in transformers / vLLM unchanged
+    step_000040/state.pt     # optimizer, scheduler, RNG states, step, policy-lag snapshots
+    latest                   # text file naming the newest complete checkpoint
+
+A checkpoint is written to a hidden temporary folder and renamed into place; ``latest`` is
+rewritten atomically afterwards, so a crash at any point leaves the previous checkpoint usable.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from grpolab.utils.io import atomic_write_text
+
+
+def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
+    state = {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    if generator is not None:
+        state["generator"] = generator.get_state()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator | None = None) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if generator is not None and "generator" in state:
+        generator.set_state(state["generator"])
+
+
+@dataclass
+class Checkpoint:
+    path: Path
+    step: int
+
+    @property
+    def model_dir(self) -> Path:
+        return self.path / "model"
+
+    def load_state(self) -> dict[str, Any]:
+        return torch.load(self.path / "state.pt", map_location="cpu", weights_only=False)
+
+
+def save_checkpoint(
+    run_dir: str | Path, step: int, model, tokenizer, state: dict[str, Any], *, keep: int = 2
+) -> Checkpoint:
+    """Write ``step``'s checkpoint atomically and prune all but the newest ``keep``."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step_{step:06d}"
+    final = root / name
+    tmp = root / f".tmp-{name}-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save(state, tmp / "state.pt")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    atomic_write_text(root / "latest", name + "\n")
+    complete = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for old in complete[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return Checkpoint(final, step)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Checkpoint | None:
+    """The newest complete checkpoint of ``run_dir``, or None."""
+    root = Path(run_dir) / "checkpoints"
+    pointer = root / "latest"
+    if pointer.exists():
+        name = pointer.read_text().strip()
+        if (root / name / "state.pt").exists():
+            return Checkpoint(root / name, int(name.split("_")[1]))
+    complete = sorted(p for p in root.glob("step_*") if (p / "state.pt").exists())
+    if complete:
+        return Checkpoint(complete[-1], int(complete[-1].name.split("_")[1]))
+    return None

@@ -1,0 +1,87 @@
+"""Where metrics go: JSONL (always), TensorBoard event files, Weights & Biases (optional)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from grpolab.utils.io import atomic_write_text
+
+
+def _clean(v: Any) -> Any:
+    if hasattr(v, "tolist"):
+        v = v.tolist()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, list):
+        return [_clean(x) for x in v]
+    return v
+
+
+class MetricsLog:
+    """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TB / wandb."""
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        tensorboard: bool = True,
+        wandb: bool = False,
+        wandb_project: str = "grpolab",
+        config: dict[str, Any] | None = None,
+        resume_step: int | None = None,
+    ) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is not None and self.path.exists():
+            # Drop rows written after the checkpoint we resume from, so the log matches a run
+            # that was never interrupted.
+            kept = [line for line in self.path.read_text().splitlines() if line.strip()
+                    and json.loads(line).get("step", -1) <= resume_step]
+            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
+        elif resume_step is None and self.path.exists():
+            self.path.unlink()
+        self._fh = self.path.open("a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(Path(run_dir) / "tb"))
+            except ImportError:  # tensorboard not installed: JSONL still has everything
+                self._tb = None
+        self._wandb = None
+        if wandb:
+            try:
+                import wandb as wb
+            except ImportError as e:
+                raise ImportError("log.wandb=true needs Weights & Biases: pip install wandb") from e
+            self._wandb = wb.init(project=wandb_project, config=config or {}, dir=str(run_dir),
+                                  resume="allow")
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        self._fh.write(json.dumps(row) + "\n")
+        self._fh.flush()
+        scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        self._fh.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

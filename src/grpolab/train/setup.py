@@ -1,0 +1,87 @@
+"""Building what a run needs from its config: device, policy, task splits, warm start."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from grpolab.config import Config, ConfigError, ModelConfig, TaskConfig
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
+    """``(model, tokenizer, from_scratch)``: a local HF model, or the tiny default built from scratch."""
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model
+
+    if cfg.path:
+        model, tokenizer = load_model(cfg.path, dtype=cfg.dtype, device=device)
+        return model, tokenizer, False
+    tokenizer = build_tokenizer()
+    tiny = TinyModelConfig(
+        hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
+    )
+    model = build_tiny_model(tokenizer, tiny, seed=seed).to(device)
+    return model, tokenizer, True
+
+
+def build_task(cfg: TaskConfig):
+    from grpolab.tasks import get_task
+
+    try:
+        return get_task(cfg.name, **cfg.options)
+    except TypeError as e:
+        raise ConfigError(f"task.options for task {cfg.name!r}: {e}") from None
+
+
+def build_task_splits(cfg: TaskConfig, *, seed: int = 0):
+    """``(train_items, eval_items)``: fixed, disjoint, deterministic."""
+    task = build_task(cfg)
+    train_items = task.items("train", cfg.n_train)
+    eval_items = task.items("eval", cfg.n_eval)
+    if not train_items:
+        raise ConfigError(f"task {cfg.name!r} produced no training items")
+    if not eval_items:
+        raise ConfigError(f"task {cfg.name!r} produced no held-out items; raise task.n_eval")
+    return train_items, eval_items
+
+
+def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, eval_items,
+               run_dir: Path, *, log: Callable[[str], None] = print):
+    """Supervised warm start, once per run directory (cached in ``RUN_DIR/sft``)."""
+    from grpolab.models import load_model, save_model
+    from grpolab.train.sft import run_sft
+
+    enabled = cfg.sft.enabled == "yes" or (cfg.sft.enabled == "auto" and from_scratch)
+    if not enabled:
+        return model
+    cache = run_dir / "sft"
+    if (cache / "config.json").exists():
+        log(f"warm start: reusing {cache}")
+        cached, _ = load_model(cache, device=next(model.parameters()).device)
+        model.load_state_dict(cached.state_dict())
+        return model
+    log(f"warm start: supervised training on demonstrations until greedy accuracy >= "
+        f"{cfg.sft.target_accuracy:.2f} (at most {cfg.sft.max_steps} steps)")
+    t0 = time.time()
+    result = run_sft(
+        model, tokenizer, train_items, eval_items[: cfg.sft.n_eval], max_steps=cfg.sft.max_steps,
+        batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
+        eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
+        seed=cfg.trainer.seed, log=log,
+    )
+    save_model(model, tokenizer, cache)
+    (cache / "sft.json").write_text(json.dumps({
+        "steps": result.steps, "accuracy": result.accuracy, "history": result.history,
+        "seconds": time.time() - t0,
+    }, indent=2))
+    return model

@@ -1,0 +1,30 @@
+"""Turning task text into token ids and sampled ids back into text."""
+
+from __future__ import annotations
+
+import torch
+
+
+def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each prompt, with the tokenizer's own special tokens and a BOS if it has one."""
+    out = []
+    bos = tokenizer.bos_token_id
+    for text in texts:
+        ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        if bos is not None and (not ids or ids[0] != bos):
+            ids = [bos] + ids
+        out.append(ids)
+    return out
+
+
+def encode_completion(tokenizer, text: str) -> list[int]:
+    """Token ids of a demonstration completion followed by EOS."""
+    ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return ids + [tokenizer.eos_token_id]
+
+
+def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch.Tensor) -> list[str]:
+    """Decode each row's generated tokens (mask = 1), dropping special tokens such as EOS."""
+    ids = response_ids.tolist()
+    lengths = response_mask.sum(-1).long().tolist()
+    return [tokenizer.decode(row[:n], skip_special_tokens=True) for row, n in zip(ids, lengths)]
