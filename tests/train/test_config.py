@@ -1,0 +1,68 @@
+"""Config validation: every bad input stops before work with a message naming the key and the fix."""
+
+import pytest
+
+from grpolab.config import Config, ConfigError, PRESETS, config_from_dict, load_config
+
+
+def test_defaults_validate():
+    cfg = load_config()
+    assert cfg.objective.ratio == "token" and cfg.objective.aggregation == "token"
+    assert cfg.rollout.group_size >= 2
+
+
+@pytest.mark.parametrize(
+    "override, needle",
+    [
+        ("objective.aggregation=tokn", "choose one of: token, sequence, constant, balanced"),
+        ("objective.ratio=prefix", "objective.ratio='prefix'"),
+        ("trainer.stepz=3", "trainer has: trainer.steps"),
+        ("nosuch.key=1", "unknown config section 'nosuch'"),
+        ("optim.lr=-1", "optim.lr=-1.0 must be > 0"),
+        ("trainer.steps=1.5", "must be an integer"),
+        ("log.wandb=maybe", "must be a boolean"),
+        ("rollout.top_p=0", "rollout.top_p=0.0 must be in (0, 1]"),
+        ("objective.dual_clip=0.5", "dual_clip must be > 1"),
+        ("rollout.group_size=1", "rollout.group_size >= 2"),
+        ("trainer.mini_batches=99", "lower trainer.mini_batches"),
+        ("model.num_heads=5", "divisible by model.num_heads"),
+        ("noequals", "section.key=value"),
+        ("preset=nope", "preset='nope'"),
+    ],
+)
+def test_bad_overrides_name_the_key(override, needle):
+    with pytest.raises(ConfigError) as e:
+        load_config(overrides=[override])
+    assert needle in str(e.value)
+
+
+def test_yaml_file_presets_and_overrides(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("preset: ctpo\nobjective:\n  aggregation: balanced\ntask:\n  name: arith\n  options: {max_terms: 3}\n")
+    cfg = load_config(p, ["objective.clip_high=0.06", "objective.dual_clip=none"])
+    assert cfg.objective.ratio == "cumulative" and cfg.objective.clip_low == 0.025
+    assert cfg.objective.clip_high == 0.06 and cfg.objective.dual_clip is None
+    assert cfg.objective.aggregation == "balanced" and cfg.task.options == {"max_terms": 3}
+    assert config_from_dict(cfg.to_dict()) == cfg
+
+
+def test_bad_yaml_and_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("objective: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    bad.write_text("objective:\n  bogus: 1\n")
+    with pytest.raises(ConfigError, match="unknown config key 'objective.bogus'"):
+        load_config(bad)
+
+
+def test_every_preset_validates():
+    for name in PRESETS:
+        assert isinstance(load_config(overrides=[f"preset={name}"]), Config)
+
+
+def test_cumulative_with_ppo_clip_warns():
+    with pytest.warns(UserWarning, match="CTPO's defaults"):
+        load_config(overrides=["objective.ratio=cumulative"])
