@@ -1,0 +1,187 @@
+"""Load and save any Hugging Face causal LM + tokenizer from/to a local directory.
+
+Nothing here reaches the network: ``load_model`` takes a directory that already holds a model in
+the standard HF layout (``config.json``, ``model.safetensors`` or sharded/``.bin`` weights, and
+tokenizer files). ``save_model`` writes that same layout (safetensors) atomically, so a reader
+never sees a half-written checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+__all__ = ["load_model", "save_model", "WEIGHT_FILES", "TOKENIZER_FILES"]
+
+#: Any one of these marks a directory as holding model weights.
+WEIGHT_FILES: tuple[str, ...] = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+#: Any one of these marks a directory as holding a tokenizer.
+TOKENIZER_FILES: tuple[str, ...] = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+)
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float64": torch.float64,
+}
+
+
+def _resolve_dtype(dtype):
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype in _DTYPES:
+        return _DTYPES[dtype]
+    raise ValueError(
+        f"dtype must be None, a torch.dtype or one of {sorted(_DTYPES)}, got {dtype!r}"
+    )
+
+
+def _check_model_dir(path: Path) -> None:
+    if not path.exists():
+        raise FileNotFoundError(
+            f"model path {str(path)!r} does not exist; pass a local directory written by "
+            "save_model() or save_pretrained() (grpolab never downloads models)"
+        )
+    if not path.is_dir():
+        raise NotADirectoryError(
+            f"model path {str(path)!r} is a file, not a directory; pass the directory that "
+            "holds config.json and the weights"
+        )
+    present = sorted(p.name for p in path.iterdir())
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{str(path)!r} is not a Hugging Face model directory: config.json is missing "
+            f"(found: {present or 'nothing'})"
+        )
+    if not any((path / f).is_file() for f in WEIGHT_FILES):
+        raise FileNotFoundError(
+            f"{str(path)!r} has config.json but no weights: expected one of {list(WEIGHT_FILES)} "
+            f"(found: {present})"
+        )
+    if not any((path / f).is_file() for f in TOKENIZER_FILES):
+        raise FileNotFoundError(
+            f"{str(path)!r} has no tokenizer: expected one of {list(TOKENIZER_FILES)} "
+            f"(found: {present}); save the tokenizer next to the model "
+            "(tokenizer.save_pretrained(path) or grpolab.models.save_model)"
+        )
+
+
+def load_model(path, *, dtype=None, device="cpu"):
+    """Load ``(model, tokenizer)`` from a local HF directory.
+
+    Args:
+        path: directory with ``config.json``, weights (one of :data:`WEIGHT_FILES`) and
+            tokenizer files (one of :data:`TOKENIZER_FILES`).
+        dtype: ``None`` keeps the dtype the checkpoint was saved in (transformers' "auto");
+            else a ``torch.dtype`` or one of
+            "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16", "float64".
+        device: where to put the model ("cpu", "cuda", "cuda:1", a ``torch.device``).
+
+    Returns:
+        ``(model, tokenizer)``: an ``AutoModelForCausalLM`` in eval mode and an
+        ``AutoTokenizer``.
+
+    Pad token: batching needs one. If the tokenizer has none, its EOS token is used as pad
+    (``tokenizer.pad_token = tokenizer.eos_token``) -- the usual convention for decoder-only
+    models; padded positions are masked out, so sharing the id is harmless. If the tokenizer has
+    neither, a ValueError says so. ``model.config.pad_token_id`` is set to match when unset.
+
+    Raises:
+        FileNotFoundError / NotADirectoryError: the path is missing, or is not a model directory
+            (the message names the path and the missing file).
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = Path(path)
+    _check_model_dir(path)
+    torch_dtype = _resolve_dtype(dtype)
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(
+                f"tokenizer at {str(path)!r} has neither a pad nor an eos token; set "
+                "tokenizer.pad_token and save it again"
+            )
+        tokenizer.pad_token = tokenizer.eos_token
+
+    kwargs = {}
+    if torch_dtype is not None:
+        kwargs["dtype"] = torch_dtype
+    model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    model.to(device)
+    model.eval()
+    if getattr(model.config, "pad_token_id", None) is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def save_model(model, tokenizer, path) -> Path:
+    """Write ``model`` and ``tokenizer`` to ``path`` in standard HF format (safetensors).
+
+    Atomic replace: everything is written to a fresh temporary directory next to ``path`` (same
+    filesystem), then renamed into place. An existing ``path`` directory is first renamed aside
+    and deleted only after the new one is in place; on any error the temporary directory is
+    removed and an existing ``path`` is left (or put back) as it was. Readers therefore see the
+    old checkpoint or the new one, never a mix. (The swap is two renames, so there is an instant
+    where ``path`` does not exist; a reader that races it gets FileNotFoundError, not bad data.)
+
+    Returns:
+        the final path.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(
+            f"cannot save model to {str(path)!r}: a file with that name exists; pass a directory "
+            "path or remove the file"
+        )
+    parent = path.parent if str(path.parent) else Path(".")
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
+    old = None
+    try:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        if (
+            not (tmp / "model.safetensors").exists()
+            and not (tmp / "model.safetensors.index.json").exists()
+        ):
+            raise RuntimeError(
+                f"save_pretrained wrote no safetensors weights into {str(tmp)!r}; "
+                "is this a transformers PreTrainedModel?"
+            )
+        if path.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=parent))
+            os.rmdir(old)
+            os.replace(path, old)
+        try:
+            os.replace(tmp, path)
+        except BaseException:
+            if old is not None:
+                os.replace(old, path)
+                old = None
+            raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    return path

@@ -1,0 +1,135 @@
+"""Reward results and the reward registry.
+
+A reward (verifier) is a plain function ``fn(completion: str, reference: str, **options)`` that
+returns a :class:`RewardResult` (a bare number is accepted and wrapped). Rewards register under
+a name with :func:`register_reward`; tasks name the reward of each item, and the trainer scores a
+completion with :func:`safe_score`, which never raises: a verifier that crashes, times out or is
+misnamed gives score 0.0 and says why in ``info["error"]``, so one bad completion cannot kill a
+training run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+__all__ = [
+    "RewardFn",
+    "RewardResult",
+    "get_reward",
+    "list_rewards",
+    "register_reward",
+    "safe_score",
+    "score",
+]
+
+
+@dataclass
+class RewardResult:
+    """The verdict on one completion.
+
+    Attributes:
+        score: the reward, a finite float (1.0 / 0.0 for binary verifiers).
+        info: JSON-friendly details: what was extracted, how it matched, or ``"error"``.
+    """
+
+    score: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.score, bool):
+            self.score = float(self.score)
+        if not isinstance(self.score, (int, float)):
+            raise TypeError(
+                f"RewardResult.score must be a real number, got {type(self.score).__name__} "
+                f"({self.score!r})"
+            )
+        self.score = float(self.score)
+        if not math.isfinite(self.score):
+            raise ValueError(f"RewardResult.score must be finite, got {self.score}")
+        if not isinstance(self.info, dict):
+            raise TypeError(f"RewardResult.info must be a dict, got {type(self.info).__name__}")
+
+
+class RewardFn(Protocol):
+    """``fn(completion, reference, **options) -> RewardResult`` (or a bare number)."""
+
+    def __call__(self, completion: str, reference: str, **options: Any) -> RewardResult | float: ...
+
+
+_REWARDS: dict[str, Callable[..., Any]] = {}
+
+
+def register_reward(name: str, *, overwrite: bool = False) -> Callable[[Callable], Callable]:
+    """Decorator: register ``fn(completion, reference, **options)`` under ``name``.
+
+    Raises:
+        ValueError: ``name`` is already taken (pass ``overwrite=True`` to replace it).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"reward name must be a non-empty string, got {name!r}")
+
+    def decorator(fn: Callable) -> Callable:
+        if not callable(fn):
+            raise TypeError(f"register_reward({name!r}) needs a callable, got {fn!r}")
+        if name in _REWARDS and not overwrite and _REWARDS[name] is not fn:
+            raise ValueError(
+                f"reward {name!r} is already registered (by {_REWARDS[name].__module__}."
+                f"{getattr(_REWARDS[name], '__qualname__', _REWARDS[name])}); pick another name "
+                "or pass overwrite=True"
+            )
+        _REWARDS[name] = fn
+        return fn
+
+    return decorator
+
+
+def list_rewards() -> list[str]:
+    """Names of all registered rewards, sorted."""
+    return sorted(_REWARDS)
+
+
+def get_reward(name: str) -> Callable[..., Any]:
+    """The reward function registered under ``name``.
+
+    Raises:
+        ValueError: unknown name; the message lists the known ones.
+    """
+    try:
+        return _REWARDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown reward {name!r}; known rewards: {list_rewards()} "
+            "(register new ones with grpolab.rewards.register_reward)"
+        ) from None
+
+
+def score(name: str, completion: str, reference: str, /, **options: Any) -> RewardResult:
+    """Score ``completion`` against ``reference`` with the reward ``name``. May raise."""
+    fn = get_reward(name)
+    if not isinstance(completion, str):
+        raise TypeError(f"completion must be a str, got {type(completion).__name__}")
+    if not isinstance(reference, str):
+        raise TypeError(f"reference must be a str, got {type(reference).__name__}")
+    result = fn(completion, reference, **options)
+    if isinstance(result, RewardResult):
+        return result
+    if isinstance(result, (bool, int, float)):
+        return RewardResult(float(result), {})
+    raise TypeError(
+        f"reward {name!r} returned {type(result).__name__}; a reward must return a "
+        "RewardResult or a number"
+    )
+
+
+def safe_score(name: str, completion: str, reference: str, /, **options: Any) -> RewardResult:
+    """Like :func:`score`, but never raises (for ``Exception``; Ctrl-C still stops).
+
+    Any failure (unknown reward, bad arguments, a crashing verifier, a non-finite score) becomes
+    ``RewardResult(0.0, {"error": "<ExceptionType>: <message>", "reward": name})``.
+    """
+    try:
+        return score(name, completion, reference, **options)
+    except Exception as exc:  # noqa: BLE001 - the whole point: never raise into the trainer
+        return RewardResult(0.0, {"error": f"{type(exc).__name__}: {exc}", "reward": str(name)})

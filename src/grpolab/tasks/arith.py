@@ -1,0 +1,118 @@
+"""The "arith" task: chains of additions and subtractions with a worked scratchpad.
+
+The default task for the tiny character-level model. A problem with ``k`` terms::
+
+    prompt:         "7+5-3="
+    demonstration:  "7+5=12;12-3=9#9"      (one "a op b = c" step per operator, ";"-separated,
+                                            then "#" and the final answer; the trainer appends EOS)
+    reference:      "9"
+    reward:         "math"                 (extracts the text after "#")
+    privileged:     the demonstration      (the worked solution, for a self-teacher)
+    meta:           {"difficulty": k, "n_terms": k, "n_steps": k - 1}
+
+Difficulty is the number of terms (``min_terms..max_terms``, default 2..5, uniform). The
+scratchpad grows by one step per extra term, so harder problems need longer completions: a
+model that fails tends to fail on long chains, and long completions tend to be wrong -- the
+length/correctness correlation that length-normalised objectives have to cope with.
+
+Operands: each has 1..``max_digits`` digits (the digit count is drawn uniformly, then the
+value: 0-9 for one digit, 10-99 for two, ...). Results are never negative: a "-" whose
+operand exceeds the running total is turned into a "+". With the defaults the longest possible
+completion is 46 characters (:meth:`ArithTask.max_completion_length`), the longest prompt 15.
+"""
+
+from __future__ import annotations
+
+import random
+
+from grpolab.tasks.base import ProceduralTask, TaskItem, register_task
+
+__all__ = ["ArithTask"]
+
+
+@register_task("arith")
+class ArithTask(ProceduralTask):
+    """Addition/subtraction chains with a scratchpad (see the module docstring).
+
+    Args:
+        min_terms, max_terms: difficulty range (number of operands), ``2 <= min <= max``.
+        max_digits: operands have 1..max_digits digits (1..4).
+        ops: operators to draw from, a non-empty subset of "+-".
+        seed, eval_fraction: see :class:`ProceduralTask`.
+    """
+
+    name = "arith"
+
+    def __init__(
+        self,
+        *,
+        min_terms: int = 2,
+        max_terms: int = 5,
+        max_digits: int = 2,
+        ops: str = "+-",
+        seed: int = 0,
+        eval_fraction: float = 0.1,
+    ) -> None:
+        super().__init__(seed=seed, eval_fraction=eval_fraction)
+        for label, value in (("min_terms", min_terms), ("max_terms", max_terms)):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"ArithTask.{label} must be an int, got {value!r}")
+        if not 2 <= min_terms <= max_terms:
+            raise ValueError(
+                f"ArithTask needs 2 <= min_terms <= max_terms, got min_terms={min_terms}, "
+                f"max_terms={max_terms}"
+            )
+        if (
+            isinstance(max_digits, bool)
+            or not isinstance(max_digits, int)
+            or not 1 <= max_digits <= 4
+        ):
+            raise ValueError(f"ArithTask.max_digits must be an int in 1..4, got {max_digits!r}")
+        if not ops or not isinstance(ops, str) or set(ops) - set("+-"):
+            raise ValueError(f"ArithTask.ops must be a non-empty subset of '+-', got {ops!r}")
+        self.min_terms = min_terms
+        self.max_terms = max_terms
+        self.max_digits = max_digits
+        self.ops = "".join(dict.fromkeys(ops))
+
+    def _operand(self, rng: random.Random) -> int:
+        digits = rng.randint(1, self.max_digits)
+        low = 0 if digits == 1 else 10 ** (digits - 1)
+        return rng.randint(low, 10**digits - 1)
+
+    def generate(self, rng: random.Random) -> TaskItem:
+        n_terms = rng.randint(self.min_terms, self.max_terms)
+        total = self._operand(rng)
+        prompt = str(total)
+        steps = []
+        for _ in range(n_terms - 1):
+            b = self._operand(rng)
+            op = rng.choice(self.ops)
+            if op == "-" and b > total:
+                op = "+"
+            new = total + b if op == "+" else total - b
+            steps.append(f"{total}{op}{b}={new}")
+            prompt += f"{op}{b}"
+            total = new
+        answer = str(total)
+        demonstration = ";".join(steps) + "#" + answer
+        return TaskItem(
+            prompt=prompt + "=",
+            reference=answer,
+            privileged=demonstration,
+            reward="math",
+            demonstration=demonstration,
+            meta={"difficulty": n_terms, "n_terms": n_terms, "n_steps": n_terms - 1},
+        )
+
+    def max_completion_length(self) -> int:
+        """Upper bound on ``len(demonstration)`` over the whole task (all-max "+" chains)."""
+        m = 10**self.max_digits - 1
+        length = 0
+        for j in range(1, self.max_terms):
+            length += len(str(j * m)) + 1 + len(str(m)) + 1 + len(str((j + 1) * m)) + 1
+        return length - 1 + 1 + len(str(self.max_terms * m))
+
+    def max_prompt_length(self) -> int:
+        """Upper bound on ``len(prompt)``."""
+        return self.max_terms * (self.max_digits + 1)
