@@ -87,6 +87,7 @@ def test_kl_term_in_policy_loss(est, aggregation):
 
 @pytest.mark.parametrize("x", [25.0, -25.0])
 def test_k3_beyond_20_nats_follows_the_formula(x):
+    # (grpolab's k3 is exact up to x = 50 and linear beyond; see test_k3_linear_beyond_50)
     # METHODS.md: k3 = exp(x) - x - 1 with x = ref - logp, no clamp. Both values are finite in
     # float64 (and float32):
     #   x = +25: k3 = e^25 - 26 = 7.2004899e10,  d k3 / d logp = 1 - e^25 = -7.2004899e10
@@ -99,3 +100,14 @@ def test_k3_beyond_20_nats_follows_the_formula(x):
     exp_v, exp_g = math.exp(x) - x - 1.0, 1.0 - math.exp(x)
     assert abs(v.item() - exp_v) <= 1e-12 * max(1.0, abs(exp_v)), (v.item(), exp_v)
     assert abs(lp.grad.item() - exp_g) <= 1e-12 * max(1.0, abs(exp_g)), (lp.grad.item(), exp_g)
+
+
+def test_k3_linear_beyond_50():
+    # Guard (docs/methods.md): beyond x = 50, k3 continues with its tangent at 50:
+    # k3(60) = (e^50 - 51) + (e^50 - 1) * 10, gradient d/dlogp = -(e^50 - 1), finite in float32.
+    lp = torch.zeros(1, 1, dtype=torch.float32, requires_grad=True)
+    v = kl_penalty(lp, torch.full((1, 1), 60.0), "k3")
+    v.sum().backward()
+    e50 = math.exp(50.0)
+    assert math.isfinite(v.item()) and abs(v.item() - ((e50 - 51) + (e50 - 1) * 10)) <= 1e-6 * 11 * e50
+    assert abs(lp.grad.item() + (e50 - 1)) <= 1e-6 * e50

@@ -356,18 +356,28 @@ def test_log_ratios_of_plus_minus_50(ratio, aggregation, dtype):
         torch.testing.assert_close(grad, t64(r.grad), atol=1e-9, rtol=1e-9)
 
 
-def test_sequence_ratio_beyond_e20_without_dual_clip_follows_the_formula():
-    # METHODS.md: r = exp(log_ratio) with no cap for the non-cumulative levels (only CTPO has
-    # min(log_ratio, 10)). Sequence level, two tokens with d = 15 each -> value 30 at both tokens,
-    # A = -1, dual clip off: l_t = max(e^30, 1.28) = e^30 = 1.0686e13 (finite in float64);
-    # token aggregation W = 1/2 -> loss = e^30, d loss / d logp_t = W * (-A) r = e^30 / 2.
+def test_sequence_ratio_beyond_e20_is_capped_by_the_documented_guard():
+    # grpolab deviates from METHODS.md here on purpose (docs/methods.md, "Guard"): for the
+    # non-cumulative levels the log ratio is capped at +20 before exp, because a sequence-level sum
+    # of per-token log ratios (each up to 20) overflows float32 otherwise (verl caps GSPO's at 10).
+    # Sequence level, two tokens with d = 15 each -> value 30, capped to 20; A = -1, dual clip off:
+    # l_t = max(e^20, 1.28) = e^20 = 4.85165e8; token aggregation W = 1/2 -> loss = e^20, and
+    # the cap's gradient is 0 beyond it (the token is as "clipped" as it can be).
     logp = t64([[15.0, 15.0]]).requires_grad_(True)
     loss, _ = policy_loss(logp, torch.zeros(1, 2, dtype=torch.float64), t64([-1.0]),
                           torch.ones(1, 2, dtype=torch.float64), ratio="sequence", dual_clip=None)
     loss.backward()
-    e30 = math.exp(30.0)
-    assert abs(loss.item() - e30) <= 1e-12 * e30, (loss.item(), e30)
-    torch.testing.assert_close(logp.grad, t64([[e30 / 2, e30 / 2]]), atol=0, rtol=1e-12)
+    e20 = math.exp(20.0)
+    assert abs(loss.item() - e20) <= 1e-12 * e20, (loss.item(), e20)
+    torch.testing.assert_close(logp.grad, t64([[0.0, 0.0]]), atol=0, rtol=0)
+    # below the cap the formula holds exactly: d = 9 each -> value 18, loss e^18, grad e^18 / 2
+    logp = t64([[9.0, 9.0]]).requires_grad_(True)
+    loss, _ = policy_loss(logp, torch.zeros(1, 2, dtype=torch.float64), t64([-1.0]),
+                          torch.ones(1, 2, dtype=torch.float64), ratio="sequence", dual_clip=None)
+    loss.backward()
+    e18 = math.exp(18.0)
+    assert abs(loss.item() - e18) <= 1e-12 * e18
+    torch.testing.assert_close(logp.grad, t64([[e18 / 2, e18 / 2]]), atol=0, rtol=1e-12)
 
 
 # ------------------------------------------------------------------ metrics

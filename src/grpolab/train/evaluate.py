@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grpolab.rewards import safe_score
 from grpolab.rollout import sample
 from grpolab.train.text import decode_responses, encode_prompts
 
@@ -66,10 +65,7 @@ def evaluate(
         )
         completions += decode_responses(tokenizer, rollout.response_ids, rollout.response_mask)
         lengths += rollout.response_mask.sum(-1).tolist()
-    scores = [
-        safe_score(items[i // samples].reward, c, items[i // samples].reference).score
-        for i, c in enumerate(completions)
-    ]
+    scores = [items[i // samples].score(c).score for i, c in enumerate(completions)]
     solved = [s >= SOLVED for s in scores]
     result = EvalResult(
         accuracy=sum(solved) / max(1, len(solved)),

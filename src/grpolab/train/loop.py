@@ -26,7 +26,6 @@ import yaml
 
 from grpolab import objectives as obj
 from grpolab.config import Config, config_from_dict
-from grpolab.rewards import safe_score
 from grpolab.rollout import Rollout, response_logprobs, sample
 from grpolab.train.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
 from grpolab.train.evaluate import SOLVED, evaluate
@@ -129,8 +128,7 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
         t1 = time.time()
         completions = decode_responses(tokenizer, rollout.response_ids, rollout.response_mask)
         G = cfg.rollout.group_size
-        results = [safe_score(items[i // G].reward, c, items[i // G].reference)
-                   for i, c in enumerate(completions)]
+        results = [items[i // G].score(c) for i, c in enumerate(completions)]
         rewards = torch.tensor([r.score for r in results], dtype=torch.float32)
         reward_errors = sum("error" in r.info for r in results)
         t_reward = time.time() - t1
