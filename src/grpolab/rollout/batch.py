@@ -1,0 +1,107 @@
+"""The :class:`Rollout` batch: what the sampler emits and what the trainer consumes.
+
+Layout (``B`` = number of sampled sequences = prompts x group size, ``P`` = longest prompt,
+``T`` = longest generated response)::
+
+    prompt_ids    [B, P]  LEFT-padded with pad_id      prompt_mask   [B, P]  1 real, 0 pad
+    response_ids  [B, T]  RIGHT-padded with pad_id     response_mask [B, T]  1 generated (incl. EOS)
+    sample_logp   [B, T]  log pi_sample(token)          (0 where response_mask == 0)
+    group_ids     [B]     prompt group of each row      finished      [B]     ended with EOS
+
+Left-padding the prompts and right-padding the responses puts every response directly after its
+prompt in ``input_ids = cat(prompt_ids, response_ids)``, so a single teacher-forced forward over
+``[B, P + T]`` scores all responses (see :func:`grpolab.rollout.response_logprobs`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Union
+
+import torch
+
+Index = Union[torch.Tensor, slice, list, int]
+
+
+@dataclass
+class Rollout:
+    """A batch of sampled responses with the prompts they continue.
+
+    Attributes:
+        prompt_ids: ``LongTensor [B, P]`` prompts, left-padded with the pad id.
+        prompt_mask: ``LongTensor [B, P]``, 1 on real prompt tokens, 0 on padding.
+        response_ids: ``LongTensor [B, T]`` sampled tokens, right-padded with the pad id.
+        response_mask: ``FloatTensor [B, T]``, 1 on tokens the policy generated (including the
+            EOS that ended a response), 0 after it.
+        sample_logp: ``FloatTensor [B, T]`` log-probability of each sampled token under the
+            sampling distribution ``softmax(logits / temperature)`` over the full vocabulary
+            (before any top-p truncation); 0 where ``response_mask`` is 0.
+        group_ids: ``LongTensor [B]``; rows sharing a prompt share a group id (contiguous).
+        finished: ``BoolTensor [B]``; True if the row ended with EOS, False if truncated.
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    sample_logp: torch.Tensor
+    group_ids: torch.Tensor
+    finished: torch.Tensor
+
+    def __post_init__(self) -> None:
+        B = self.prompt_ids.shape[0]
+        for f in fields(self):
+            t = getattr(self, f.name)
+            if t.shape[0] != B:
+                raise ValueError(f"Rollout.{f.name} has {t.shape[0]} rows, expected {B} (prompt_ids)")
+        if self.prompt_mask.shape != self.prompt_ids.shape:
+            raise ValueError(
+                f"prompt_mask shape {tuple(self.prompt_mask.shape)} != prompt_ids shape {tuple(self.prompt_ids.shape)}"
+            )
+        for name in ("response_mask", "sample_logp"):
+            if getattr(self, name).shape != self.response_ids.shape:
+                raise ValueError(
+                    f"{name} shape {tuple(getattr(self, name).shape)} != response_ids shape "
+                    f"{tuple(self.response_ids.shape)}"
+                )
+
+    # ------------------------------------------------------------------ derived views
+    @property
+    def batch_size(self) -> int:
+        """Number of rows ``B``."""
+        return self.prompt_ids.shape[0]
+
+    @property
+    def input_ids(self) -> torch.Tensor:
+        """``LongTensor [B, P + T]``: prompt followed by response."""
+        return torch.cat([self.prompt_ids, self.response_ids], dim=1)
+
+    @property
+    def attention_mask(self) -> torch.Tensor:
+        """``LongTensor [B, P + T]``: prompt mask followed by response mask."""
+        return torch.cat([self.prompt_mask.long(), self.response_mask.long()], dim=1)
+
+    @property
+    def response_lengths(self) -> torch.Tensor:
+        """``LongTensor [B]``: number of generated tokens per row (including EOS)."""
+        return self.response_mask.sum(dim=1).long()
+
+    # ------------------------------------------------------------------ transforms
+    def to(self, device: torch.device | str) -> "Rollout":
+        """A copy with every tensor on ``device``."""
+        return Rollout(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+
+    def select(self, index: Index) -> "Rollout":
+        """A subset of rows (``LongTensor`` of indices, ``BoolTensor [B]`` mask, slice or list).
+
+        Row order follows ``index``; ``group_ids`` keep their original values. Useful for
+        micro-batching (``rollout.select(slice(i, i + mb))``).
+        """
+        if isinstance(index, int):
+            index = [index]
+        if isinstance(index, list):
+            index = torch.as_tensor(index, dtype=torch.long, device=self.prompt_ids.device)
+        return Rollout(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+
+    def __len__(self) -> int:
+        return self.batch_size

@@ -1,0 +1,149 @@
+"""Teacher-forced scoring of responses: ``log pi(response_t | prompt, response_<t)``.
+
+One forward over ``[prompt ; response]`` (``[B, P + T]``) with the attention mask
+``[prompt_mask ; response_mask]`` and ``position_ids = cumsum(mask) - 1``, the same positions the
+sampler used, so for the sampling model the result equals ``Rollout.sample_logp`` up to float
+error. The logits at position ``p`` predict token ``p + 1``, so the response tokens are scored by
+the logits at positions ``P - 1 .. P + T - 2``; only those ``T`` positions go through the LM head
+(``logits_to_keep``).
+
+Memory: ``logp = logit[token] - logsumexp(logits)`` (a gather and a reduction, no ``[B, T, V]``
+log-softmax tensor kept for backward); entropy ``H = logsumexp - sum(softmax * logits)`` only when
+asked. Runs with gradients: this is the forward of the policy update. It does not touch
+``model.training``; call ``model.eval()`` first if dropout should be off.
+
+The same function is the "teacher forward" of RLSD-style credit assignment: pass a *privileged*
+prompt with the student's response tensors, ``(teacher_prompt_ids, teacher_prompt_mask,
+response_ids, response_mask)``, to score the same tokens under another context.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .batch import Rollout
+from .cache import ForwardSignature
+
+
+@dataclass
+class LogprobResult:
+    """Per-token scores of a response batch.
+
+    Attributes:
+        logp: ``FloatTensor [B, T]`` log-probability of each response token under
+            ``softmax(logits / temperature)``; 0 where ``response_mask`` is 0.
+        entropy: ``FloatTensor [B, T]`` entropy of that distribution at each response position
+            (0 where masked), or ``None`` if not requested.
+    """
+
+    logp: torch.Tensor
+    entropy: torch.Tensor | None = None
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    batch: Rollout | tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+    micro_batch_size: int | None = None,
+) -> LogprobResult:
+    """Log-probs (and optionally entropies) of the response tokens, with gradients.
+
+    Args:
+        model: a Hugging Face causal LM.
+        batch: a :class:`Rollout`, or ``(prompt_ids [B, P] long, prompt_mask [B, P],
+            response_ids [B, T] long, response_mask [B, T])`` with prompts left-padded and
+            responses right-padded.
+        temperature: logits are divided by it (use the sampling temperature so that ratios
+            compare like with like).
+        return_entropy: also return the per-token entropy.
+        micro_batch_size: run the forward in chunks of this many rows (concatenated on
+            return). Each chunk is trimmed to its own longest prompt and response.
+
+    Returns:
+        :class:`LogprobResult` with ``logp [B, T]`` (and ``entropy [B, T]``).
+    """
+    if isinstance(batch, Rollout):
+        prompt_ids, prompt_mask, response_ids, response_mask = (
+            batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
+        )
+    else:
+        prompt_ids, prompt_mask, response_ids, response_mask = batch
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if prompt_ids.shape != prompt_mask.shape or response_ids.shape != response_mask.shape:
+        raise ValueError(
+            f"shape mismatch: prompt_ids {tuple(prompt_ids.shape)} / prompt_mask {tuple(prompt_mask.shape)}, "
+            f"response_ids {tuple(response_ids.shape)} / response_mask {tuple(response_mask.shape)}"
+        )
+    B = prompt_ids.shape[0]
+    sig = ForwardSignature.of(model)
+    mb = B if not micro_batch_size else int(micro_batch_size)
+    if mb < 1:
+        raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
+
+    logps, ents = [], []
+    for s in range(0, B, mb):  # loop over micro-batches, not over rows
+        lp, ent = _score(
+            model, sig,
+            prompt_ids[s : s + mb], prompt_mask[s : s + mb], response_ids[s : s + mb], response_mask[s : s + mb],
+            temperature=temperature, return_entropy=return_entropy, trim=micro_batch_size is not None,
+        )
+        logps.append(lp)
+        ents.append(ent)
+    logp = logps[0] if len(logps) == 1 else torch.cat(logps, dim=0)
+    entropy = None
+    if return_entropy:
+        entropy = ents[0] if len(ents) == 1 else torch.cat(ents, dim=0)
+    return LogprobResult(logp=logp, entropy=entropy)
+
+
+def _score(
+    model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT,
+    *, temperature: float, return_entropy: bool, trim: bool,
+):
+    """One forward. Returns ``(logp [B, T], entropy [B, T] | None)``."""
+    B, T = response_ids_BT.shape
+    out_dtype = torch.float32
+    if T == 0:
+        z = torch.zeros(B, 0, dtype=out_dtype, device=response_ids_BT.device)
+        return z, (z.clone() if return_entropy else None)
+    T_full = T
+    if trim:
+        # drop prompt columns that are padding in every row (left) and response columns that are
+        # masked in every row (right); positions come from the mask cumsum, so they are unchanged
+        any_p = prompt_mask_BP.bool().any(dim=0)
+        first = int(any_p.long().argmax()) if bool(any_p.any()) else prompt_mask_BP.shape[1] - 1
+        prompt_ids_BP, prompt_mask_BP = prompt_ids_BP[:, first:], prompt_mask_BP[:, first:]
+        any_r = response_mask_BT.bool().any(dim=0)
+        T = int(any_r.nonzero().max()) + 1 if bool(any_r.any()) else 1
+        response_ids_BT, response_mask_BT = response_ids_BT[:, :T], response_mask_BT[:, :T]
+    P = prompt_ids_BP.shape[1]
+    input_ids = torch.cat([prompt_ids_BP, response_ids_BT], dim=1)
+    attn = torch.cat([prompt_mask_BP.long(), response_mask_BT.long()], dim=1)
+    position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
+    kwargs = {"logits_to_keep": T + 1} if sig.logits_to_keep else {}
+    logits = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False, **kwargs).logits
+    # logits[:, p] predicts token p + 1: keep positions P - 1 .. P + T - 2
+    logits_BTV = logits[:, -(T + 1) : -1] if sig.logits_to_keep else logits[:, P - 1 : P + T - 1]
+    logits_BTV = logits_BTV.float()
+    if temperature != 1.0:
+        logits_BTV = logits_BTV / temperature
+    lse_BT = torch.logsumexp(logits_BTV, dim=-1)
+    tok_logit_BT = logits_BTV.gather(-1, response_ids_BT.unsqueeze(-1)).squeeze(-1)
+    maskf = response_mask_BT.to(out_dtype)
+    # torch.where (not multiply) so that garbage at masked positions cannot leak as NaN
+    logp_BT = torch.where(maskf > 0, tok_logit_BT - lse_BT, torch.zeros_like(lse_BT))
+    ent_BT = None
+    if return_entropy:
+        probs = torch.softmax(logits_BTV, dim=-1)
+        ent_BT = lse_BT - (probs * logits_BTV).sum(-1)
+        ent_BT = torch.where(maskf > 0, ent_BT, torch.zeros_like(ent_BT))
+    if T < T_full:
+        pad = (0, T_full - T)
+        logp_BT = torch.nn.functional.pad(logp_BT, pad)
+        ent_BT = torch.nn.functional.pad(ent_BT, pad) if ent_BT is not None else None
+    return logp_BT, ent_BT

@@ -1,0 +1,126 @@
+"""response_logprobs(): slow per-row float64 reference, entropy, poisoned padding, micro-batching
+(values and gradients), tuple input, teacher prompts."""
+
+import pytest
+import torch
+
+from grpolab.rollout import LogprobResult, Rollout, response_logprobs, sample
+
+from rollout_helpers import PAD, VOCAB, make_llama, ref_logprobs_alone
+
+PROMPTS = [[1, 5, 6, 7], [1, 9], [1, 3, 4, 5, 6, 7, 8, 2, 11], [1, 20, 21]]
+
+
+def _rollout(model, G=2, seed=0, T=14, temperature=1.0):
+    return sample(model, PROMPTS, group_size=G, max_new_tokens=T, temperature=temperature, eos_token_id=3,
+                  pad_token_id=PAD, generator=torch.Generator().manual_seed(seed))
+
+
+def _rows(r: Rollout):
+    """(prompt, response) token lists per row, padding stripped."""
+    out = []
+    for b in range(r.batch_size):
+        p = r.prompt_ids[b][r.prompt_mask[b].bool()].tolist()
+        resp = r.response_ids[b][r.response_mask[b].bool()].tolist()
+        out.append((p, resp))
+    return out
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_matches_per_row_reference_with_entropy(llama, temperature):
+    r = _rollout(llama, temperature=temperature)
+    assert (r.response_lengths < r.response_ids.shape[1]).any()  # some rows are padded
+    res = response_logprobs(llama, r, temperature=temperature, return_entropy=True)
+    assert isinstance(res, LogprobResult) and res.logp.shape == r.response_ids.shape
+    for b, (p, resp) in enumerate(_rows(r)):
+        with torch.no_grad():
+            lp, ent = ref_logprobs_alone(llama, p, resp, temperature)
+        n = len(resp)
+        torch.testing.assert_close(res.logp[b, :n].double(), lp, atol=1e-5, rtol=0)
+        torch.testing.assert_close(res.entropy[b, :n].double(), ent, atol=1e-5, rtol=0)
+        assert (res.logp[b, n:] == 0).all() and (res.entropy[b, n:] == 0).all()
+    assert response_logprobs(llama, r).entropy is None
+
+
+def test_poisoned_padding_changes_nothing(llama):
+    r = _rollout(llama)
+    base = response_logprobs(llama, r, return_entropy=True)
+    g = torch.Generator().manual_seed(5)
+    poisoned_prompt = torch.where(r.prompt_mask.bool(), r.prompt_ids, torch.randint(0, VOCAB, r.prompt_ids.shape, generator=g))
+    poisoned_resp = torch.where(r.response_mask.bool(), r.response_ids, torch.randint(0, VOCAB, r.response_ids.shape, generator=g))
+    assert not torch.equal(poisoned_prompt, r.prompt_ids) and not torch.equal(poisoned_resp, r.response_ids)
+    res = response_logprobs(llama, (poisoned_prompt, r.prompt_mask, poisoned_resp, r.response_mask), return_entropy=True)
+    torch.testing.assert_close(res.logp, base.logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(res.entropy, base.entropy, atol=1e-5, rtol=0)
+
+
+def test_tuple_input_equals_rollout_input(llama):
+    r = _rollout(llama)
+    a = response_logprobs(llama, r).logp
+    b = response_logprobs(llama, (r.prompt_ids, r.prompt_mask, r.response_ids, r.response_mask)).logp
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def _grads(model):
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("micro_batch_size", [1, 3, 5])
+def test_micro_batching_same_values_and_gradients(micro_batch_size):
+    model = make_llama(2)
+    r = _rollout(model, G=2, seed=3)
+    weights = torch.randn(r.response_ids.shape, generator=torch.Generator().manual_seed(0))
+
+    model.zero_grad()
+    full = response_logprobs(model, r, return_entropy=True)
+    ((full.logp * weights).sum() + full.entropy.sum()).backward()
+    g_full = _grads(model)
+
+    model.zero_grad()
+    mb = response_logprobs(model, r, return_entropy=True, micro_batch_size=micro_batch_size)
+    ((mb.logp * weights).sum() + mb.entropy.sum()).backward()
+    g_mb = _grads(model)
+
+    torch.testing.assert_close(mb.logp, full.logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(mb.entropy, full.entropy, atol=1e-5, rtol=0)
+    assert g_full.keys() == g_mb.keys() and len(g_full) > 0
+    for k in g_full:
+        torch.testing.assert_close(g_mb[k], g_full[k], atol=1e-5, rtol=1e-4)
+
+
+def test_gradient_equals_per_row_reference_gradient():
+    model = make_llama(3)
+    r = _rollout(model, G=1, seed=1, T=8)
+    model.zero_grad()
+    response_logprobs(model, r).logp.sum().backward()
+    g_batched = _grads(model)
+    model.zero_grad()
+    for p, resp in _rows(r):  # sum of per-row, unpadded log-likelihoods
+        lp, _ = ref_logprobs_alone(model, p, resp)
+        lp.sum().backward()
+    g_ref = _grads(model)
+    for k in g_ref:
+        assert torch.isfinite(g_batched[k]).all()
+        torch.testing.assert_close(g_batched[k], g_ref[k], atol=1e-5, rtol=1e-4)
+
+
+def test_teacher_prompt_scores_same_response_under_other_context(llama):
+    r = _rollout(llama, G=1)
+    teacher_prompts = [[1, 33, 34] + p for p in PROMPTS]  # privileged context prepended
+    from grpolab.rollout import left_pad
+
+    t_ids, t_mask = left_pad(teacher_prompts, PAD)
+    res = response_logprobs(llama, (t_ids, t_mask, r.response_ids, r.response_mask))
+    for b, (_, resp) in enumerate(_rows(r)):
+        with torch.no_grad():
+            lp, _ = ref_logprobs_alone(llama, teacher_prompts[b], resp)
+        torch.testing.assert_close(res.logp[b, : len(resp)].double(), lp, atol=1e-5, rtol=0)
+    assert not torch.allclose(res.logp, r.sample_logp, atol=1e-3)
+
+
+def test_shape_validation(llama):
+    r = _rollout(llama)
+    with pytest.raises(ValueError, match="shape mismatch"):
+        response_logprobs(llama, (r.prompt_ids, r.prompt_mask[:, 1:], r.response_ids, r.response_mask))
+    with pytest.raises(ValueError, match="temperature"):
+        response_logprobs(llama, r, temperature=0)
