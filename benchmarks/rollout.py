@@ -55,13 +55,28 @@ def build_prompts(seed: int = 0) -> list[list[int]]:
     return [[BOS] + torch.randint(3, VOCAB, (int(n) - 1,), generator=g).tolist() for n in lengths]
 
 
+def _timed(fn):
+    """(wall seconds, process CPU seconds, result)."""
+    c0, w0 = time.process_time(), time.perf_counter()
+    out = fn()
+    return time.perf_counter() - w0, time.process_time() - c0, out
+
+
+def _load() -> float:
+    """1-minute load average (other processes compete for the cores on a shared machine)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:  # pragma: no cover
+        return float("nan")
+
+
 def run_ours(model, prompts, eos, seed):
     g = torch.Generator().manual_seed(seed)
-    t0 = time.perf_counter()
-    r = sample(model, prompts, group_size=GROUP, max_new_tokens=MAX_NEW, temperature=1.0, top_p=1.0,
-               eos_token_id=eos, pad_token_id=PAD, generator=g)
-    dt = time.perf_counter() - t0
-    return dt, int(r.response_mask.sum())
+    wall, cpu, r = _timed(lambda: sample(
+        model, prompts, group_size=GROUP, max_new_tokens=MAX_NEW, temperature=1.0, top_p=1.0,
+        eos_token_id=eos, pad_token_id=PAD, generator=g,
+    ))
+    return wall, cpu, int(r.response_mask.sum())
 
 
 def _hf_inputs(prompts):
@@ -69,13 +84,12 @@ def _hf_inputs(prompts):
     return ids.repeat_interleave(GROUP, 0), mask.repeat_interleave(GROUP, 0)
 
 
-def _count_hf_tokens(completion, eos):
+def _completion_mask(completion, eos):
+    """1 up to and including the first EOS (HF pads after it)."""
     if eos is None:
-        return completion.numel()
-    is_eos = completion == eos
-    # tokens up to and including the first EOS (HF pads after it)
-    first = torch.where(is_eos.any(1), is_eos.int().argmax(1) + 1, torch.full_like(is_eos[:, 0], completion.shape[1], dtype=torch.long))
-    return int(first.sum())
+        return torch.ones_like(completion)
+    is_eos = (completion == eos).long()
+    return ((is_eos.cumsum(1) - is_eos) == 0).long()
 
 
 def run_hf(model, prompts, eos, seed, with_logprobs=False):
@@ -85,44 +99,45 @@ def run_hf(model, prompts, eos, seed, with_logprobs=False):
         temperature=1.0, top_p=1.0, top_k=0, min_p=None, repetition_penalty=1.0, disable_compile=True,
     )
     torch.manual_seed(seed)
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
-        completion = out[:, ids.shape[1]:]
-        if with_logprobs:
-            if eos is None:
-                cmask = torch.ones_like(completion)
-            else:
-                is_eos = completion == eos
-                cmask = (is_eos.cumsum(1) - is_eos.long()) == 0
-            response_logprobs(model, (ids, mask, completion, cmask.long()))
-    dt = time.perf_counter() - t0
-    return dt, _count_hf_tokens(completion, eos)
+
+    def go():
+        with torch.no_grad():
+            completion = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)[:, ids.shape[1]:]
+            cmask = _completion_mask(completion, eos)
+            if with_logprobs:
+                response_logprobs(model, (ids, mask, completion, cmask))
+        return int(cmask.sum())
+
+    return _timed(go)
 
 
 def bench(model, prompts, eos, repeats):
-    ours, hf, hf_lp = [], [], []
+    runs = {"grpolab_sample": [], "hf_generate": [], "hf_generate_plus_logprob_forward": []}
     run_ours(model, prompts, eos, 123)  # warm-up
     run_hf(model, prompts, eos, 123)
-    for i in range(repeats):
-        ours.append(run_ours(model, prompts, eos, i))
-        hf.append(run_hf(model, prompts, eos, i))
-        hf_lp.append(run_hf(model, prompts, eos, i, with_logprobs=True))
+    for i in range(repeats):  # interleaved, so that machine load hits all alike
+        runs["grpolab_sample"].append(run_ours(model, prompts, eos, i))
+        runs["hf_generate"].append(run_hf(model, prompts, eos, i))
+        runs["hf_generate_plus_logprob_forward"].append(run_hf(model, prompts, eos, i, with_logprobs=True))
 
-    def summary(runs):
-        secs = statistics.median(dt for dt, _ in runs)
-        toks = statistics.median(n for _, n in runs)
-        rates = [n / dt for dt, n in runs]
-        return {"seconds": secs, "tokens": toks, "tokens_per_s": statistics.median(rates)}
+    def summary(rs):
+        rates = [n / wall for wall, _, n in rs]
+        return {
+            "wall_s_median": statistics.median(w for w, _, _ in rs), "wall_s_min": min(w for w, _, _ in rs),
+            "cpu_s_median": statistics.median(c for _, c, _ in rs),
+            "tokens_median": statistics.median(n for _, _, n in rs),
+            "tokens_per_s_median": statistics.median(rates), "tokens_per_s_best": max(rates),
+            "runs": [{"wall_s": w, "cpu_s": c, "tokens": n} for w, c, n in rs],
+        }
 
-    s_ours, s_hf, s_hf_lp = summary(ours), summary(hf), summary(hf_lp)
-    return {
-        "grpolab_sample": s_ours,
-        "hf_generate": s_hf,
-        "hf_generate_plus_logprob_forward": s_hf_lp,
-        "speedup_tokens_per_s": s_ours["tokens_per_s"] / s_hf["tokens_per_s"],
-        "speedup_vs_generate_plus_logprobs": s_ours["tokens_per_s"] / s_hf_lp["tokens_per_s"],
-    }
+    out = {k: summary(v) for k, v in runs.items()}
+    ours = out["grpolab_sample"]
+    for k in ("hf_generate", "hf_generate_plus_logprob_forward"):
+        out[f"speedup_vs_{k}"] = {
+            "tokens_per_s_median": ours["tokens_per_s_median"] / out[k]["tokens_per_s_median"],
+            "tokens_per_s_best": ours["tokens_per_s_best"] / out[k]["tokens_per_s_best"],
+        }
+    return out
 
 
 def atomic_write_json(path: Path, obj) -> None:
@@ -162,18 +177,29 @@ def main() -> None:
         "scenarios": {},
     }
     print(f"model: {n_params / 1e6:.2f}M params; {N_PROMPTS} prompts x {GROUP} samples, {MAX_NEW} new tokens, "
-          f"{torch.get_num_threads()} threads")
-    header = f"{'scenario':<8} {'sampler':<34} {'seconds':>8} {'tokens':>7} {'tok/s':>8} {'ratio':>6}"
+          f"{torch.get_num_threads()} threads, {args.repeats} interleaved repeats")
+    header = (f"{'scenario':<8} {'sampler':<31} {'wall s':>7} {'best s':>7} {'cpu s':>7} {'tokens':>7} "
+              f"{'tok/s':>7} {'speedup':>8} {'best-vs-best':>12}")
     print(header)
     print("-" * len(header))
+    labels = (("grpolab_sample", "grpolab sample"), ("hf_generate", "HF generate (TRL-style)"),
+              ("hf_generate_plus_logprob_forward", "HF generate + logprob forward"))
     for name, eos in (("eos", EOS), ("fixed", None)):
+        load_before = _load()
         res = bench(model, prompts, eos, args.repeats)
+        res["load_average_1min"] = [load_before, _load()]
         results["scenarios"][name] = res
-        for key, label in (("grpolab_sample", "grpolab sample"), ("hf_generate", "HF generate (TRL-style)"),
-                           ("hf_generate_plus_logprob_forward", "HF generate + logprob forward")):
+        for key, label in labels:
             s = res[key]
-            ratio = res["grpolab_sample"]["tokens_per_s"] / s["tokens_per_s"]
-            print(f"{name:<8} {label:<34} {s['seconds']:8.3f} {s['tokens']:7.0f} {s['tokens_per_s']:8.0f} {ratio:6.2f}x")
+            sp = res.get(f"speedup_vs_{key}", {"tokens_per_s_median": 1.0, "tokens_per_s_best": 1.0})
+            print(f"{name:<8} {label:<31} {s['wall_s_median']:7.3f} {s['wall_s_min']:7.3f} {s['cpu_s_median']:7.3f} "
+                  f"{s['tokens_median']:7.0f} {s['tokens_per_s_median']:7.0f} {sp['tokens_per_s_median']:7.2f}x "
+                  f"{sp['tokens_per_s_best']:11.2f}x")
+    print("speedup = grpolab tokens/s over that sampler's tokens/s (medians); best-vs-best compares the fastest runs")
+    loads = [x for sc in results["scenarios"].values() for x in sc["load_average_1min"]]
+    if max(loads) > 0.5:
+        print(f"note: 1-min load average reached {max(loads):.1f} during the runs (cores: {os.cpu_count()}); "
+              "timings on a busy machine are noisy, multi-threaded ones especially (try --threads 1)")
     atomic_write_json(args.out, results)
     print(f"wrote {args.out}")
 

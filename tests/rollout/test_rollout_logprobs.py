@@ -52,6 +52,16 @@ def test_poisoned_padding_changes_nothing(llama):
     res = response_logprobs(llama, (poisoned_prompt, r.prompt_mask, poisoned_resp, r.response_mask), return_entropy=True)
     torch.testing.assert_close(res.logp, base.logp, atol=1e-5, rtol=0)
     torch.testing.assert_close(res.entropy, base.entropy, atol=1e-5, rtol=0)
+    # extra all-padding columns on both sides (poisoned too) change nothing either
+    B = r.batch_size
+    junk = lambda n: torch.randint(0, VOCAB, (B, n), generator=g)  # noqa: E731
+    wide = (torch.cat([junk(3), poisoned_prompt], 1), torch.cat([torch.zeros(B, 3, dtype=torch.long), r.prompt_mask], 1),
+            torch.cat([poisoned_resp, junk(4)], 1), torch.cat([r.response_mask, torch.zeros(B, 4)], 1))
+    res = response_logprobs(llama, wide, return_entropy=True)
+    assert res.logp.shape == (B, r.response_ids.shape[1] + 4)
+    torch.testing.assert_close(res.logp[:, :-4], base.logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(res.entropy[:, :-4], base.entropy, atol=1e-5, rtol=0)
+    assert (res.logp[:, -4:] == 0).all() and (res.entropy[:, -4:] == 0).all()
 
 
 def test_tuple_input_equals_rollout_input(llama):

@@ -254,7 +254,14 @@ def _mistral_sliding():
     return MistralForCausalLM(cfg).eval()
 
 
-@pytest.mark.parametrize("factory", [_gpt2, _mistral_sliding], ids=["gpt2-learned-positions", "mistral-gqa-sliding"])
+def _llama_eager():
+    model = make_llama(4)
+    model.set_attn_implementation("eager")
+    return model
+
+
+@pytest.mark.parametrize("factory", [_gpt2, _mistral_sliding, _llama_eager],
+                         ids=["gpt2-learned-positions", "mistral-gqa-sliding", "llama-eager-attention"])
 def test_other_families_greedy_left_padding(factory):
     model = factory()
     _assert_greedy_matches_alone(model, PROMPTS, 12)

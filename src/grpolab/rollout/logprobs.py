@@ -61,7 +61,9 @@ def response_logprobs(
             compare like with like).
         return_entropy: also return the per-token entropy.
         micro_batch_size: run the forward in chunks of this many rows (concatenated on
-            return). Each chunk is trimmed to its own longest prompt and response.
+            return).
+
+    Each (micro-)batch is trimmed to its own longest prompt and response before the forward.
 
     Returns:
         :class:`LogprobResult` with ``logp [B, T]`` (and ``entropy [B, T]``).
@@ -90,7 +92,7 @@ def response_logprobs(
         lp, ent = _score(
             model, sig,
             prompt_ids[s : s + mb], prompt_mask[s : s + mb], response_ids[s : s + mb], response_mask[s : s + mb],
-            temperature=temperature, return_entropy=return_entropy, trim=micro_batch_size is not None,
+            temperature=temperature, return_entropy=return_entropy,
         )
         logps.append(lp)
         ents.append(ent)
@@ -103,7 +105,7 @@ def response_logprobs(
 
 def _score(
     model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT,
-    *, temperature: float, return_entropy: bool, trim: bool,
+    *, temperature: float, return_entropy: bool,
 ):
     """One forward. Returns ``(logp [B, T], entropy [B, T] | None)``."""
     B, T = response_ids_BT.shape
@@ -112,21 +114,24 @@ def _score(
         z = torch.zeros(B, 0, dtype=out_dtype, device=response_ids_BT.device)
         return z, (z.clone() if return_entropy else None)
     T_full = T
-    if trim:
-        # drop prompt columns that are padding in every row (left) and response columns that are
-        # masked in every row (right); positions come from the mask cumsum, so they are unchanged
-        any_p = prompt_mask_BP.bool().any(dim=0)
-        first = int(any_p.long().argmax()) if bool(any_p.any()) else prompt_mask_BP.shape[1] - 1
+    # Trim: drop prompt columns that are padding in every row (left) and response columns masked
+    # in every row (right), e.g. in a micro-batch of short responses. Positions come from the
+    # mask cumsum, so they are unchanged; masked keys contribute nothing, so neither are values.
+    any_p = prompt_mask_BP.bool().any(dim=0)
+    first = int(any_p.long().argmax()) if bool(any_p.any()) else prompt_mask_BP.shape[1] - 1
+    if first > 0:
         prompt_ids_BP, prompt_mask_BP = prompt_ids_BP[:, first:], prompt_mask_BP[:, first:]
-        any_r = response_mask_BT.bool().any(dim=0)
-        T = int(any_r.nonzero().max()) + 1 if bool(any_r.any()) else 1
+    any_r = response_mask_BT.bool().any(dim=0)
+    T = int(any_r.nonzero().max()) + 1 if bool(any_r.any()) else 1
+    if T < T_full:
         response_ids_BT, response_mask_BT = response_ids_BT[:, :T], response_mask_BT[:, :T]
     P = prompt_ids_BP.shape[1]
     input_ids = torch.cat([prompt_ids_BP, response_ids_BT], dim=1)
     attn = torch.cat([prompt_mask_BP.long(), response_mask_BT.long()], dim=1)
     position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
     kwargs = {"logits_to_keep": T + 1} if sig.logits_to_keep else {}
-    logits = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False, **kwargs).logits
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False, **kwargs)
+    logits = out.logits
     # logits[:, p] predicts token p + 1: keep positions P - 1 .. P + T - 2
     logits_BTV = logits[:, -(T + 1) : -1] if sig.logits_to_keep else logits[:, P - 1 : P + T - 1]
     logits_BTV = logits_BTV.float()

@@ -63,7 +63,7 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_token_id: int, device: torch.
     """
     if len(prompts) == 0:
         raise ValueError("need at least one prompt")
-    seqs = [torch.as_tensor(list(p) if not isinstance(p, torch.Tensor) else p, dtype=torch.long).reshape(-1) for p in prompts]
+    seqs = [torch.as_tensor(p if isinstance(p, torch.Tensor) else list(p), dtype=torch.long).reshape(-1) for p in prompts]
     lengths = torch.tensor([s.numel() for s in seqs], dtype=torch.long)
     if int(lengths.min()) == 0:
         raise ValueError("every prompt needs at least one token (add a BOS token to empty prompts)")
@@ -249,10 +249,8 @@ def _decode(
     logits_BV = out.logits[:, -1]
     if share_prefill:
         logits_BV = logits_BV.repeat_interleave(G, dim=0)
-    if slabs:
+    if slabs:  # (otherwise -- old transformers -- the DynamicCache object was updated in place)
         expand_to_slabs(cache, capacity=P + max_new_tokens, repeats=G if share_prefill else 1)
-    else:  # pragma: no cover - old transformers: keep whatever cache object the model returned
-        cache = getattr(out, sig.cache_kw, None) or getattr(out, "past_key_values", cache)
     del out
 
     # attention mask for the whole generation, sliced per step: prompt mask then ones
