@@ -78,7 +78,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from grpolab.config import TaskConfig
     from grpolab.models import load_model
     from grpolab.train.evaluate import evaluate
-    from grpolab.train.setup import build_task_splits
+    from grpolab.train.setup import build_task
 
     src = Path(args.model)
     task_cfg = TaskConfig(name=args.task or "arith", n_eval=args.n)
@@ -97,9 +97,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         task_cfg.options[k] = yaml.safe_load(v)
     model, tok = load_model(src)
-    _, items = build_task_splits(task_cfg)
+    items = build_task(task_cfg).items("eval", task_cfg.n_eval)
     greedy = evaluate(model, tok, items, greedy=True, max_new_tokens=args.max_new_tokens)
-    report = {"model": str(src), "task": task_cfg.name, "items": len(items),
+    report: dict = {"model": str(src), "task": task_cfg.name, "items": len(items),
               "greedy_accuracy": greedy.accuracy}
     if args.samples > 0:
         sampled = evaluate(model, tok, items, greedy=False, samples=args.samples,
@@ -141,6 +141,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _quiet_transformers() -> None:
+    """No per-file progress bars or info chatter from transformers on the command line."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def main(argv: list[str] | None = None) -> int:
     from grpolab.config import ConfigError
 
@@ -149,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    _quiet_transformers()
     try:
         return args.func(args)
     except ConfigError as e:

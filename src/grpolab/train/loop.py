@@ -235,7 +235,7 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
                 loss.backward()
                 n_tok = float(part.response_mask.sum())
                 valid = part.response_mask.bool()
-                m["entropy"] = lp.entropy[valid].sum() / max(n_tok, 1.0)
+                m["entropy"] = lp.entropy.detach()[valid].sum() / max(n_tok, 1.0)
                 for k, v in m.items():
                     if v.dim() == 0:
                         sums[k] = sums.get(k, 0.0) + float(v) * n_tok

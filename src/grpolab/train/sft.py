@@ -84,7 +84,7 @@ def run_sft(
         step += 1
         if step % eval_every == 0 or step == max_steps:
             acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens).accuracy
-            history.append({"step": step, "loss": float(loss), "accuracy": acc})
-            log(f"sft step {step:4d}  loss {float(loss):.3f}  greedy accuracy {acc:.3f}")
+            history.append({"step": step, "loss": loss.item(), "accuracy": acc})
+            log(f"sft step {step:4d}  loss {loss.item():.3f}  greedy accuracy {acc:.3f}")
     model.eval()
     return SFTResult(steps=step, accuracy=acc, history=history, seconds=time.time() - start)

@@ -1,0 +1,117 @@
+"""End to end on a very small model: a few RL steps, a crash and an exact resume, evaluation, CLI.
+
+Sizes are tiny so the whole file runs in seconds on 2 CPU cores; learning itself is measured by
+``benchmarks/train_default.py``, not here.
+"""
+
+import json
+import math
+
+import pytest
+import torch
+
+from grpolab.cli import main as cli_main
+from grpolab.config import load_config
+from grpolab.models import load_model
+from grpolab.train import loop as loop_mod
+from grpolab.train import train
+from grpolab.train.checkpoint import latest_checkpoint
+from grpolab.train.metrics_log import read_metrics
+
+SMALL = [
+    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
+    "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=64", "task.n_eval=8",
+    "sft.max_steps=4", "sft.eval_every=2", "sft.batch_size=16", "sft.n_eval=8",
+    "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=16",
+    "trainer.eval_every=2", "trainer.save_every=2", "log.progress=false", "log.plots=false",
+    "log.tensorboard=false",
+]
+
+VOLATILE = ("time/", "tokens_per_s")
+
+
+def _stable(rows):
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
+def _cfg(run_dir, *extra):
+    return load_config(overrides=SMALL + [f"trainer.run_dir={run_dir}", *extra])
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    # off-policy: 2 epochs x 2 mini-batches, micro-batches, policy lag, KL, CTPO + BA
+    ["trainer.epochs=2", "trainer.mini_batches=2", "trainer.micro_batch_size=3", "trainer.policy_lag=1",
+     "objective.kl_coef=0.05", "preset=ctpo", "objective.aggregation=balanced"],
+])
+def test_crash_then_resume_matches_uninterrupted_run(tmp_path, monkeypatch, extra):
+    steps = ["trainer.steps=4", *extra]
+    full = train(_cfg(tmp_path / "full", *steps), log=lambda *_: None)
+    assert full.steps == 4
+    rows_full = read_metrics(tmp_path / "full")
+    assert [r["step"] for r in rows_full] == [1, 2, 3, 4]
+    for r in rows_full:
+        assert all(v is None or not isinstance(v, float) or math.isfinite(v) for v in r.values())
+    if extra:  # off-policy settings really are off-policy
+        assert any(r["update/ratio_max"] != 1.0 for r in rows_full)
+
+    # the same run, killed during step 3 (after the step-2 checkpoint) ...
+    real = loop_mod._step_metrics
+    calls = {"n": 0}
+
+    def crash(*a, **k):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt("simulated kill")
+        return real(*a, **k)
+
+    monkeypatch.setattr(loop_mod, "_step_metrics", crash)
+    with pytest.raises(KeyboardInterrupt):
+        train(_cfg(tmp_path / "crashed", *steps), log=lambda *_: None)
+    assert latest_checkpoint(tmp_path / "crashed").step == 2
+    monkeypatch.setattr(loop_mod, "_step_metrics", real)
+    # ... and resumed: identical metrics and weights
+    resumed = train(_cfg(tmp_path / "crashed", *steps), resume=True, log=lambda *_: None)
+    assert resumed.steps == 4
+    assert _stable(read_metrics(tmp_path / "crashed")) == _stable(rows_full)
+    m_full, _ = load_model(tmp_path / "full" / "final")
+    m_res, _ = load_model(tmp_path / "crashed" / "final")
+    for (k, a), (_, b) in zip(m_full.state_dict().items(), m_res.state_dict().items()):
+        assert torch.equal(a, b), k
+
+
+def test_run_directory_outputs_and_cli(tmp_path, capsys):
+    run = tmp_path / "run"
+    args = ["train", *sum([["--set", s] for s in SMALL + ["trainer.steps=2", f"trainer.run_dir={run}",
+                                                        "log.plots=true", "log.tensorboard=true"]], [])]
+    assert cli_main(args) == 0
+    for name in ("config.yaml", "metrics.jsonl", "summary.md", "final/config.json", "sft/config.json",
+                 "plots/reward.png", "checkpoints/latest"):
+        assert (run / name).exists(), name
+    assert list((run / "tb").glob("events.*"))
+    row = read_metrics(run)[-1]
+    for key in ("reward/mean", "accuracy", "length/mean", "length/std", "update/clip_frac",
+                "update/approx_kl", "update/entropy", "update/grad_norm", "time/step", "tokens_per_s",
+                "eval/accuracy"):
+        assert key in row, key
+    # a second plain `train` into the same directory refuses instead of clobbering the run
+    with pytest.raises(SystemExit, match="--resume"):
+        cli_main(args)
+    # eval on the run directory: greedy, sampled, pass@k
+    capsys.readouterr()
+    assert cli_main(["eval", str(run), "--n", "8", "--samples", "4", "--max-new-tokens", "16"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert 0 <= report["greedy_accuracy"] <= 1 and set(report["pass_at_k"]) == {"1", "2", "4"}
+    assert report["pass_at_k"]["1"] <= report["pass_at_k"]["4"]
+
+
+def test_cli_config_error_exits_2(capsys):
+    assert cli_main(["train", "--set", "objective.aggregation=nope"]) == 2
+    assert "choose one of: token, sequence, constant, balanced" in capsys.readouterr().err
+
+
+def test_cli_version_and_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli_main(["--version"])
+    assert e.value.code == 0 and "grpolab" in capsys.readouterr().out
+    assert cli_main([]) == 0 and "train" in capsys.readouterr().out
