@@ -66,3 +66,12 @@ def test_every_preset_validates():
 def test_cumulative_with_ppo_clip_warns():
     with pytest.warns(UserWarning, match="CTPO's defaults"):
         load_config(overrides=["objective.ratio=cumulative"])
+
+
+def test_example_configs_validate():
+    from pathlib import Path
+
+    examples = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+    assert examples
+    for path in examples:
+        assert isinstance(load_config(path), Config), path
