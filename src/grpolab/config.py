@@ -75,10 +75,10 @@ class SFTConfig:
     """Supervised warm start on task demonstrations (used for the built-in tiny model)."""
 
     enabled: str = "auto"  # auto: only when the model is built from scratch
-    max_steps: int = 600
+    max_steps: int = 800
     batch_size: int = 64
     lr: float = 3e-3
-    target_accuracy: float = 0.25
+    target_accuracy: float = 0.3
     eval_every: int = 50
     n_eval: int = 128
 
@@ -152,7 +152,7 @@ class ObjectiveConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-3
+    lr: float = 5e-5
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.99
@@ -173,13 +173,13 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    steps: int = 120
+    steps: int = 200
     epochs: int = 1  # passes over each rollout batch
     mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
     micro_batch_size: int = 0  # sequences per forward/backward; 0 = the whole mini-batch
     policy_lag: int = 0  # rollouts come from the policy this many updates old
-    eval_every: int = 20
-    save_every: int = 20
+    eval_every: int = 25
+    save_every: int = 25
     keep_checkpoints: int = 2
     seed: int = 0
     run_dir: str = "runs/default"

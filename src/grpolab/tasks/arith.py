@@ -10,15 +10,16 @@ The default task for the tiny character-level model. A problem with ``k`` terms:
     privileged:     the demonstration      (the worked solution, for a self-teacher)
     meta:           {"difficulty": k, "n_terms": k, "n_steps": k - 1}
 
-Difficulty is the number of terms (``min_terms..max_terms``, default 2..5, uniform). The
+Difficulty is the number of terms (``min_terms..max_terms``, default 2..4, uniform). The
 scratchpad grows by one step per extra term, so harder problems need longer completions: a
 model that fails tends to fail on long chains, and long completions tend to be wrong -- the
 length/correctness correlation that length-normalised objectives have to cope with.
 
 Operands: each has 1..``max_digits`` digits (the digit count is drawn uniformly, then the
-value: 0-9 for one digit, 10-99 for two, ...). Results are never negative: a "-" whose
-operand exceeds the running total is turned into a "+". With the defaults the longest possible
-completion is 46 characters (:meth:`ArithTask.max_completion_length`), the longest prompt 15.
+value: 0-9 for one digit, 10-99 for two, ...; default 1 digit, which the tiny model learns in
+a few hundred warm-start steps). Results are never negative: a "-" whose operand exceeds the
+running total is turned into a "+". ``max_terms=5, max_digits=2`` gives completions of up to 46
+characters (:meth:`ArithTask.max_completion_length`) for a harder variant.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class ArithTask(ProceduralTask):
         self,
         *,
         min_terms: int = 2,
-        max_terms: int = 5,
-        max_digits: int = 2,
+        max_terms: int = 4,
+        max_digits: int = 1,
         ops: str = "+-",
         seed: int = 0,
         eval_fraction: float = 0.1,
