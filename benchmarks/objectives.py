@@ -14,18 +14,16 @@ benchmarks/results/objectives.json (atomically: temp file + os.replace).
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import torch
 
 from grpolab.objectives import policy_loss
+from grpolab.utils.io import atomic_write_json
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "objectives"))
@@ -87,20 +85,6 @@ def time_ref(x: dict, ratio: str, aggregation: str, repeats: int) -> float:
         ref_policy_loss(x["logp"], x["old"], x["adv"], x["mask"], **kw)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def write_json_atomic(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main(argv=None) -> int:
@@ -166,7 +150,7 @@ def main(argv=None) -> int:
         target_met=ok,
         results=rows,
     )
-    write_json_atomic(args.out, payload)
+    atomic_write_json(args.out, payload)
     print("(ms = median; min ms / x (min) = fastest run, less sensitive to other load on the machine)")
     print(f"wrote {args.out}")
     return 0

@@ -22,11 +22,9 @@ Writes benchmarks/results/rollout.json (atomically).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +32,7 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from grpolab.rollout import left_pad, response_logprobs, sample
+from grpolab.utils.io import atomic_write_json
 
 VOCAB, PAD, BOS, EOS = 48, 0, 1, 2
 N_PROMPTS, GROUP, MAX_NEW = 32, 8, 48
@@ -138,20 +137,6 @@ def bench(model, prompts, eos, repeats):
             "tokens_per_s_best": ours["tokens_per_s_best"] / out[k]["tokens_per_s_best"],
         }
     return out
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def main() -> None:
