@@ -12,8 +12,8 @@ def test_readme_python_blocks_run():
     ns: dict = {}
     for block in blocks:
         exec(compile(block, str(README), "exec"), ns)
-    assert abs(float(ns["total"]) - float(ns["policy_loss"](
-        ns["logp"], ns["old_logp"], ns["adv"], ns["mask"], ratio="token", weights=ns["W"])[0])) < 1e-6
+    assert abs(ns["total"].item() - ns["policy_loss"](
+        ns["logp"], ns["old_logp"], ns["adv"], ns["mask"], ratio="token", weights=ns["W"])[0].item()) < 1e-6
 
 
 def test_readme_top_has_the_two_setup_commands():
