@@ -78,7 +78,7 @@ class SFTConfig:
     max_steps: int = 800
     batch_size: int = 64
     lr: float = 3e-3
-    target_accuracy: float = 0.3
+    target_accuracy: float = 0.25
     eval_every: int = 50
     n_eval: int = 128
 
@@ -94,7 +94,7 @@ class SFTConfig:
 
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = 16
+    prompts_per_step: int = 32
     group_size: int = 8
     max_new_tokens: int = 48
     temperature: float = 1.0
@@ -152,7 +152,7 @@ class ObjectiveConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 5e-5
+    lr: float = 1e-4
     weight_decay: float = 0.0
     beta1: float = 0.9
     beta2: float = 0.99
@@ -178,6 +178,7 @@ class TrainerConfig:
     mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
     micro_batch_size: int = 0  # sequences per forward/backward; 0 = the whole mini-batch
     policy_lag: int = 0  # rollouts come from the policy this many updates old
+    skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
     eval_every: int = 25
     save_every: int = 25
     keep_checkpoints: int = 2

@@ -83,7 +83,8 @@ def test_crash_then_resume_matches_uninterrupted_run(tmp_path, monkeypatch, extr
 def test_run_directory_outputs_and_cli(tmp_path, capsys):
     run = tmp_path / "run"
     args = ["train", *sum([["--set", s] for s in SMALL + ["trainer.steps=2", f"trainer.run_dir={run}",
-                                                        "log.plots=true", "log.tensorboard=true"]], [])]
+                                                        "log.plots=true", "log.tensorboard=true",
+                                                        "trainer.skip_zero_advantage=false"]], [])]
     assert cli_main(args) == 0
     for name in ("config.yaml", "metrics.jsonl", "summary.md", "final/config.json", "sft/config.json",
                  "plots/reward.png", "checkpoints/latest"):
@@ -115,3 +116,35 @@ def test_cli_version_and_help(capsys):
         cli_main(["--version"])
     assert e.value.code == 0 and "grpolab" in capsys.readouterr().out
     assert cli_main([]) == 0 and "train" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("aggregation", ["token", "sequence", "balanced"])
+def test_skipping_zero_advantage_rows_leaves_the_update_unchanged(aggregation):
+    """Rows with A = 0 add exactly nothing to the gradient; skipping them must not change the step."""
+    import copy
+
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+    from grpolab.rollout import sample
+    from grpolab.train.optim import build_optimizer, build_scheduler
+
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=2,
+                                                  num_attention_heads=2, intermediate_size=64), seed=0)
+    prompts = [tok("1+2=")["input_ids"], tok("3+4+5=")["input_ids"], tok("9-3=")["input_ids"]]
+    rollout = sample(model, prompts, group_size=4, max_new_tokens=8, eos_token_id=tok.eos_token_id,
+                     pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    # group 0 has signal, group 1 all-equal rewards (A = 0), group 2 signal
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 0.0, 0.0, 0.0, 0.0, -0.3, 0.3, 0.9, -0.9])
+    params = {}
+    for skip in (False, True):
+        cfg = _cfg("unused", f"trainer.skip_zero_advantage={str(skip).lower()}", "rollout.prompts_per_step=3",
+                   f"objective.aggregation={aggregation}", "trainer.micro_batch_size=5")
+        m = copy.deepcopy(model).double()  # float64: compare the two paths tightly
+        opt = build_optimizer(m, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.99))
+        sched = build_scheduler(opt, warmup_steps=0, total_steps=2, schedule="constant")
+        out = loop_mod._update(m, opt, sched, rollout, adv, None, None, cfg)
+        assert out["skipped_rows_frac"] == (4 / 12 if skip else 0.0)
+        params[skip] = [p.detach().clone() for p in m.parameters()]
+    for a, b in zip(params[False], params[True]):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    assert any(not torch.equal(a, p.double()) for a, p in zip(params[True], model.parameters()))

@@ -197,6 +197,9 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
 # The pieces the loop calls.
 
 
+SUMMED = ("loss", "pg_loss", "kl")  # per-mini-batch sums; everything else is a token mean
+
+
 def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp, ref_logp,
             cfg: Config) -> dict[str, float]:
     """All optimizer steps for one rollout batch; returns token-weighted mean metrics."""
@@ -206,7 +209,10 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
     G = cfg.rollout.group_size
     sums: dict[str, float] = {}
     counts: dict[str, float] = {}
+    losses: dict[str, list[float]] = {}
+    mb_losses: dict[str, float] = {}
     grad_norms = []
+    skipped = total_rows = 0
     for _ in range(tr.epochs):
         group_order = torch.randperm(n_groups).tolist()
         for mb_groups in np.array_split(group_order, tr.mini_batches):
@@ -217,10 +223,20 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
             # normalisers over the whole mini-batch, sliced per micro-batch below
             W = obj.aggregation_weights(mask, o.aggregation, advantages=adv, group_ids=gids,
                                         max_len=cfg.rollout.max_new_tokens)
-            micro = tr.micro_batch_size or len(rows)
-            optimizer.zero_grad(set_to_none=True)
-            for s in range(0, len(rows), micro):
-                sub = rows[s : s + micro]
+            # Rows whose advantage is 0 on every token (groups with all-equal rewards) have a
+            # per-token loss of exactly 0, so without a KL term they add nothing to the gradient:
+            # skip their forward/backward. W still comes from the whole mini-batch, so the
+            # gradient is unchanged; only the logged entropy/ratio statistics cover fewer rows.
+            keep = torch.arange(len(rows))
+            if o.kl_coef == 0 and tr.skip_zero_advantage:
+                keep = _nonzero_rows(adv, mask)
+            skipped += len(rows) - len(keep)
+            total_rows += len(rows)
+            micro = tr.micro_batch_size or max(len(keep), 1)
+            optimizer.zero_grad(set_to_none=False)  # zeros, not None: AdamW steps every parameter
+            for s in range(0, len(keep), micro):
+                idx = keep[s : s + micro]
+                sub = rows[idx]
                 part = rollout.select(sub)
                 lp = response_logprobs(policy, part, temperature=cfg.rollout.temperature,
                                        return_entropy=True)
@@ -230,34 +246,48 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
                     clip_low=o.clip_low, clip_high=o.clip_high, dual_clip=o.dual_clip,
                     clip_power=o.clip_power, max_len=cfg.rollout.max_new_tokens,
                     ref_logp=None if ref_logp is None else ref_logp[sub], kl_coef=o.kl_coef,
-                    kl_estimator=o.kl_estimator, weights=W[s : s + micro],
+                    kl_estimator=o.kl_estimator, weights=W[idx],
                 )
                 loss.backward()
                 n_tok = float(part.response_mask.sum())
                 valid = part.response_mask.bool()
                 m["entropy"] = lp.entropy.detach()[valid].sum() / max(n_tok, 1.0)
                 for k, v in m.items():
-                    if v.dim() == 0:
-                        sums[k] = sums.get(k, 0.0) + float(v) * n_tok
+                    if k in SUMMED:  # micro-batch parts of one mini-batch loss add up
+                        mb_losses[k] = mb_losses.get(k, 0.0) + v.item()
+                    elif v.dim() == 0:  # token means: weight by tokens
+                        sums[k] = sums.get(k, 0.0) + v.item() * n_tok
                         counts[k] = counts.get(k, 0.0) + n_tok
                 for b, (c, t) in enumerate(zip(m["clip_frac_by_pos"].tolist(), m["tokens_by_pos"].tolist())):
                     sums[f"clip_by_pos/{b}"] = sums.get(f"clip_by_pos/{b}", 0.0) + c * t
                     counts[f"clip_by_pos/{b}"] = counts.get(f"clip_by_pos/{b}", 0.0) + t
+            for p in policy.parameters():  # a mini-batch with nothing to learn still steps AdamW
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
             gn = torch.nn.utils.clip_grad_norm_(
                 policy.parameters(), cfg.optim.grad_clip if cfg.optim.grad_clip > 0 else float("inf")
             )
             grad_norms.append(float(gn))
             optimizer.step()
             scheduler.step()
+            for k in SUMMED:
+                losses.setdefault(k, []).append(mb_losses.pop(k, 0.0))
     policy.eval()
     out = {k: sums[k] / max(counts[k], 1e-9) for k in sums if not k.startswith("clip_by_pos/")}
-    # loss-like quantities are sums over each mini-batch, so report their mean per optimizer step
+    out.update({k: float(np.mean(v)) for k, v in losses.items()})  # mean over optimizer steps
     labels = obj.position_bucket_labels()
     for k in sums:
         if k.startswith("clip_by_pos/") and counts[k] > 0:
             out[f"clip_frac_by_pos/{labels[int(k.split('/')[1])]}"] = sums[k] / counts[k]
+    out["skipped_rows_frac"] = skipped / max(total_rows, 1)
     out["grad_norm"] = float(np.mean(grad_norms))
     return out
+
+
+def _nonzero_rows(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Indices of rows with a non-zero advantage on some valid token: ``[B] or [B,T] -> [K]``."""
+    adv_BT = adv.unsqueeze(-1).expand_as(mask) if adv.dim() == 1 else adv
+    return ((adv_BT != 0) & mask.bool()).any(-1).nonzero().squeeze(-1).cpu()
 
 
 def _step_metrics(rollout: Rollout, rewards: torch.Tensor, update: dict[str, float],
