@@ -61,6 +61,8 @@ from pathlib import Path
 
 import torch
 
+from grpolab.utils.io import atomic_write_json
+
 HERE = Path(__file__).resolve().parent
 #: a step is "quiet" when other processes kept fewer than this many cores busy on average during it
 QUIET_CORES = 0.25
@@ -85,22 +87,6 @@ TIMED = {
 
 # ------------------------------------------------------------------------------------------------
 # helpers
-
-
-def atomic_write_json(path: Path, obj) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(obj, f, indent=2, default=str)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def summarize(step_times: list[float], lengths: list[float], skip: int = 1) -> dict:
@@ -186,9 +172,14 @@ def load_items(n: int):
     return get_task("arith").items("train", n), source
 
 
-def build_checkpoint(path: Path) -> dict:
-    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, save_model
+def build_checkpoint(path: Path, source: Path | None = None) -> dict:
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model, save_model
 
+    if source is not None:  # a warm-started model (e.g. `grpolab sft --out DIR`): rewards are mixed
+        model, tok = load_model(source)
+        save_model(model, tok, path)
+        return {"n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tok),
+                "source": str(source)}
     tok = build_tokenizer()
     model = build_tiny_model(tok, TinyModelConfig(), seed=0)
     save_model(model, tok, path)
@@ -438,6 +429,7 @@ def run_grpolab(model_dir: Path, s: dict, work: Path) -> dict:
         "optim.grad_clip": s["grad_clip"],
         "trainer.steps": N,
         "trainer.epochs": 1,
+        "trainer.skip_zero_advantage": s["grpolab_skip_zero_advantage"],
         "trainer.mini_batches": 1,
         "trainer.micro_batch_size": 0,
         "trainer.eval_every": N,
@@ -598,6 +590,11 @@ def main(argv=None) -> int:
     p.add_argument("--wait-idle", type=float, default=120.0,
                    help="before each run wait up to this many seconds for other processes to leave the CPU "
                         "(< 0.25 cores busy over 2 s); 0 disables")
+    p.add_argument("--model", type=Path, default=None,
+                   help="start both trainers from this HF model directory (e.g. a warm start from "
+                        "`grpolab sft --out DIR`, so rewards are mixed); default: the untrained tiny model")
+    p.add_argument("--grpolab-skip-zero-advantage", choices=("true", "false"), default="true",
+                   help="grpolab's trainer.skip_zero_advantage (exact: rows with A=0 have zero gradient)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)
     if a.steps < 2:
@@ -615,7 +612,9 @@ def main(argv=None) -> int:
         "lr_schedule": "constant, no warm-up", "grad_clip": 1.0, "seed": 0, "device": "cpu",
         "dtype": "float32", "grpolab_n_eval": 64, "task": "arith",
         "reward": "grpolab.rewards.safe_score(item.reward, completion, item.reference).score",
-        "model": "grpolab tiny Llama (TinyModelConfig defaults), build seed 0, no warm start",
+        "model": (f"warm-started model from {a.model}" if a.model else
+                  "grpolab tiny Llama (TinyModelConfig defaults), build seed 0, no warm start"),
+        "grpolab_skip_zero_advantage": a.grpolab_skip_zero_advantage,
         "trl_activation_checkpointing": bool(a.trl_checkpointing),
         "trl_batching": "per_device_train_batch_size=128, gradient_accumulation_steps=1, num_iterations=1 "
                         "-> steps_per_generation=1, generation_batch_size=128",
@@ -636,7 +635,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="grpolab_vs_trl_") as tmp:
         work = Path(tmp)
         model_dir = work / "model"
-        result["model"] = build_checkpoint(model_dir)
+        result["model"] = build_checkpoint(model_dir, a.model)
         items, source = load_items(s["n_items"])
         s["task_items_source"] = source
         for rnd in range(a.rounds):
