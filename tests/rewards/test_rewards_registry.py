@@ -85,3 +85,23 @@ def test_reward_result_validation():
         RewardResult("1")
     with pytest.raises(TypeError):
         RewardResult(1.0, info=None)
+
+
+def test_hanging_verifier_times_out_and_scores_zero(monkeypatch):
+    import time
+
+    from grpolab.rewards import base
+
+    @base.register_reward("test_hangs_forever")
+    def _hang(completion, reference, **_):
+        while True:
+            time.sleep(0.01)
+
+    monkeypatch.setattr(base, "VERIFIER_TIME_LIMIT_S", 0.2)
+    t0 = time.time()
+    res = base.safe_score("test_hangs_forever", "x", "y")
+    assert time.time() - t0 < 2.0
+    assert res.score == 0.0 and "VerifierTimeout" in res.info["error"]
+    # the alarm is disarmed afterwards: a normal verifier is unaffected
+    assert base.safe_score("exact", "#5", "5").score == 1.0
+    time.sleep(0.3)

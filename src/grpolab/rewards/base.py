@@ -11,12 +11,47 @@ training run.
 from __future__ import annotations
 
 import math
+import signal
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterator, Protocol
+
+# Wall-clock limit for one in-process verifier call made through ``safe_score`` (seconds; None or
+# 0 disables). Enforced with SIGALRM, so only in the main thread on Unix, and only between Python
+# bytecodes: a verifier stuck inside one C call (a pathological regex, say) is not interrupted.
+# Untrusted code runs in the sandboxed subprocess verifiers instead, which kill on timeout.
+VERIFIER_TIME_LIMIT_S: float | None = 10.0
+
+
+class VerifierTimeout(Exception):
+    """A verifier ran past :data:`VERIFIER_TIME_LIMIT_S`."""
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`VerifierTimeout` in the body after ``seconds`` (no-op where unsupported)."""
+    usable = (seconds is not None and seconds > 0 and hasattr(signal, "setitimer")
+              and threading.current_thread() is threading.main_thread())
+    if not usable:
+        yield
+        return
+
+    def on_alarm(signum, frame):  # noqa: ARG001
+        raise VerifierTimeout(f"verifier took longer than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 __all__ = [
     "RewardFn",
     "RewardResult",
+    "VerifierTimeout",
     "get_reward",
     "list_rewards",
     "register_reward",
@@ -130,6 +165,7 @@ def safe_score(name: str, completion: str, reference: str, /, **options: Any) ->
     ``RewardResult(0.0, {"error": "<ExceptionType>: <message>", "reward": name})``.
     """
     try:
-        return score(name, completion, reference, **options)
+        with time_limit(VERIFIER_TIME_LIMIT_S):
+            return score(name, completion, reference, **options)
     except Exception as exc:  # noqa: BLE001 - the whole point: never raise into the trainer
         return RewardResult(0.0, {"error": f"{type(exc).__name__}: {exc}", "reward": str(name)})
