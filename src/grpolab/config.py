@@ -176,7 +176,8 @@ class TrainerConfig:
     steps: int = 200
     epochs: int = 1  # passes over each rollout batch
     mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
-    micro_batch_size: int = 0  # sequences per forward/backward; 0 = the whole mini-batch
+    micro_batch_size: int = 0  # sequences per forward/backward; 0 = fill up to micro_batch_tokens
+    micro_batch_tokens: int = 2048  # padded tokens per forward/backward when micro_batch_size = 0
     policy_lag: int = 0  # rollouts come from the policy this many updates old
     skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
     eval_every: int = 25
@@ -189,6 +190,7 @@ class TrainerConfig:
     def validate(self) -> None:
         for k in ("steps", "epochs", "mini_batches", "eval_every", "save_every", "keep_checkpoints"):
             _positive(f"trainer.{k}", getattr(self, k))
+        _positive("trainer.micro_batch_tokens", self.micro_batch_tokens)
         for k in ("micro_batch_size", "policy_lag"):
             _positive(f"trainer.{k}", getattr(self, k), zero_ok=True)
 

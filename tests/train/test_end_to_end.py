@@ -148,3 +148,25 @@ def test_skipping_zero_advantage_rows_leaves_the_update_unchanged(aggregation):
     for a, b in zip(params[False], params[True]):
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
     assert any(not torch.equal(a, p.double()) for a, p in zip(params[True], model.parameters()))
+
+
+def test_micro_batches_partition_rows_within_the_token_budget():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.integers(1, 80), min_size=0, max_size=40), st.integers(1, 400), st.integers(0, 7))
+    def check(lengths, budget, rows_per_micro):
+        L = torch.tensor(lengths, dtype=torch.long)
+        keep = torch.arange(len(lengths))[::2]  # a subset, as after skipping zero-advantage rows
+        parts = loop_mod._micro_batches(keep, L, rows_per_micro, budget)
+        flat = torch.cat(parts).tolist() if parts else []
+        assert sorted(flat) == keep.tolist()  # every kept row exactly once
+        for p in parts:
+            assert len(p) >= 1
+            if rows_per_micro:
+                assert len(p) <= rows_per_micro
+            elif len(p) > 1:
+                assert len(p) * int(L[p].max()) <= budget
+
+    check()

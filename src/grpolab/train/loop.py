@@ -213,6 +213,7 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
     mb_losses: dict[str, float] = {}
     grad_norms = []
     skipped = total_rows = 0
+    lengths = (rollout.prompt_mask.sum(-1) + rollout.response_mask.sum(-1)).long().cpu()
     for _ in range(tr.epochs):
         group_order = torch.randperm(n_groups).tolist()
         for mb_groups in np.array_split(group_order, tr.mini_batches):
@@ -232,10 +233,8 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
                 keep = _nonzero_rows(adv, mask)
             skipped += len(rows) - len(keep)
             total_rows += len(rows)
-            micro = tr.micro_batch_size or max(len(keep), 1)
             optimizer.zero_grad(set_to_none=False)  # zeros, not None: AdamW steps every parameter
-            for s in range(0, len(keep), micro):
-                idx = keep[s : s + micro]
+            for idx in _micro_batches(keep, lengths[rows], tr.micro_batch_size, tr.micro_batch_tokens):
                 sub = rows[idx]
                 part = rollout.select(sub)
                 lp = response_logprobs(policy, part, temperature=cfg.rollout.temperature,
@@ -281,6 +280,30 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
             out[f"clip_frac_by_pos/{labels[int(k.split('/')[1])]}"] = sums[k] / counts[k]
     out["skipped_rows_frac"] = skipped / max(total_rows, 1)
     out["grad_norm"] = float(np.mean(grad_norms))
+    return out
+
+
+def _micro_batches(keep: torch.Tensor, lengths: torch.Tensor, rows_per_micro: int,
+                   token_budget: int) -> list[torch.Tensor]:
+    """Split the row indices ``keep`` into micro-batches for gradient accumulation.
+
+    Rows are sorted by length, so each micro-batch is padded only to its own longest row (the
+    forward trims all-padding columns); that removes most padding FLOPs when lengths vary. With
+    ``rows_per_micro > 0`` micro-batches have that many rows; otherwise they are filled greedily
+    up to ``token_budget`` padded tokens (at least one row each). The aggregation weights are
+    computed once per mini-batch, so the partition changes neither the loss nor the gradient.
+    """
+    if len(keep) == 0:
+        return []
+    order = keep[torch.argsort(lengths[keep], descending=True, stable=True)]
+    if rows_per_micro > 0:
+        return [order[i : i + rows_per_micro] for i in range(0, len(order), rows_per_micro)]
+    out, start = [], 0
+    for i in range(1, len(order) + 1):
+        longest = int(lengths[order[start]])  # sorted descending: the first row is the longest
+        if i == len(order) or (i + 1 - start) * longest > token_budget:
+            out.append(order[start:i])
+            start = i
     return out
 
 
