@@ -170,3 +170,22 @@ def test_micro_batches_partition_rows_within_the_token_budget():
                 assert len(p) * int(L[p].max()) <= budget
 
     check()
+
+
+def test_trains_a_local_hf_model_of_another_family(tmp_path):
+    """model.path: any AutoModelForCausalLM directory (here a tiny Qwen2 built from a config)."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from grpolab.models import build_tokenizer, save_model
+
+    tok = build_tokenizer()
+    qwen = Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, intermediate_size=64, max_position_embeddings=128,
+        pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id))
+    save_model(qwen, tok, tmp_path / "qwen")
+    cfg = _cfg(tmp_path / "run", f"model.path={tmp_path / 'qwen'}", "trainer.steps=2")
+    result = train(cfg, log=lambda *_: None)
+    assert result.steps == 2 and not (tmp_path / "run" / "sft").exists()  # no warm start for a given model
+    trained, _ = load_model(tmp_path / "run" / "final")
+    assert type(trained).__name__ == "Qwen2ForCausalLM"
