@@ -185,7 +185,6 @@ class TrainerConfig:
     keep_checkpoints: int = 2
     seed: int = 0
     run_dir: str = "runs/default"
-    headroom: bool = False
 
     def validate(self) -> None:
         for k in ("steps", "epochs", "mini_batches", "eval_every", "save_every", "keep_checkpoints"):
