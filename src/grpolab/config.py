@@ -226,6 +226,11 @@ class Config:
                 f"trainer.mini_batches={self.trainer.mini_batches} exceeds rollout.prompts_per_step="
                 f"{n_groups}: mini-batches are split along prompt groups; lower trainer.mini_batches"
             )
+        if self.rollout.prompts_per_step > self.task.n_train:
+            raise ConfigError(
+                f"rollout.prompts_per_step={self.rollout.prompts_per_step} exceeds task.n_train="
+                f"{self.task.n_train}: raise task.n_train or lower rollout.prompts_per_step"
+            )
         if self.objective.aggregation == "balanced" and self.rollout.group_size < 2:
             raise ConfigError("objective.aggregation=balanced needs rollout.group_size >= 2")
         if self.rollout.group_size < 2 and self.objective.advantage in ("grpo", "drgrpo", "rloo"):

@@ -27,6 +27,7 @@ def test_defaults_validate():
         ("trainer.mini_batches=99", "lower trainer.mini_batches"),
         ("model.num_heads=5", "divisible by model.num_heads"),
         ("noequals", "section.key=value"),
+        ("task.n_train=8", "raise task.n_train"),
         ("preset=nope", "preset='nope'"),
     ],
 )
