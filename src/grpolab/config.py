@@ -79,7 +79,7 @@ class SFTConfig:
     batch_size: int = 64
     lr: float = 3e-3
     target_accuracy: float = 0.25
-    eval_every: int = 50
+    eval_every: int = 25
     n_eval: int = 128
 
     def validate(self) -> None:
@@ -173,7 +173,7 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    steps: int = 200
+    steps: int = 300
     epochs: int = 1  # passes over each rollout batch
     mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
     micro_batch_size: int = 0  # sequences per forward/backward; 0 = fill up to micro_batch_tokens
