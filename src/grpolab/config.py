@@ -97,9 +97,7 @@ class RolloutConfig:
     prompts_per_step: int = 32
     group_size: int = 8
     max_new_tokens: int = 48
-    # 1.3 keeps the tiny warm-started model exploring (its entropy collapses fast at 1.0);
-    # log-probs for the update use the same temperature, so the objective stays consistent
-    temperature: float = 1.3
+    temperature: float = 1.0
     top_p: float = 1.0
 
     def validate(self) -> None:
@@ -175,7 +173,7 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    steps: int = 250
+    steps: int = 200
     epochs: int = 1  # passes over each rollout batch
     mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
     micro_batch_size: int = 0  # sequences per forward/backward; 0 = fill up to micro_batch_tokens
