@@ -55,18 +55,14 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_sft(args: argparse.Namespace) -> int:
     from grpolab.config import load_config
     from grpolab.models import save_model
-    from grpolab.train.setup import build_policy, build_task_splits, resolve_device
-    from grpolab.train.sft import run_sft
+    from grpolab.train.setup import build_policy, build_task_splits, resolve_device, sft_from_config
     from grpolab.train.loop import seed_everything
 
     cfg = load_config(args.config, args.overrides)
     seed_everything(cfg.trainer.seed)
     train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
     model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
-    res = run_sft(model, tok, train_items, eval_items[: cfg.sft.n_eval], max_steps=cfg.sft.max_steps,
-                  batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
-                  eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
-                  seed=cfg.trainer.seed)
+    res = sft_from_config(cfg, model, tok, train_items, eval_items)
     out = save_model(model, tok, args.out)
     print(f"saved warm-started model to {out} ({res.steps} steps, greedy accuracy {res.accuracy:.3f})")
     return 0

@@ -59,7 +59,6 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
                run_dir: Path, *, log: Callable[[str], None] = print):
     """Supervised warm start, once per run directory (cached in ``RUN_DIR/sft``)."""
     from grpolab.models import load_model, save_model
-    from grpolab.train.sft import run_sft
 
     enabled = cfg.sft.enabled == "yes" or (cfg.sft.enabled == "auto" and from_scratch)
     if not enabled:
@@ -73,15 +72,23 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
     log(f"warm start: supervised training on demonstrations until greedy accuracy >= "
         f"{cfg.sft.target_accuracy:.2f} (at most {cfg.sft.max_steps} steps)")
     t0 = time.time()
-    result = run_sft(
-        model, tokenizer, train_items, eval_items[: cfg.sft.n_eval], max_steps=cfg.sft.max_steps,
-        batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
-        eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
-        seed=cfg.trainer.seed, log=log,
-    )
+    result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log)
     save_model(model, tokenizer, cache)
     (cache / "sft.json").write_text(json.dumps({
         "steps": result.steps, "accuracy": result.accuracy, "history": result.history,
         "seconds": time.time() - t0,
     }, indent=2))
     return model
+
+
+def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
+                    log: Callable[[str], None] = print):
+    """Run the supervised warm start with the ``sft`` section of ``cfg`` (model trained in place)."""
+    from grpolab.train.sft import run_sft
+
+    return run_sft(
+        model, tokenizer, train_items, eval_items[: cfg.sft.n_eval], max_steps=cfg.sft.max_steps,
+        batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
+        eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
+        seed=cfg.trainer.seed, log=log,
+    )
