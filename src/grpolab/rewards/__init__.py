@@ -9,6 +9,16 @@ Registry: :func:`register_reward`, :func:`get_reward`, :func:`list_rewards`; sco
 * ``"exact"`` -- stripped string equality of the marked answer (:mod:`grpolab.rewards.math`).
 * ``"reasoning_gym"`` -- a reasoning-gym dataset's own ``score_answer``
   (:mod:`grpolab.rewards.reasoning_gym`; the package is imported only when used).
+* ``"code"`` -- run the program and its tests in the sandbox; fraction of tests passed
+  (:mod:`grpolab.rewards.code`).
+* ``"sql"`` -- result-set equality of predicted and reference queries on a read-only SQLite
+  database (:mod:`grpolab.rewards.sql`).
+* ``"json_schema"`` -- the completion's JSON validated with ``jsonschema``, optional partial
+  credit (:mod:`grpolab.rewards.json_schema`).
+
+The ``math`` reward also uses ``math-verify`` (LaTeX, sets, intervals, expressions) when it is
+installed. Sandbox: :func:`run_sandboxed` (:mod:`grpolab.rewards.sandbox`). Batches:
+:func:`score_batch` (:mod:`grpolab.rewards.batch`). Guide: ``docs/rewards.md``.
 """
 
 from grpolab.rewards.base import (
@@ -32,9 +42,37 @@ from grpolab.rewards.math import (
     parse_number,
 )
 from grpolab.rewards.reasoning_gym import import_reasoning_gym, reasoning_gym_reward
+from grpolab.rewards.sandbox import (
+    ForkServerPool,
+    SandboxError,
+    SandboxLimits,
+    SandboxResult,
+    run_sandboxed,
+    sandbox_features,
+    shutdown_pool,
+)
+from grpolab.rewards.code import code_reward, extract_code
+from grpolab.rewards.sql import extract_sql, sql_reward
+from grpolab.rewards.json_schema import extract_json, json_schema_reward
+from grpolab.rewards.batch import ScoreRequest, score_batch
 
 __all__ = [
     "Extraction",
+    "ForkServerPool",
+    "SandboxError",
+    "SandboxLimits",
+    "SandboxResult",
+    "ScoreRequest",
+    "code_reward",
+    "extract_code",
+    "extract_json",
+    "extract_sql",
+    "json_schema_reward",
+    "run_sandboxed",
+    "sandbox_features",
+    "score_batch",
+    "shutdown_pool",
+    "sql_reward",
     "RewardFn",
     "RewardResult",
     "exact_reward",

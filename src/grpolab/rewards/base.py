@@ -140,13 +140,19 @@ def get_reward(name: str) -> Callable[..., Any]:
         ) from None
 
 
-def score(name: str, completion: str, reference: str, /, **options: Any) -> RewardResult:
-    """Score ``completion`` against ``reference`` with the reward ``name``. May raise."""
+def score(name: str, completion: str, reference: Any, /, **options: Any) -> RewardResult:
+    """Score ``completion`` against ``reference`` with the reward ``name``. May raise.
+
+    ``reference`` is whatever the reward takes: an answer string (``math``, ``exact``), a list of
+    test snippets (``code``), a dict with the database and reference query (``sql``), a JSON
+    schema (``json_schema``); the structured ones also accept it JSON-encoded in a string (the
+    form a dataset column holds). Each reward checks its own reference type.
+    """
     fn = get_reward(name)
     if not isinstance(completion, str):
         raise TypeError(f"completion must be a str, got {type(completion).__name__}")
-    if not isinstance(reference, str):
-        raise TypeError(f"reference must be a str, got {type(reference).__name__}")
+    if reference is None:
+        raise TypeError(f"reward {name!r} got reference=None; pass the item's reference")
     result = fn(completion, reference, **options)
     if isinstance(result, RewardResult):
         return result
@@ -158,7 +164,7 @@ def score(name: str, completion: str, reference: str, /, **options: Any) -> Rewa
     )
 
 
-def safe_score(name: str, completion: str, reference: str, /, **options: Any) -> RewardResult:
+def safe_score(name: str, completion: str, reference: Any, /, **options: Any) -> RewardResult:
     """Like :func:`score`, but never raises (for ``Exception``; Ctrl-C still stops).
 
     Any failure (unknown reward, bad arguments, a crashing verifier, a non-finite score) becomes

@@ -17,6 +17,13 @@ be equal, otherwise equal when ``|a - b| <= rel_tol * max(|a|, |b|)``, ``rel_tol
 when the extracted text is not itself a number but contains exactly one number (``x = 5``,
 ``5 apples``) -- that number compared the same way.
 
+Symbolic equivalence (``symbolic=True``, default) through the optional ``math-verify`` package
+(:func:`symbolic_equal`): used when the reference is not a plain number but looks mathematical
+(LaTeX expressions, sets, intervals, ``x + 1``; not word answers), and for a LaTeX-looking answer against a numeric reference
+(``\sqrt{4}`` vs ``2``), before the one-number-in-text rule. Plain numbers never go through it
+(its 6-digit float rounding is looser than ``rel_tol``). Without the package those cases score 0
+with ``info["symbolic"] = "unavailable"``; everything above still works.
+
 Hostile input is safe: numbers longer than :data:`MAX_NUMBER_CHARS` characters or with an
 exponent beyond ``±MAX_EXPONENT`` are treated as text, not parsed (no giant ints).
 """
@@ -26,6 +33,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from grpolab.rewards.base import RewardResult, register_reward
 
@@ -38,9 +46,11 @@ __all__ = [
     "extract_boxed",
     "extract_marked",
     "math_reward",
+    "math_verify_available",
     "normalize_answer",
     "numbers_equal",
     "parse_number",
+    "symbolic_equal",
 ]
 
 #: Longest string :func:`parse_number` will read as a number.
@@ -188,22 +198,104 @@ def numbers_equal(a: Fraction, b: Fraction, rel_tol: float = 1e-9) -> bool:
     return abs(a - b) <= Fraction(rel_tol) * max(abs(a), abs(b))
 
 
+#: Longest answer / reference (characters) handed to math-verify (sympy can be slow).
+MAX_SYMBOLIC_CHARS = 500
+# Answers that look like LaTeX or an expression rather than a plain number.
+_SYMBOLIC_HINT_RE = re.compile(r"[\\^{}()\[\]]|sqrt|pi")
+# References worth handing to math-verify: digits, LaTeX, operators, brackets.
+_MATHY_RE = re.compile(r"[\d\\^{}()\[\]+\-*/=<>]|sqrt|pi|infty")
+_MATH_VERIFY: Any = None  # the module, False when it is not installed, None before the first try
+
+
+def math_verify_available() -> bool:
+    """Whether the optional ``math-verify`` package can be imported."""
+    return _import_math_verify() is not False
+
+
+def _import_math_verify():
+    global _MATH_VERIFY
+    if _MATH_VERIFY is None:
+        try:
+            import logging
+
+            import math_verify
+
+            # We disable its own signal-based timeouts (they would clash with safe_score's
+            # SIGALRM); it warns about that on every call otherwise.
+            logging.getLogger("math_verify").setLevel(logging.ERROR)
+            _MATH_VERIFY = math_verify
+        except ImportError:
+            _MATH_VERIFY = False
+    return _MATH_VERIFY
+
+
+def symbolic_equal(answer: str, reference: str) -> bool | None:
+    r"""Equivalence through math-verify (LaTeX, fractions, sets, intervals, expressions).
+
+    Both sides are wrapped in ``$...$`` unless they already contain ``$``. Returns None when
+    math-verify is not installed or either side is longer than :data:`MAX_SYMBOLIC_CHARS`.
+    Its own timeouts are off; callers rely on :func:`grpolab.rewards.safe_score`'s time limit.
+    """
+    mv = _import_math_verify()
+    if mv is False or len(answer) > MAX_SYMBOLIC_CHARS or len(reference) > MAX_SYMBOLIC_CHARS:
+        return None
+
+    def wrap(text: str) -> str:
+        return text if "$" in text else f"${text}$"
+
+    gold = mv.parse(wrap(reference), parsing_timeout=None)
+    pred = mv.parse(wrap(answer), parsing_timeout=None)
+    if not gold or not pred:
+        return False
+    return bool(mv.verify(gold, pred, timeout_seconds=None))
+
+
 @register_reward("math")
-def math_reward(completion: str, reference: str, *, rel_tol: float = 1e-9) -> RewardResult:
-    """1.0 when the extracted final answer equals ``reference`` as a string or a number.
+def math_reward(
+    completion: str, reference: str, *, rel_tol: float = 1e-9, symbolic: bool = True
+) -> RewardResult:
+    """1.0 when the extracted final answer equals ``reference`` as a string, a number, or
+    (``symbolic=True``, math-verify installed) a mathematical object.
+
+    Order: normalised string equality; if the reference is a plain number, exact-rational
+    numeric comparison (``rel_tol``), then -- only for an answer that looks like LaTeX or an
+    expression -- math-verify, then the single number inside the answer; if the reference is not
+    a plain number but looks mathematical -- digits, LaTeX, operators or brackets:
+    ``\\frac{\\sqrt 2}{2}``, ``\\{1, 2\\}``, ``(0, 1]``, ``x+1`` -- math-verify (word answers
+    such as "Paris" do not go through it).
+    Plain numbers never go through math-verify, whose float rounding (6 digits) is looser than
+    ``rel_tol``.
 
     ``info``: ``extracted`` (str or None), ``method`` (how it was extracted) and ``match``
-    ("string", "numeric", "numeric_in_text" or None).
+    ("string", "numeric", "symbolic", "numeric_in_text" or None); ``symbolic`` is
+    "unavailable" when math-verify was needed but is not installed.
     """
+    if not isinstance(reference, str):
+        raise TypeError(
+            f"the math reward needs the reference answer as a str, got {type(reference).__name__}"
+        )
     ext = extract_answer(completion, number_fallback=True)
-    info = {"extracted": ext.answer, "method": ext.method, "match": None}
+    info: dict[str, Any] = {"extracted": ext.answer, "method": ext.method, "match": None}
     if not ext.answer:
         return RewardResult(0.0, info)
     if normalize_answer(ext.answer) == normalize_answer(reference):
         info["match"] = "string"
         return RewardResult(1.0, info)
+
+    def try_symbolic() -> bool:
+        if not symbolic:
+            return False
+        same = symbolic_equal(ext.answer, reference)
+        if same is None:
+            info["symbolic"] = "unavailable" if not math_verify_available() else "too_long"
+        return bool(same)
+
     ref_num = parse_number(reference)
     if ref_num is None:
+        # Word answers ("Paris") skip math-verify (and its import and ~10 ms per call).
+        if _MATHY_RE.search(reference) and try_symbolic():
+            info["match"] = "symbolic"
+            return RewardResult(1.0, info)
         return RewardResult(0.0, info)
     got = parse_number(ext.answer)
     if got is not None:
@@ -211,6 +303,9 @@ def math_reward(completion: str, reference: str, *, rel_tol: float = 1e-9) -> Re
             info["match"] = "numeric"
             return RewardResult(1.0, info)
         return RewardResult(0.0, info)
+    if _SYMBOLIC_HINT_RE.search(ext.answer) and try_symbolic():
+        info["match"] = "symbolic"
+        return RewardResult(1.0, info)
     if len(ext.answer) <= 10 * MAX_NUMBER_CHARS:
         found = _NUMBER_IN_TEXT_RE.findall(ext.answer)
         if len(found) == 1:
@@ -236,6 +331,10 @@ def exact_reward(
     else:
         stripped = completion.strip()
         ext = Extraction(stripped, "whole") if stripped else Extraction(None, "none")
+    if not isinstance(reference, str):
+        raise TypeError(
+            f"the exact reward needs the reference as a str, got {type(reference).__name__}"
+        )
     info = {"extracted": ext.answer, "method": ext.method}
     got = (ext.answer or "").strip()
     want = reference.strip()

@@ -7,13 +7,16 @@ prompt with a fixed seed (:func:`grpolab.tasks.base.split_by_prompt`), or takes 
 second file (``eval_path``; eval rows whose prompt also occurs in train are dropped).
 
 Row rules: the prompt must be a non-empty string; the answer a string or a number (numbers are
-converted with ``str``); optional privileged/demonstration fields must be strings or null. A row
-that breaks them raises ValueError naming the row index and the file, or with
-``on_bad_row="skip"`` is skipped and counted (``task.skipped_rows`` lists the indices).
+converted with ``str``), or a list / object (JSON-encoded into the reference string: the
+``code``, ``sql`` and ``json_schema`` rewards decode it); optional privileged/demonstration
+fields must be strings or null. A row that breaks them raises ValueError naming the row index
+and the file, or with ``on_bad_row="skip"`` is skipped and counted (``task.skipped_rows`` lists
+the indices).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -161,9 +164,11 @@ def _row_to_item(
     answer = data[answer_field][i]
     if isinstance(answer, (int, float)) and not isinstance(answer, bool):
         answer = str(answer)
+    if isinstance(answer, (list, dict)):  # structured references (code tests, sql, json_schema)
+        answer = json.dumps(answer)
     if not isinstance(answer, str):
         raise ValueError(
-            f"{where}: {answer_field!r} must be a string or a number, got "
+            f"{where}: {answer_field!r} must be a string, a number, a list or an object, got "
             f"{type(answer).__name__} {answer!r:.80}; fix the row or pass on_bad_row='skip'"
         )
     optional = {}

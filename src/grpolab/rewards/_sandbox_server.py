@@ -1,0 +1,595 @@
+"""The sandbox fork server: a standalone script (no grpolab imports) run as its own process.
+
+Started by :mod:`grpolab.rewards.sandbox` as ``python -I _sandbox_server.py``. At start it isolates
+*itself* once (as root: a new network namespace, so it and every child see only a downed
+loopback; a new mount namespace with fresh size-capped tmpfs over /tmp, /var/tmp and /dev/shm and
+empty read-only tmpfs over /proc and /sys), then serves requests one at a time over its
+stdin/stdout: 4-byte big-endian length + a JSON object each way.
+
+Per request it forks ONE child into a fresh PID namespace (the child is PID 1 there, so when it
+exits the kernel kills everything it left behind), in a fresh working directory under the private
+/tmp. Before running the untrusted source with ``exec`` the child applies: a new session, rlimits
+(CPU, address space, file size, open files, process count, no core files), an unprivileged uid/gid
+of its own (root only; this is what makes RLIMIT_NPROC bite and the other users' files
+unreachable), no_new_privs, a scrubbed environment and closed inherited file descriptors. The
+server supervises: wall-clock deadline, output caps, SIGKILL of the whole namespace, reaping, and
+removal of the working directory.
+
+Nothing here trusts the child: its output is only counted and decoded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+# Python < 3.11 puts this script's folder first on sys.path, where grpolab.rewards' own modules
+# (math.py, code.py, ...) would shadow the standard library's. Drop it before importing more.
+if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(__file__)):
+    del sys.path[0]
+
+import builtins
+import ctypes
+import gc
+import json
+import math
+import resource
+import select
+import shutil
+import signal
+import struct
+import tempfile
+import time
+import traceback
+
+# Modules pre-imported so that trivial programs do not pay for them in every child.
+import collections  # noqa: F401
+import functools  # noqa: F401
+import heapq  # noqa: F401
+import itertools  # noqa: F401
+import re  # noqa: F401
+import random  # noqa: F401
+import string  # noqa: F401
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REC = 0x4000
+MS_PRIVATE = 1 << 18
+MS_BIND = 4096
+MS_MOVE = 8192
+MNT_DETACH = 2
+MOUNT_ATTR_RDONLY = 1
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+SYS_mount_setattr = 442  # x86_64 and aarch64 share the new syscall numbers
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_PDEATHSIG = 1
+
+# uids handed to sandboxed children: UID_BASE + the server's pid (unique among live servers).
+UID_BASE = 1_500_000
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _unshare(flags: int) -> None:
+    _check(_libc.unshare(ctypes.c_int(flags)), f"unshare({flags:#x})")
+
+
+def _setns(fd: int, nstype: int) -> None:
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)), "setns")
+
+
+def _mount(source, target, fstype, flags, data) -> None:
+    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+    _check(
+        _libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+        f"mount {target}",
+    )
+
+
+# ------------------------------------------------------------------------------ protocol
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        b = os.read(fd, n)
+        if not b:
+            raise EOFError
+        chunks.append(b)
+        n -= len(b)
+    return b"".join(chunks)
+
+
+def _recv(fd: int) -> dict:
+    (n,) = struct.unpack(">I", _read_exact(fd, 4))
+    return json.loads(_read_exact(fd, n))
+
+
+def _send(fd: int, obj: dict) -> None:
+    data = json.dumps(obj).encode()
+    data = struct.pack(">I", len(data)) + data
+    while data:
+        data = data[os.write(fd, data):]
+
+
+# ------------------------------------------------------------------------------ isolation
+
+def _blocked_ancestors(also: tuple[str, ...] = ()) -> dict[str, set[str]]:
+    """``{ancestor: {child names}}``: for each folder the child's interpreter needs (stdlib,
+    site-packages, ...), its first ancestor that other users cannot traverse (or one of
+    ``also``), with the name of the next path component below it."""
+    needed = set()
+    for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path]:
+        if p and os.path.exists(p):
+            needed.add(os.path.realpath(p))
+    targets: dict[str, set[str]] = {}
+    for p in sorted(needed):
+        parts = p.strip("/").split("/")
+        for i in range(len(parts)):
+            anc = "/" + "/".join(parts[:i])
+            if anc in also or (anc != "/" and not os.stat(anc).st_mode & 0o001):
+                targets.setdefault(anc, set()).add(parts[i])
+                break
+    return targets
+
+
+def _works_in_child(fn) -> bool:
+    """Whether ``fn()`` runs without raising in a forked throwaway child (exit status 0)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            fn()
+            os._exit(0)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    _, st = os.waitpid(pid, 0)
+    return os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0
+
+
+class Server:
+    def __init__(self, disk_mb: int, isolate: bool = True) -> None:
+        self.features: list[str] = []
+        self.notes: list[str] = []
+        self.uid: int | None = None
+        self.pidns: str | None = None  # "setns", "intermediate" or None (see below)
+        self.pidns_fd: int | None = None
+        self.work_root = tempfile.gettempdir()
+        self.ipcns = False
+        if not isolate:
+            self.notes.append("isolation disabled (--no-isolation): rlimits only")
+        else:
+            root = os.geteuid() == 0
+            if not root:
+                # Unprivileged: a user namespace may give us the others (kernel permitting).
+                # Rehearse in a throwaway child first: a half-done setup cannot be undone.
+                if _works_in_child(lambda: self._enter_userns(disk_mb)):
+                    self._enter_userns(disk_mb)
+                else:
+                    self.notes.append("no usable user namespace; running without namespaces")
+            else:
+                try:
+                    _unshare(CLONE_NEWNET)
+                    self.features.append("netns")
+                except OSError as exc:
+                    self.notes.append(f"no network namespace: {exc}")
+
+                def enter_mountns() -> None:
+                    _unshare(CLONE_NEWNS)
+                    self._mounts(disk_mb)
+
+                if _works_in_child(enter_mountns):
+                    enter_mountns()
+                else:
+                    self.notes.append("no usable mount namespace (unshare or mounts refused)")
+                blocked = _blocked_ancestors()
+                if "mountns" not in self.features and blocked:
+                    # Without a mount namespace we cannot re-expose the Python installation to
+                    # another uid: keep root (no process-count limit, no file-permission barrier).
+                    self.notes.append(f"not dropping to a sandbox uid: {sorted(blocked)} is not "
+                                      "readable by other users and there is no mount namespace")
+                else:
+                    self.uid = UID_BASE + os.getpid()
+                    self.features.append("uid")
+            # PID namespaces, probed in throwaway children. "setns": unshare before each fork and
+            # setns back to our own namespace after it (root). "intermediate": when setns back
+            # is refused (a user namespace), an intermediate child unshares and forks the
+            # program, waits for it and passes its status on.
+            fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
+
+            def via_setns() -> None:
+                _unshare(CLONE_NEWPID)
+                _setns(fd, CLONE_NEWPID)
+
+            def via_intermediate() -> None:
+                _unshare(CLONE_NEWPID)
+                pid = os.fork()
+                if pid == 0:
+                    os._exit(0)
+                os.waitpid(pid, 0)
+
+            if _works_in_child(via_setns):
+                self.pidns, self.pidns_fd = "setns", fd
+                self.features.append("pidns")
+            else:
+                os.close(fd)
+                if _works_in_child(via_intermediate):
+                    self.pidns = "intermediate"
+                    self.features.append("pidns")
+                else:
+                    self.notes.append("no pid namespace")
+            # IPC namespaces (System V shared memory, semaphores, POSIX message queues): one per
+            # program, so nothing it creates outlives it. Probe in a throwaway child.
+            self.ipcns = False
+            if _works_in_child(lambda: _unshare(CLONE_NEWIPC)):
+                self.ipcns = True
+                self.features.append("ipcns")
+            else:
+                self.notes.append("no ipc namespace")
+        if "mountns" in self.features:
+            for target in ("/proc", "/sys"):
+                try:  # hide the host's processes and devices (after opening /proc/self/ns/pid)
+                    _mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                           "size=4k,mode=555")
+                except OSError as exc:
+                    self.notes.append(f"could not hide {target}: {exc}")
+
+    def _enter_userns(self, disk_mb: int) -> None:
+        uid, gid = os.getuid(), os.getgid()
+        _unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS)
+        with open("/proc/self/setgroups", "w") as f:
+            f.write("deny")
+        with open("/proc/self/uid_map", "w") as f:
+            f.write(f"0 {uid} 1")
+        with open("/proc/self/gid_map", "w") as f:
+            f.write(f"0 {gid} 1")
+        self.features += ["userns", "netns"]
+        self._mounts(disk_mb)
+
+    def _mounts(self, disk_mb: int) -> None:
+        """In our private mount namespace: the whole tree read-only, /tmp a fresh tmpfs, the
+        Python installation reachable for the unprivileged uid, a size-capped work area."""
+        _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+        # Replace /tmp and every non-world-traversable ancestor of a path the interpreter needs
+        # (say /root, mode 0700) by an empty tmpfs into which only the needed subtrees are
+        # bind-mounted back.
+        targets = _blocked_ancestors(also=("/tmp",))
+        targets.setdefault("/tmp", set())
+        hold = "/dev/shm"
+        _mount("tmpfs", hold, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=700")
+        for anc in sorted(targets, key=len):
+            children = sorted(targets[anc])
+            held = []
+            for child in children:
+                src = os.path.join(anc, child)
+                dst = os.path.join(hold, f"{len(os.listdir(hold))}")
+                if os.path.isdir(src):
+                    os.mkdir(dst)
+                else:
+                    open(dst, "w").close()
+                _mount(src, dst, None, MS_BIND | MS_REC, None)
+                held.append((child, dst, os.path.isdir(src)))
+            _mount("tmpfs", anc, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+            for child, dst, is_dir in held:
+                target = os.path.join(anc, child)
+                if is_dir:
+                    os.mkdir(target)
+                else:
+                    open(target, "w").close()
+                _mount(dst, target, None, MS_MOVE, None)
+        os.mkdir("/tmp/sandbox", 0o755)
+        _check(_libc.umount2(hold.encode(), ctypes.c_int(MNT_DETACH)), "umount /dev/shm")
+        # Everything read-only, recursively (mount_setattr, Linux >= 5.12).
+        attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
+        ret = _libc.syscall(ctypes.c_long(SYS_mount_setattr), ctypes.c_int(AT_FDCWD), b"/",
+                            ctypes.c_uint(AT_RECURSIVE), ctypes.byref(attr),
+                            ctypes.c_size_t(ctypes.sizeof(attr)))
+        if ret == 0:
+            self.features.append("readonly_fs")
+        else:
+            self.notes.append(f"could not make / read-only: {os.strerror(ctypes.get_errno())}")
+        _mount("tmpfs", "/tmp/sandbox", "tmpfs", MS_NOSUID | MS_NODEV,
+               f"size={int(disk_mb)}m,mode=755")
+        self.work_root = "/tmp/sandbox"
+        self.features.append("mountns")
+
+    # -------------------------------------------------------------------------- one request
+
+    def handle(self, req: dict) -> dict:
+        t0 = time.monotonic()
+        workdir = tempfile.mkdtemp(prefix="sbx-", dir=self.work_root)
+        try:
+            return self._run(req, workdir, t0)
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _run(self, req: dict, workdir: str, t0: float) -> dict:
+        uid = self.uid
+        if uid is not None:
+            os.chown(workdir, uid, uid)
+        os.chmod(workdir, 0o700)
+        stdin_path = os.path.join(workdir, ".stdin")
+        stdin_fd = os.open(stdin_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(stdin_fd, req.get("stdin", "").encode())
+        os.lseek(stdin_fd, 0, os.SEEK_SET)
+        os.unlink(stdin_path)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        if self.pidns == "setns":
+            _unshare(CLONE_NEWPID)  # the next child is PID 1 of a new namespace
+        try:
+            pid = os.fork()
+            if pid == 0:
+                if self.pidns == "intermediate":
+                    self._intermediate(req, workdir, stdin_fd, out_w, err_w, uid)
+                self._child(req, workdir, stdin_fd, out_w, err_w, uid)  # never returns
+        finally:
+            if self.pidns == "setns":
+                _setns(self.pidns_fd, CLONE_NEWPID)  # back to ours for the next unshare
+        for fd in (stdin_fd, out_w, err_w):
+            os.close(fd)
+        return self._supervise(req, pid, out_r, err_r, t0)
+
+    def _intermediate(self, req, workdir, stdin_fd, out_w, err_w, uid) -> None:
+        """Fork the program as PID 1 of a new namespace, wait, exit with its status."""
+        try:
+            os.setpgid(0, 0)
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # the server died: so do we
+            _unshare(CLONE_NEWPID)
+            inner = os.fork()
+            if inner == 0:
+                self._child(req, workdir, stdin_fd, out_w, err_w, uid)  # never returns
+            os.closerange(3, 65536)  # the pipes: EOF must come when the program's side closes
+            _, status = os.waitpid(inner, 0)
+            if os.WIFSIGNALED(status):
+                sig = os.WTERMSIG(status)
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+                os._exit(128 + sig)
+            os._exit(os.WEXITSTATUS(status))
+        except BaseException:  # noqa: BLE001
+            os._exit(125)
+
+    def _child(self, req, workdir, stdin_fd, out_w, err_w, uid) -> None:
+        try:
+            os.setsid()
+            os.dup2(stdin_fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            os.chdir(workdir)
+            os.umask(0o077)
+            cpu = max(1, int(math.ceil(req["cpu_s"])))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            mem = int(req["memory_mb"]) * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            fsize = int(req["file_size_mb"]) * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+            nofile = int(req["max_open_files"])
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            nproc = int(req["max_processes"])
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+            if self.ipcns:
+                _unshare(CLONE_NEWIPC)
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(uid, uid, uid)
+                os.setresuid(uid, uid, uid)
+            _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setresuid (it clears it)
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            os.environ.clear()
+            os.environ.update(PATH=SAFE_PATH, HOME=workdir, TMPDIR=workdir, LANG="C.UTF-8",
+                              PYTHONHASHSEED="0")
+            sys.stdin = open(0, "r", encoding="utf-8", errors="replace", closefd=False)
+            sys.stdout = open(1, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+            sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False,
+                              buffering=1)
+            sys.argv = ["program.py"]
+            source = req["source"]
+        except BaseException:  # noqa: BLE001 - setup failed: never run the code unconfined
+            try:
+                os.write(2, traceback.format_exc().encode(errors="replace"))
+            finally:
+                os._exit(125)
+        code = 0
+        try:
+            namespace = {"__name__": "__main__", "__builtins__": builtins}
+            exec(compile(source, "program.py", "exec"), namespace)  # noqa: S102 - sandboxed
+        except SystemExit as exc:
+            if exc.code is None:
+                code = 0
+            elif isinstance(exc.code, int):
+                code = exc.code & 0xFF
+            else:
+                try:
+                    print(exc.code, file=sys.stderr)
+                except BaseException:  # noqa: BLE001
+                    pass
+                code = 1
+        except BaseException:  # noqa: BLE001
+            try:
+                traceback.print_exc()
+            except BaseException:  # noqa: BLE001
+                pass
+            code = 1
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: BLE001
+                pass
+        os._exit(code)
+
+    def _supervise(self, req: dict, pid: int, out_r: int, err_r: int, t0: float) -> dict:
+        deadline = t0 + float(req["timeout_s"])
+        cap = int(req["max_output_bytes"])
+        bufs = {out_r: bytearray(), err_r: bytearray()}
+        open_fds = {out_r, err_r}
+        reason, detail = "", ""
+        killed_by_us = False
+        try:
+            pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None
+        status = None
+        rusage = None
+        poller = select.poll()
+        for fd in open_fds:
+            poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if pidfd is not None:
+            poller.register(pidfd, select.POLLIN)
+
+        def kill() -> None:
+            for fn in (lambda: os.kill(pid, signal.SIGKILL), lambda: os.killpg(pid, signal.SIGKILL)):
+                try:
+                    fn()
+                except OSError:
+                    pass
+
+        drain_until = None
+        while True:
+            if status is None:
+                wpid, st, ru = os.wait4(pid, os.WNOHANG)
+                if wpid == pid:
+                    status, rusage = st, ru
+                    if self.pidns is None:
+                        # Without a pid namespace a leftover process may hold the pipes open
+                        # forever: read what is there for a moment, then stop waiting.
+                        drain_until = time.monotonic() + 0.2
+            if status is not None and not open_fds:
+                break
+            if drain_until is not None and time.monotonic() > drain_until:
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 and not killed_by_us:
+                reason, detail = "timeout", f"wall-clock limit of {req['timeout_s']} s"
+                killed_by_us = True
+                kill()
+                deadline = time.monotonic() + 5.0  # grace for the kernel to tear down
+                continue
+            if remaining <= 0 and killed_by_us:
+                # Pipes still open after the kill: some holder escaped the namespace; give up.
+                break
+            wait_s = min(remaining, 0.05) if pidfd is None else remaining
+            if drain_until is not None:
+                wait_s = min(wait_s, drain_until - time.monotonic())
+            wait_ms = max(1, int(wait_s * 1000))
+            for fd, _ev in poller.poll(wait_ms):
+                if fd == pidfd:
+                    poller.unregister(pidfd)
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    poller.unregister(fd)
+                    open_fds.discard(fd)
+                    continue
+                buf = bufs[fd]
+                room = cap - len(buf)
+                if room > 0:
+                    buf += chunk[:room]
+                if len(chunk) > room and not killed_by_us:
+                    reason = "output_limit"
+                    detail = f"{'stdout' if fd == out_r else 'stderr'} exceeded {cap} bytes"
+                    killed_by_us = True
+                    kill()
+        if status is None:
+            kill()
+            _, status, rusage = os.wait4(pid, 0)
+        for fd in (out_r, err_r) + ((pidfd,) if pidfd is not None else ()):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self.pidns is None:  # no pid namespace: kill the process group of leftovers
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        if os.WIFSIGNALED(status):
+            returncode = -os.WTERMSIG(status)
+        else:
+            returncode = os.WEXITSTATUS(status)
+        cpu_s = rusage.ru_utime + rusage.ru_stime if rusage is not None else 0.0
+        stdout = bytes(bufs[out_r]).decode("utf-8", errors="replace")
+        stderr = bytes(bufs[err_r]).decode("utf-8", errors="replace")
+        if not reason and returncode in (-signal.SIGXCPU, -signal.SIGKILL) and cpu_s >= float(
+            req["cpu_s"]
+        ) - 0.05:
+            reason, detail = "timeout", f"CPU-time limit of {req['cpu_s']} s"
+        elif not reason and returncode == 125:
+            reason, detail = "setup_failed", "the sandbox could not apply its limits"
+        elif not reason and returncode != 0:
+            tail = stderr[-2000:]
+            if "MemoryError" in tail:
+                reason, detail = "memory", f"address-space limit of {req['memory_mb']} MB"
+            elif "File too large" in tail:
+                reason, detail = "file_size", f"file-size limit of {req['file_size_mb']} MB"
+            elif returncode < 0:
+                try:
+                    name = signal.Signals(-returncode).name
+                except ValueError:
+                    name = str(-returncode)
+                reason, detail = "killed", f"killed by {name}"
+        return {
+            "returncode": returncode,
+            "stdout": stdout,
+            "stderr": stderr,
+            "timed_out": reason == "timeout",
+            "reason": reason,
+            "detail": detail,
+            "duration_s": time.monotonic() - t0,
+            "cpu_s": cpu_s,
+        }
+
+
+def main() -> None:
+    # Protocol on private copies of stdin/stdout; the standard fds become /dev/null.
+    rfd = os.dup(0)
+    wfd = os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    # No parent-death signal here: it fires when the *thread* that started us exits, and clients
+    # start servers from worker threads. A dead client closes our stdin: we exit after the
+    # current program (whose own limits bound the wait).
+    disk_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    try:
+        server = Server(disk_mb, isolate="--no-isolation" not in sys.argv[2:])
+    except BaseException as exc:  # noqa: BLE001
+        _send(wfd, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
+        return
+    gc.freeze()  # children's garbage collections then leave the inherited pages alone (COW)
+    _send(wfd, {"ready": True, "features": server.features, "notes": server.notes,
+                "pid": os.getpid(), "uid": server.uid})
+    while True:
+        try:
+            req = _recv(rfd)
+        except (EOFError, OSError):
+            return
+        if req.get("op") == "exit":
+            return
+        try:
+            reply = server.handle(req)
+        except BaseException as exc:  # noqa: BLE001 - report, keep serving
+            reply = {"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()}
+        _send(wfd, reply)
+
+
+if __name__ == "__main__":
+    main()

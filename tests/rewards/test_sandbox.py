@@ -1,0 +1,212 @@
+"""run_sandboxed: results, limits validation, modes, fallback, concurrency."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from grpolab.rewards import SandboxLimits, SandboxResult, run_sandboxed
+from grpolab.rewards import sandbox as sandbox_mod
+
+
+def run(pool, source, **kw):
+    return run_sandboxed(source, pool=pool, mode="forkserver", **kw)
+
+
+def test_stdout_stdin_stderr_and_exit_codes(sandbox_pool):
+    pool, _ = sandbox_pool
+    r = run(pool, "import sys\nname = input()\nprint('hello', name)\nprint('warn', file=sys.stderr)",
+            stdin="ada\n")
+    assert isinstance(r, SandboxResult)
+    assert (r.returncode, r.stdout, r.stderr, r.timed_out, r.reason) == (0, "hello ada\n", "warn\n", False, "")
+    assert r.ok and r.mode == "forkserver"
+    assert run(pool, "raise SystemExit(3)").returncode == 3
+    assert run(pool, "import sys; sys.exit('bye')").returncode == 1
+    r = run(pool, "1 / 0")
+    assert r.returncode == 1 and "ZeroDivisionError" in r.stderr and r.reason == "" and not r.ok
+    r = run(pool, "import os, signal; os.kill(os.getpid(), signal.SIGTERM)")
+    # PID 1 of a namespace ignores signals it has no handler for, even from itself: it exits 0
+    assert r.returncode in (0, -signal.SIGTERM)
+    r = run(pool, "import ctypes; ctypes.string_at(0)")  # a segfault
+    assert r.returncode == -signal.SIGSEGV and r.reason == "killed" and "SIGSEGV" in r.detail
+
+
+def test_unicode_and_invalid_bytes_survive(sandbox_pool):
+    pool, _ = sandbox_pool
+    r = run(pool, "import sys\nprint('héllo ✓')\nsys.stdout.flush()\nsys.stdout.buffer.write(b'\\xff\\n')")
+    assert r.stdout == "héllo ✓\n\ufffd\n"
+    r = run(pool, "print(input()[::-1])", stdin="åß\n")
+    assert r.stdout == "ßå\n"
+
+
+def test_program_sees_a_fresh_private_working_directory(sandbox_pool):
+    pool, _ = sandbox_pool
+    r1 = run(pool, "import os; open('f.txt', 'w').write('1'); print(os.getcwd(), os.listdir('.'))")
+    r2 = run(pool, "import os; print(os.getcwd(), os.listdir('.'))")
+    cwd1, files1 = r1.stdout.split(" ", 1)
+    cwd2, files2 = r2.stdout.split(" ", 1)
+    assert cwd1 != cwd2 and files1.strip() == "['f.txt']" and files2.strip() == "[]"
+
+
+def test_imports_from_the_standard_library_work(sandbox_pool):
+    pool, _ = sandbox_pool
+    r = run(pool, "import json, fractions, decimal, statistics\nprint(json.dumps(statistics.mean([1, 2, 3])))")
+    assert r.stdout == "2\n", r.stderr
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(timeout_s=0), "timeout_s"),
+        (dict(timeout_s=float("nan")), "timeout_s"),
+        (dict(cpu_s=-1), "cpu_s"),
+        (dict(memory_mb=1), "memory_mb"),
+        (dict(max_processes=0), "max_processes"),
+        (dict(max_output_bytes=1.5), "max_output_bytes"),
+    ],
+)
+def test_bad_limits_are_rejected_with_the_name(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        run_sandboxed("pass", **kwargs)
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="source"):
+        run_sandboxed(b"print(1)")
+    with pytest.raises(TypeError, match="stdin"):
+        run_sandboxed("pass", stdin=None)
+    with pytest.raises(ValueError, match="mode"):
+        run_sandboxed("pass", mode="docker")
+    assert SandboxLimits().request()["cpu_s"] == SandboxLimits().timeout_s
+
+
+def test_fresh_mode_gives_the_same_answers():
+    r = run_sandboxed("print(input() * 2)", stdin="ab\n", mode="fresh")
+    assert r.mode == "fresh" and r.stdout == "abab\n" and r.ok
+    r = run_sandboxed("while True: pass", timeout_s=0.5, mode="fresh")
+    assert r.timed_out and r.reason == "timeout"
+
+
+def test_auto_mode_falls_back_to_a_fresh_interpreter(monkeypatch):
+    class BrokenPool:
+        def run(self, *a, **k):
+            raise sandbox_mod.SandboxError("server gone")
+
+    r = run_sandboxed("print(6 * 7)", pool=BrokenPool())
+    assert r.stdout == "42\n" and r.mode == "fresh" and "server gone" in r.detail
+    with pytest.raises(sandbox_mod.SandboxError):
+        run_sandboxed("print(1)", pool=BrokenPool(), mode="forkserver")
+
+
+def test_total_failure_is_a_result_not_an_exception(monkeypatch):
+    class BrokenPool:
+        def run(self, *a, **k):
+            raise sandbox_mod.SandboxError("server gone")
+
+    monkeypatch.setattr(sandbox_mod, "SERVER_SCRIPT", sandbox_mod.SERVER_SCRIPT.with_name("nope.py"))
+    r = run_sandboxed("print(1)", pool=BrokenPool())
+    assert r.reason == "sandbox_error" and r.returncode == -1 and "server gone" in r.detail
+
+
+def test_a_dead_server_is_replaced(sandbox_pool):
+    pool, _ = sandbox_pool
+    run(pool, "pass")
+    victim = pool._all[-1]
+    victim.proc.kill()
+    victim.proc.wait()
+    r = run(pool, "print('back')")
+    assert r.stdout == "back\n"
+
+
+def test_concurrent_calls_each_get_their_own_answer():
+    pool = sandbox_mod.ForkServerPool(size=2)
+    try:
+        with ThreadPoolExecutor(4) as ex:
+            results = list(ex.map(lambda i: run(pool, f"print({i} * {i})"), range(40)))
+        assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(40)]
+        assert len(pool._all) <= 2
+    finally:
+        pool.close()
+    assert all(not s.alive for s in pool._all) or pool._all == []
+
+
+def test_degraded_mode_without_namespaces_still_enforces_the_rest(tmp_path):
+    """What a machine without namespaces gets: rlimits, timeouts, caps, cleanup (no isolation)."""
+    pool = sandbox_mod.ForkServerPool(size=1, isolate=False)
+    try:
+        assert pool.features() == ()
+        r = run(pool, "import os; print(os.getcwd()); print(sorted(os.environ))")
+        cwd = r.stdout.splitlines()[0]
+        assert r.ok and not os.path.exists(cwd)  # the working directory was removed
+        assert "GRPOLAB_SANDBOX_TEST_SECRET" not in r.stdout
+        r = run(pool, "while True: pass", timeout_s=0.5)
+        assert r.timed_out and r.reason == "timeout"
+        assert run(pool, "x = bytearray(10 * 1024 ** 3)").reason == "memory"
+        assert run(pool, "print('x' * 5_000_000)").reason == "output_limit"
+        # a leftover process holding the pipes does not make the call wait for it
+        t0 = time.monotonic()
+        r = run(pool, "import subprocess\nsubprocess.Popen(['sleep', '3'], start_new_session=True)\n"
+                      "print('done')", timeout_s=10)
+        assert r.stdout == "done\n" and r.reason == "" and time.monotonic() - t0 < 2.0
+    finally:
+        pool.close()
+
+
+def _unprivileged_launcher():
+    import shutil
+
+    py = "/usr/bin/python3"
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.access(py, os.X_OK):
+        return None
+    if not os.stat(sandbox_mod.SERVER_SCRIPT).st_mode & 0o004:
+        return None
+    return ["setpriv", "--reuid", "4242", "--regid", "4242", "--clear-groups", py]
+
+
+def test_unprivileged_server_isolates_itself_through_a_user_namespace():
+    """The path a non-root user takes: user namespace, then net/mount/pid/ipc inside it."""
+    launcher = _unprivileged_launcher()
+    if launcher is None:
+        pytest.skip("needs root (to start a server as another user), setpriv and /usr/bin/python3")
+    try:
+        server = sandbox_mod.ForkServer(launcher=launcher, disk_mb=32)
+    except sandbox_mod.SandboxError as exc:
+        pytest.skip(f"the system python cannot run the server: {exc}")
+    try:
+        if "userns" not in server.features:
+            pytest.skip(f"unprivileged user namespaces unavailable here: {server.notes}")
+        assert {"netns", "mountns", "readonly_fs", "pidns", "ipcns"} <= set(server.features)
+        limits = SandboxLimits(timeout_s=1.0)
+        r = server.run("import socket; print(socket.if_nameindex())\nopen('/work/x', 'w')", "", limits)
+        assert r.stdout == "[(1, 'lo')]\n" and "Read-only file system" in r.stderr
+        r = server.run("while True: pass", "", limits)
+        assert r.timed_out and r.returncode == -signal.SIGKILL
+        r = server.run("import subprocess\nsubprocess.Popen(['sleep', '30'], start_new_session=True)\n"
+                       "print('bg')", "", limits)
+        assert r.stdout == "bg\n"
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and _sleepers(4242):
+            time.sleep(0.05)
+        assert _sleepers(4242) == []  # the background sleep died with the namespace
+    finally:
+        server.close()
+
+
+def _sleepers(uid):
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/status") as f:
+                    st = f.read()
+                with open(f"/proc/{name}/cmdline", "rb") as f:
+                    cmd = f.read()
+            except OSError:
+                continue
+            if f"\nUid:\t{uid}\t" in st and cmd.startswith(b"sleep"):
+                out.append(int(name))
+    return out

@@ -1,0 +1,337 @@
+"""Adversarial programs through run_sandboxed and the code verifier.
+
+Each program ends within its limit, scores 0 (or the right partial score), leaves no process
+(audited by the sandbox uid of a private fork server) and no file behind, and this process stays
+healthy. Network tests only ever target 127.0.0.1. The fork storm is bounded (300 children).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import uuid
+
+import pytest
+
+from grpolab.rewards import run_sandboxed
+
+
+def run(pool, source, **kw):
+    kw.setdefault("timeout_s", 5.0)
+    return run_sandboxed(source, pool=pool, mode="forkserver", **kw)
+
+
+def _code_with_pool(pool, program, tests, **options):
+    import grpolab.rewards.code as code_mod
+
+    original = code_mod.run_sandboxed
+
+    def via_pool(source, **kw):
+        return original(source, pool=pool, **kw)
+
+    code_mod.run_sandboxed = via_pool
+    try:
+        return code_mod.code_reward(program, tests, **options)
+    finally:
+        code_mod.run_sandboxed = original
+
+
+def test_infinite_loop_is_killed_at_the_wall_clock_limit(isolated, wait_no_processes):
+    pool, uid = isolated
+    t0 = time.monotonic()
+    r = run(pool, "while True:\n    pass\n", timeout_s=1.0)
+    elapsed = time.monotonic() - t0
+    assert r.timed_out and r.reason == "timeout" and r.returncode == -9
+    assert 0.9 <= elapsed < 3.0
+    res = _code_with_pool(pool, "while True: pass", ["assert True"], timeout_s=1.0)
+    assert res.score == 0.0 and res.info["timed_out"] and "error" not in res.info
+    assert wait_no_processes(uid) == []
+
+
+def test_cpu_limit_applies_to_a_busy_child_process(isolated, wait_no_processes):
+    pool, uid = isolated
+    # the program's own process sleeps while a forked child burns CPU: RLIMIT_CPU kills the child
+    src = ("import os, time\npid = os.fork()\nif pid == 0:\n    while True: pass\n"
+           "_, st = os.waitpid(pid, 0)\nprint('child signal', os.WTERMSIG(st) if os.WIFSIGNALED(st) else None)")
+    r = run(pool, src, timeout_s=6.0, cpu_s=1.0)
+    assert r.reason == "" and r.returncode == 0
+    assert r.stdout.strip() in ("child signal 24", "child signal 9")  # SIGXCPU, then SIGKILL
+    assert wait_no_processes(uid) == []
+
+
+def test_bounded_fork_storm_hits_the_process_limit_and_leaves_nothing(isolated, wait_no_processes):
+    pool, uid = isolated
+    src = """
+import os, time
+n = 0
+for i in range(300):
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print("fork failed:", type(e).__name__)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+print("forked", n)
+"""
+    t0 = time.monotonic()
+    r = run(pool, src, timeout_s=5.0, max_processes=32)
+    assert time.monotonic() - t0 < 4.0
+    forked = int(r.stdout.split("forked")[1])
+    assert forked < 32, r.stdout  # RLIMIT_NPROC on the sandbox uid, not 300
+    assert "fork failed: BlockingIOError" in r.stdout
+    assert wait_no_processes(uid) == []  # the sleeping children died with the namespace
+    res = _code_with_pool(pool, src, ["assert False"], timeout_s=5.0)
+    assert res.score == 0.0
+    assert wait_no_processes(uid) == []
+
+
+def test_allocating_10_gb_fails_with_memory_error(isolated, wait_no_processes):
+    pool, uid = isolated
+    r = run(pool, "x = bytearray(10 * 1024 ** 3)\nprint('allocated')", memory_mb=512)
+    assert r.reason == "memory" and "allocated" not in r.stdout and r.returncode == 1
+    res = _code_with_pool(pool, "x = bytearray(10 * 1024 ** 3)", ["assert True"])
+    assert res.score == 0.0 and res.info["reason"] == "memory"
+    assert wait_no_processes(uid) == []
+
+
+def test_writing_1_gb_hits_the_file_size_limit(isolated, wait_no_processes):
+    pool, uid = isolated
+    src = ("f = open('big.bin', 'wb')\nchunk = b'x' * (1 << 20)\n"
+           "for i in range(1024):\n    f.write(chunk)\nprint('wrote 1 GB')")
+    t0 = time.monotonic()
+    r = run(pool, src, file_size_mb=16)
+    assert time.monotonic() - t0 < 4.0
+    assert r.reason == "file_size" and "wrote 1 GB" not in r.stdout
+    res = _code_with_pool(pool, src, ["assert True"])
+    assert res.score == 0.0
+    assert wait_no_processes(uid) == []
+
+
+def test_many_files_are_capped_by_the_private_tmpfs(isolated):
+    pool, uid = isolated
+    # 40 files of 15 MB each (each under the file-size limit) = 600 MB > the 256 MB tmpfs
+    src = ("chunk = b'x' * (15 << 20)\nn = 0\ntry:\n    for i in range(40):\n"
+           "        open(f'f{i}', 'wb').write(chunk); n += 1\nexcept OSError as e:\n"
+           "    print('stopped', e.errno)\nprint('files', n)")
+    r = run(pool, src, memory_mb=512, timeout_s=8.0)
+    assert "stopped 28" in r.stdout  # ENOSPC
+    assert int(r.stdout.split("files")[1]) < 20
+
+
+def test_files_outside_the_sandbox_cannot_be_read_written_or_deleted(isolated, tmp_path):
+    pool, uid = isolated
+    secret_file = tmp_path / "secret.txt"
+    secret_file.write_text("top secret")
+    marker = "grpolab-sbx-" + uuid.uuid4().hex
+    src = f"""
+import os
+for action in ("read", "delete"):
+    try:
+        if action == "read":
+            print("READ", open({str(secret_file)!r}).read())
+        else:
+            os.remove({str(secret_file)!r}); print("DELETED")
+    except OSError as e:
+        print(action, "failed", type(e).__name__)
+for d in ("/tmp", "/var/tmp", "/dev/shm", "/root", "/work", "/"):
+    try:
+        open(os.path.join(d, {marker!r}), "w").write("x"); print("WROTE", d)
+    except OSError as e:
+        print("write", d, "failed", type(e).__name__)
+open({marker!r} + "-inside", "w").write("x")
+print("cwd", os.getcwd())
+"""
+    r = run(pool, src)
+    assert r.returncode == 0, r.stderr
+    assert "READ" not in r.stdout and "DELETED" not in r.stdout and "WROTE" not in r.stdout
+    assert secret_file.read_text() == "top secret"
+    for d in ("/tmp", "/var/tmp", "/dev/shm", "/work", "/"):
+        assert not os.path.exists(os.path.join(d, marker))
+    cwd = r.stdout.split("cwd ")[1].strip()
+    # the working directory lived in the server's private tmpfs and is gone afterwards
+    r2 = run(pool, "import os; print(sorted(os.listdir('/tmp/sandbox')))")
+    assert os.path.basename(cwd) not in r2.stdout and r2.stdout.count("sbx-") == 1
+    assert not os.path.exists(cwd) or not os.path.exists(os.path.join(cwd, marker + "-inside"))
+    res = _code_with_pool(pool, f"open({str(secret_file)!r}).read()", ["assert True"])
+    assert res.score == 0.0
+
+
+def test_connecting_to_a_loopback_listener_fails_from_inside(isolated):
+    pool, uid = isolated
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    try:
+        src = f"""
+import socket
+try:
+    s = socket.create_connection(("127.0.0.1", {port}), timeout=2)
+    print("CONNECTED")
+except OSError as e:
+    print("blocked", type(e).__name__)
+"""
+        r = run(pool, src)
+        assert "CONNECTED" not in r.stdout and "blocked" in r.stdout, r
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nothing ever reached the listener
+        res = _code_with_pool(
+            pool, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)",
+            ["assert True"])
+        assert res.score == 0.0
+    finally:
+        listener.close()
+
+
+def test_only_an_isolated_loopback_is_visible(isolated):
+    pool, uid = isolated
+    r = run(pool, "import socket, os\nprint(socket.if_nameindex())\nprint(os.listdir('/sys'))")
+    assert r.stdout.splitlines() == ["[(1, 'lo')]", "[]"]
+    res = _code_with_pool(pool, "import socket\nnames = [n for _, n in socket.if_nameindex()]",
+                          ["assert names == ['lo']", "assert len(names) > 1"])
+    assert res.score == 0.5  # only the first test holds: nothing but the loopback
+
+
+def test_parent_environment_is_not_visible(isolated, parent_secret):
+    pool, uid = isolated
+    SECRET_ENV, SECRET_VALUE = parent_secret
+    assert os.environ[SECRET_ENV] == SECRET_VALUE
+    src = f"""
+import os
+print(sorted(os.environ))
+found = {SECRET_VALUE!r} in str(os.environ)
+for pid in (os.getppid(), {os.getpid()}, 1):
+    try:
+        found = found or {SECRET_VALUE!r}.encode() in open(f"/proc/{{pid}}/environ", "rb").read()
+    except OSError:
+        pass
+print("FOUND" if found else "hidden")
+"""
+    r = run(pool, src)
+    assert r.stdout.splitlines()[-1] == "hidden" and SECRET_VALUE not in r.stdout
+    assert SECRET_ENV not in r.stdout
+    assert set(eval(r.stdout.splitlines()[0])) <= {"PATH", "HOME", "TMPDIR", "LANG", "PYTHONHASHSEED"}
+    res = _code_with_pool(pool, f"import os\nsecret = os.environ.get({SECRET_ENV!r})",
+                          [f"assert secret == {SECRET_VALUE!r}", "assert secret is None"])
+    assert res.score == 0.5  # the program cannot see it; only "secret is None" holds
+
+
+def test_printing_100_mb_is_cut_at_the_output_cap(isolated, wait_no_processes):
+    pool, uid = isolated
+    t0 = time.monotonic()
+    r = run(pool, "import sys\nfor i in range(100):\n    sys.stdout.write('x' * (1 << 20))",
+            max_output_bytes=1_000_000)
+    assert time.monotonic() - t0 < 4.0
+    assert r.reason == "output_limit" and len(r.stdout) == 1_000_000
+    res = _code_with_pool(pool, "print('x' * 100_000_000)", ["assert True"])
+    assert res.score == 0.0 and res.info["reason"] == "output_limit"
+    assert wait_no_processes(uid) == []
+
+
+def test_background_processes_do_not_outlive_the_call(isolated, wait_no_processes):
+    pool, uid = isolated
+    src = """
+import os, subprocess, time
+subprocess.Popen(["sleep", "60"], start_new_session=True)
+if os.fork() == 0:          # a double-forked daemon in its own session
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(60)
+    os._exit(0)
+print("started")
+"""
+    t0 = time.monotonic()
+    r = run(pool, src)
+    assert r.stdout == "started\n" and time.monotonic() - t0 < 3.0
+    assert wait_no_processes(uid) == []
+    res = _code_with_pool(pool, src, ["assert 1 + 1 == 2"])
+    assert res.score == 1.0  # an honest program that also spawns: its tests still count
+    assert wait_no_processes(uid) == []
+
+
+def test_this_process_stays_healthy(isolated, wait_no_processes):
+    pool, uid = isolated
+    fds_before = len(os.listdir("/proc/self/fd"))
+    for src in ("while True: pass", "print('x' * 10_000_000)", "import os; os.kill(os.getppid(), 9)",
+                "import os, signal; os.killpg(0, signal.SIGKILL)", "raise SystemExit(3)"):
+        run(pool, src, timeout_s=0.5)
+    r = run(pool, "print(sum(range(10)))")
+    assert r.ok and r.stdout == "45\n"
+    assert len(os.listdir("/proc/self/fd")) <= fds_before + 1
+    assert wait_no_processes(uid) == []
+
+
+def test_system_v_shared_memory_does_not_outlive_the_program(isolated):
+    pool, uid = isolated
+    with open("/proc/sysvipc/shm") as f:
+        host_before = f.read()
+    make = ("import ctypes\nlibc = ctypes.CDLL(None)\n"
+            "print(libc.shmget(0x6772706f, 1 << 20, 0o1666))")  # IPC_CREAT | 0666
+    r = run(pool, make)
+    assert int(r.stdout) >= 0  # created inside the program's own IPC namespace
+    find = "import ctypes\nprint(ctypes.CDLL(None).shmget(0x6772706f, 0, 0o666))"
+    assert run(pool, find).stdout.strip() == "-1"  # gone with its namespace
+    with open("/proc/sysvipc/shm") as f:
+        assert f.read() == host_before
+
+
+def test_killing_a_server_mid_program_kills_the_program(wait_no_processes, processes_with_uid):
+    import threading
+
+    from grpolab.rewards.sandbox import ForkServerPool
+
+    pool = ForkServerPool(size=1)
+    try:
+        if not {"pidns", "uid"} <= set(pool.features()):
+            pytest.skip("needs pid namespaces and a sandbox uid")
+        uid = pool.sandbox_uids()[0]
+        server = pool._all[0]
+        res = {}
+
+        def call():
+            try:
+                res["r"] = run_sandboxed("import os, time\nif os.fork() == 0:\n    time.sleep(60)\n"
+                                         "time.sleep(60)", pool=pool, mode="forkserver", timeout_s=30)
+            except Exception as exc:  # noqa: BLE001
+                res["e"] = exc
+
+        th = threading.Thread(target=call)
+        th.start()
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and len(processes_with_uid(uid)) < 2:
+            time.sleep(0.02)
+        assert len(processes_with_uid(uid)) >= 2  # the program and its child are running
+        server.proc.kill()
+        th.join(10)
+        assert not th.is_alive() and "e" in res  # the caller got a SandboxError, not a hang
+        assert wait_no_processes(uid) == []
+    finally:
+        pool.close()
+
+
+def test_visible_files_are_read_only_even_when_their_mode_allows_writing(isolated):
+    pool, uid = isolated
+    path = os.path.join("/var/tmp", "grpolab-sbx-" + uuid.uuid4().hex)
+    with open(path, "w") as f:
+        f.write("original")
+    os.chmod(path, 0o666)  # anyone may write it -- except from inside the sandbox
+    try:
+        src = f"""
+try:
+    open({path!r}, "a").write("tampered"); print("WROTE")
+except OSError as e:
+    print("write failed", e.errno)
+print("READ", open({path!r}).read())
+"""
+        r = run(pool, src)
+        assert "WROTE" not in r.stdout and "write failed 30" in r.stdout  # EROFS
+        assert "READ original" in r.stdout  # world-readable files stay readable (documented)
+        with open(path) as f:
+            assert f.read() == "original"
+    finally:
+        os.unlink(path)
