@@ -3,7 +3,7 @@
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from grpolab.rollout.cache import SlabLayer, expand_to_slabs, new_cache, select_rows
+from grpolab.rollout.cache import ForwardSignature, SlabLayer, expand_to_slabs, new_cache, select_rows
 
 from rollout_helpers import make_llama
 
@@ -35,7 +35,7 @@ def test_expand_to_slabs_swaps_full_attention_layers():
     cache = new_cache(model)
     ids = torch.tensor([[1, 2, 3], [4, 5, 6]])
     with torch.no_grad():
-        model(input_ids=ids, cache=cache, use_cache=True)
+        model(input_ids=ids, use_cache=True, **{ForwardSignature.of(model).cache_kw: cache})
     before = [layer.keys.clone() for layer in cache.layers]
     expand_to_slabs(cache, capacity=10, repeats=3)
     assert all(isinstance(layer, SlabLayer) for layer in cache.layers)

@@ -1,0 +1,10 @@
+"""Importing this module registers grpolab's losses and estimators in verl.
+
+It is the target of grpolab's ``verl.plugins`` entry point (verl loads every installed plugin when
+``import verl`` runs, in the driver and in every Ray worker) and can be named explicitly with
+``VERL_USE_EXTERNAL_MODULES=grpolab.integrations.verl_plugin``. See docs/scale-out.md.
+"""
+
+from grpolab.integrations.verl import register
+
+REGISTERED = register()
