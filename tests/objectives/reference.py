@@ -317,3 +317,121 @@ def ref_policy_loss(logp, old_logp, advantages, mask, *, group_ids=None, ratio="
                 grad[i][t] = W[i][t] * g
     return RefLoss(loss=loss, grad=grad, per_token=per_tok, weights=W, log_ratio=values,
                    which=which)
+
+
+# ----------------------------------------------------------------------------- credit (RLSD, GEAR)
+# METHODS.md sections 4-5 and the GEAR rules written in grpolab/objectives/credit.py's docstring
+# (threshold: lower median + k * MAD, or the lower q-quantile; anchors strictly above it; a segment
+# runs from an anchor to the next anchor, just after a boundary token, or just before a masked
+# position; segment tokens take the anchor's log-weight -sign(A) * D_anchor).
+def _sgn(a: float) -> float:
+    return 1.0 if a > 0 else (-1.0 if a < 0 else 0.0)
+
+
+def _adv_at(adv, i, t):
+    a = adv[i]
+    return float(a[t]) if isinstance(a, list) else float(a)
+
+
+def _mix_one(A: float, s: float, lam: float, eps_w: float, reweight: bool):
+    """(A_t, multiplier, clipped) for one valid token with log-weight s."""
+    if not reweight:
+        return A, 1.0, False
+    w = _exp(s)
+    lo, hi = 1.0 - eps_w, 1.0 + eps_w
+    clipped = w < lo or w > hi
+    mult = (1.0 - lam) + lam * min(max(w, lo), hi)
+    return A * mult, mult, clipped
+
+
+def ref_rlsd(advantages, student_logp, teacher_logp, mask, *, lam=0.5, eps_w=0.2,
+             negative_only=False, span_mask=None):
+    """[B][T] RLSD advantages by explicit loops (0 where mask = 0)."""
+    adv = _to_list(advantages)
+    s_lp, t_lp, m = _rows(student_logp), _rows(teacher_logp), _rows(mask)
+    span = _rows(span_mask) if span_mask is not None else None
+    out = []
+    for i in range(len(m)):
+        row = []
+        for t in range(len(m[i])):
+            if m[i][t] == 0.0:
+                row.append(0.0)
+                continue
+            A = _adv_at(adv, i, t)
+            delta = t_lp[i][t] - s_lp[i][t]
+            rw = A != 0.0 and (not negative_only or A < 0) and (span is None or span[i][t] != 0.0)
+            row.append(_mix_one(A, _sgn(A) * delta, lam, eps_w, rw)[0])
+        out.append(row)
+    return out
+
+
+def _lower_q(vals, q):
+    v = sorted(vals)
+    return v[int(math.floor(q * (len(v) - 1)))]
+
+
+def ref_gear(advantages, student_logp, teacher_logp, mask, *, divergence=None, lam=0.5, eps_w=0.2,
+             threshold="mad", k=3.0, quantile=0.9, min_divergence=0.0, boundary_mask=None,
+             negative_only=False, span_mask=None):
+    """dict(advantages, segment_ids, anchors, threshold) by explicit loops."""
+    adv = _to_list(advantages)
+    s_lp, t_lp, m = _rows(student_logp), _rows(teacher_logp), _rows(mask)
+    div = _rows(divergence) if divergence is not None else None
+    bnd = _rows(boundary_mask) if boundary_mask is not None else None
+    span = _rows(span_mask) if span_mask is not None else None
+    out_adv, out_seg, out_anchor, out_tau = [], [], [], []
+    for i in range(len(m)):
+        T = len(m[i])
+        valid = [m[i][t] != 0.0 for t in range(T)]
+        D = [0.0] * T
+        delta = [0.0] * T
+        for t in range(T):
+            if valid[t]:
+                delta[t] = t_lp[i][t] - s_lp[i][t]
+                D[t] = div[i][t] if div is not None else abs(delta[t])
+        vals = [D[t] for t in range(T) if valid[t]]
+        if not vals:
+            tau = 0.0
+        elif threshold == "mad":
+            med = _lower_q(vals, 0.5)
+            mad = _lower_q([abs(v - med) for v in vals], 0.5)
+            tau = med + k * mad
+        else:
+            tau = _lower_q(vals, quantile)
+        tau = max(tau, min_divergence)
+        out_tau.append(tau)
+        seg_row, anchor_row, adv_row = [0] * T, [False] * T, [0.0] * T
+        current = None          # (segment id, anchor divergence) while inside a segment
+        n_anchor = 0
+        for t in range(T):
+            if not valid[t]:
+                current = None  # tool output / padding closes a segment
+                continue
+            if t > 0 and bnd is not None and bnd[i][t - 1] != 0.0:
+                current = None  # the previous token ended a line / turn
+            if D[t] > tau:
+                n_anchor += 1
+                anchor_row[t] = True
+                current = (n_anchor, D[t])
+            A = _adv_at(adv, i, t)
+            if current is not None:
+                seg_row[t] = current[0]
+                s = -_sgn(A) * current[1]
+            else:
+                s = _sgn(A) * delta[t]
+            rw = A != 0.0 and (not negative_only or A < 0) and (span is None or span[i][t] != 0.0)
+            adv_row[t] = _mix_one(A, s, lam, eps_w, rw)[0]
+        out_adv.append(adv_row)
+        out_seg.append(seg_row)
+        out_anchor.append(anchor_row)
+    return {"advantages": out_adv, "segment_ids": out_seg, "anchors": out_anchor, "threshold": out_tau}
+
+
+def ref_full_kl(student_logits_row, teacher_logits_row):
+    """KL(student || teacher) of two logit vectors (lists of floats), float64 log-softmax."""
+    def log_softmax(z):
+        mx = max(z)
+        lse = mx + math.log(sum(math.exp(v - mx) for v in z))
+        return [v - lse for v in z]
+    ls, lt = log_softmax(student_logits_row), log_softmax(teacher_logits_row)
+    return sum(math.exp(a) * (a - b) for a, b in zip(ls, lt))

@@ -12,11 +12,37 @@ from grpolab.objectives.advantages import (
     leave_one_out,
 )
 from grpolab.objectives.aggregation import AGGREGATIONS, aggregation_weights, sequence_signs
+from grpolab.objectives.credit import (
+    CREDIT_METHODS,
+    CreditResult,
+    GearResult,
+    check_credit,
+    credit_advantages,
+    credit_metrics,
+    gear_advantages,
+    gear_segments,
+    lam_schedule,
+    opsd_advantages,
+    opsd_loss,
+    rlsd_advantages,
+)
 from grpolab.objectives.kl import KL_ESTIMATORS, kl_penalty
 from grpolab.objectives.loss import POSITION_BUCKETS, check_objective, policy_loss, position_bucket_labels
 from grpolab.objectives.ratios import RATIO_LEVELS, log_importance_ratio
 
 __all__ = [
+    "CREDIT_METHODS",
+    "CreditResult",
+    "GearResult",
+    "check_credit",
+    "credit_advantages",
+    "credit_metrics",
+    "gear_advantages",
+    "gear_segments",
+    "lam_schedule",
+    "opsd_advantages",
+    "opsd_loss",
+    "rlsd_advantages",
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
     "KL_ESTIMATORS",

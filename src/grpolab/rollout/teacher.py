@@ -1,0 +1,351 @@
+"""The privileged self-teacher forward (RLSD / GEAR / OPSD; METHODS.md sections 4 and 5).
+
+The teacher is a model (a frozen copy of the policy, or the policy itself) shown a *privileged*
+prompt -- the question plus a reference solution -- and asked to score exactly the tokens the
+student sampled. One no-grad forward over ``[teacher_prompt ; response]`` gives, for each response
+position, the teacher's log-probability of the sampled token, re-aligned to the response
+positions ``[B, T]`` (the teacher prompts may be longer or shorter than the student's and are
+left-padded to their own width). Optionally it also gives the full-vocabulary
+``KL(student || teacher)`` per position, computed from the final hidden states in chunks of
+``chunk_size`` valid positions, so at most ``chunk_size x V`` logits exist at once (never
+``[B, T, V]``).
+
+Usage (what the trainer and the TRL adapter do)::
+
+    texts = build_teacher_prompts(items, template=DEFAULT_TEACHER_TEMPLATE)   # one per prompt
+    t_ids, t_mask = encode_teacher_prompts(tokenizer, texts, group_size=G)     # [B, P'] left-padded
+    res = teacher_logprobs(teacher, t_ids, t_mask, rollout, temperature=1.0)  # res.logp [B, T]
+    res = teacher_logprobs(teacher, t_ids, t_mask, rollout, student=policy, return_kl=True)
+    # res.kl [B, T], res.student_logp [B, T]
+    # cheaper: one prompt per group, its KV cache shared by the group's G rows
+    u_ids, u_mask = encode_teacher_prompts(tokenizer, texts)                  # [N, P']
+    res = teacher_logprobs(teacher, u_ids, u_mask, rollout, prompt_index=torch.arange(B) // G)
+
+Temperature: both distributions are ``softmax(logits / temperature)``; pass the sampling
+temperature so the teacher's log-probs compare like with like with the sampling log-probs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .batch import Rollout
+from .cache import ForwardSignature, new_cache
+from .logprobs import response_logprobs
+from .sampler import left_pad
+
+#: Default teacher prompt: the question, the reference solution, an instruction to solve it in its
+#: own way, and the question again (so that a completion-style prompt such as ``"7+5-3="`` is what
+#: the response continues). Lower case and ``.``/``:`` only: it fits the tiny character-level
+#: tokenizer's alphabet (``grpolab.models.tokenizer.DEFAULT_ALPHABET``) with no ``<unk>``.
+DEFAULT_TEACHER_TEMPLATE = (
+    "{prompt}\nhere is a reference solution: {privileged}\n"
+    "solve it in your own way.\n{prompt}"
+)
+TEMPLATE_FIELDS = ("prompt", "privileged", "reference")
+
+
+@dataclass
+class TeacherResult:
+    """Teacher scores of a response batch (all detached, float32, 0 where ``response_mask = 0``).
+
+    Attributes:
+        logp: ``[B, T]`` teacher log-probability of each sampled response token.
+        kl: ``[B, T]`` full-vocabulary ``KL(student || teacher)`` at each response position, or
+            None when not asked for.
+        student_logp: ``[B, T]`` the student's log-probs of the same tokens (computed with the KL,
+            from the same logits), or None.
+    """
+
+    logp: torch.Tensor
+    kl: torch.Tensor | None = None
+    student_logp: torch.Tensor | None = None
+
+
+def check_template(template: str) -> None:
+    """Raise ``ValueError`` unless ``template`` has ``{prompt}`` and ``{privileged}`` or ``{reference}``."""
+    import string
+
+    try:
+        names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as e:
+        raise ValueError(f"teacher template is not a valid format string ({e}); escape braces as '{{{{' / '}}}}'") from None
+    unknown = names - set(TEMPLATE_FIELDS)
+    if unknown:
+        raise ValueError(
+            f"teacher template uses unknown fields {sorted(unknown)}; allowed: "
+            + ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
+        )
+    if "prompt" not in names or not names & {"privileged", "reference"}:
+        raise ValueError(
+            "teacher template must contain {prompt} and {privileged} (or {reference}); got "
+            f"{template!r}"
+        )
+
+
+def build_teacher_prompts(items: Sequence, template: str = DEFAULT_TEACHER_TEMPLATE) -> list[str]:
+    """One teacher prompt text per task item (``prompt``, ``privileged``, ``reference`` attributes).
+
+    ``{privileged}`` is the item's privileged context, or its reference answer when that is empty.
+    """
+    check_template(template)
+    out = []
+    for it in items:
+        priv = it.privileged or it.reference
+        out.append(template.format(prompt=it.prompt, privileged=priv, reference=it.reference))
+    return out
+
+
+def encode_teacher_prompts(tokenizer, texts: Sequence[str], *, group_size: int = 1,
+                           device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Tokenise teacher prompts (BOS like the student's prompts), repeat each ``group_size`` times
+    (rows ``n*G .. n*G+G-1`` = prompt ``n``, the sampler's row order), and left-pad.
+
+    Returns:
+        ``(teacher_prompt_ids [N*G, P'] long, teacher_prompt_mask [N*G, P'] long)``.
+    """
+    bos = getattr(tokenizer, "bos_token_id", None)
+    ids = []
+    for text in texts:
+        row = list(tokenizer(text, add_special_tokens=True)["input_ids"])
+        if bos is not None and (not row or row[0] != bos):
+            row = [bos] + row
+        ids.append(row)
+    rows = [p for p in ids for _ in range(group_size)]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return left_pad(rows, pad, device=device)
+
+
+def _split(rollout):
+    """``(prompt_ids, prompt_mask, response_ids, response_mask, response_attention)``."""
+    if isinstance(rollout, Rollout):
+        return (rollout.prompt_ids, rollout.prompt_mask, rollout.response_ids, rollout.response_mask,
+                getattr(rollout, "response_attention", None))
+    if len(rollout) == 2:  # (response_ids, response_mask) only: no student forward possible
+        return None, None, rollout[0], rollout[1], None
+    return (*rollout[:4], rollout[4] if len(rollout) > 4 else None)
+
+
+@torch.no_grad()
+def _response_hidden(model, prompt_ids, prompt_mask, response_ids, response_attn):
+    """Final hidden states ``[B, T, H]`` at the positions whose logits predict the response tokens,
+    plus ``(head, ok)``: ``ok`` says ``head(hidden)`` reproduces the model's own logits."""
+    sig = ForwardSignature.of(model)
+    P = prompt_ids.shape[1]
+    T = response_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attn = torch.cat([prompt_mask.long(), response_attn.long()], dim=1)
+    position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
+    kwargs = {"logits_to_keep": 2} if sig.logits_to_keep else {}
+    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
+                output_hidden_states=True, **kwargs)
+    hidden = out.hidden_states[-1]
+    head = model.get_output_embeddings()
+    # consistency check on the last two positions: some models scale or soft-cap after the head
+    ok = head is not None
+    if ok:
+        probe = head(hidden[:, -2:]).float()
+        ref = out.logits[:, -2:].float()
+        ok = probe.shape == ref.shape and torch.allclose(probe, ref, atol=1e-4, rtol=1e-4)
+    return hidden[:, P - 1 : P + T - 1], head, ok
+
+
+def _full_logits(model, prompt_ids, prompt_mask, response_ids, response_attn):
+    """Fallback: the model's own logits ``[B, T, V]`` at the response positions."""
+    P, T = prompt_ids.shape[1], response_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
+    attn = torch.cat([prompt_mask.long(), response_attn.long()], dim=1)
+    position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
+    return model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits[:, P - 1 : P + T - 1]
+
+
+@torch.no_grad()
+def _hidden_shared(model, t_ids, t_mask, row_prompt, r_ids, r_attn):
+    """Like :func:`_response_hidden`, but each distinct teacher prompt is run once: prefill the
+    ``n`` prompts ``[n, P']`` with a KV cache, gather the cache rows per response row
+    (``row_prompt [b]`` indexes the prompts), then run the responses on top of it."""
+    sig = ForwardSignature.of(model)
+    t_ids, t_mask = _trim_left(t_ids, t_mask)
+    P = t_ids.shape[1]
+    keep = {"logits_to_keep": 1} if sig.logits_to_keep else {}
+    pos = (t_mask.long().cumsum(-1) - 1).clamp_(min=0)
+    cache = new_cache(model)
+    pre = model(input_ids=t_ids, attention_mask=t_mask.long(), position_ids=pos, use_cache=True,
+                output_hidden_states=True, **{sig.cache_kw: cache}, **keep)
+    cache.batch_select_indices(row_prompt)
+    last_h = pre.hidden_states[-1][:, -1][row_prompt]          # left-padded: the last real token
+    attn = torch.cat([t_mask.long()[row_prompt], r_attn.long()], dim=1)
+    r_pos = (attn.cumsum(-1) - 1).clamp_(min=0)[:, P:]
+    out = model(input_ids=r_ids, attention_mask=attn, position_ids=r_pos, use_cache=True,
+                output_hidden_states=True, **{sig.cache_kw: cache}, **keep)
+    h = out.hidden_states[-1]
+    head = model.get_output_embeddings()
+    ok = head is not None
+    if ok:
+        probe = head(h[:, -1:]).float()
+        ok = probe.shape == out.logits[:, -1:].shape and torch.allclose(probe, out.logits[:, -1:].float(),
+                                                                        atol=1e-4, rtol=1e-4)
+    return torch.cat([last_h.unsqueeze(1), h[:, :-1]], dim=1), head, ok
+
+
+@torch.no_grad()
+def teacher_logprobs(
+    model: torch.nn.Module,
+    teacher_prompt_ids: torch.Tensor,
+    teacher_prompt_mask: torch.Tensor,
+    rollout: Rollout | tuple,
+    *,
+    temperature: float = 1.0,
+    return_kl: bool = False,
+    student: torch.nn.Module | None = None,
+    chunk_size: int = 1024,
+    micro_batch_size: int | None = None,
+    prompt_index: torch.Tensor | None = None,
+) -> TeacherResult:
+    """Score the rollout's response tokens under the teacher's privileged prompts (no gradient).
+
+    Args:
+        model: the teacher (a Hugging Face causal LM; a frozen copy of the policy or the policy).
+        teacher_prompt_ids: ``[B, P']`` long, left-padded teacher prompts, one per response row;
+            or, with ``prompt_index``, ``[N, P']``: one per distinct prompt.
+        teacher_prompt_mask: the same shape, 1 on real tokens.
+        rollout: a :class:`Rollout` (its prompts are the student's; multi-turn observation tokens
+            in ``response_attention`` are attended to, as in the update forward), or a tuple
+            ``(prompt_ids, prompt_mask, response_ids, response_mask[, response_attention])``, or
+            ``(response_ids, response_mask)`` when no KL is asked for.
+        temperature: logits are divided by it (both teacher and student).
+        return_kl: also compute the full-vocabulary ``KL(student || teacher)`` per position; the
+            student's forward uses the rollout's own prompts.
+        student: the student model for the KL (default: ``model``, i.e. the same weights).
+        chunk_size: at most this many positions' ``V``-wide logits are held at once.
+        micro_batch_size: rows per forward (default: all).
+        prompt_index: ``[B]`` long, row ``i`` uses teacher prompt ``prompt_index[i]``. Each
+            distinct prompt is then run once and its KV cache shared by the rows that use it (a
+            group of G samples shares one long privileged prompt). If the model's head does not
+            reproduce its logits, this falls back to one full forward per row.
+
+    Returns:
+        :class:`TeacherResult`: ``logp [B, T]`` and, with ``return_kl``, ``kl [B, T]`` and
+        ``student_logp [B, T]``.
+    """
+    prompt_ids, prompt_mask, response_ids, response_mask, response_attn = _split(rollout)
+    if teacher_prompt_ids.shape != teacher_prompt_mask.shape or teacher_prompt_ids.dim() != 2:
+        raise ValueError(
+            f"teacher_prompt_ids and teacher_prompt_mask must share shape [B, P']; got "
+            f"{tuple(teacher_prompt_ids.shape)} and {tuple(teacher_prompt_mask.shape)}"
+        )
+    B, T = response_ids.shape
+    if prompt_index is not None:
+        prompt_index = torch.as_tensor(prompt_index, dtype=torch.long, device=response_ids.device)
+        if prompt_index.shape != (B,):
+            raise ValueError(f"prompt_index must have shape [B]=({B},); got {tuple(prompt_index.shape)}")
+        if B and (int(prompt_index.min()) < 0 or int(prompt_index.max()) >= teacher_prompt_ids.shape[0]):
+            raise ValueError(f"prompt_index must lie in [0, {teacher_prompt_ids.shape[0]}) (one per teacher prompt)")
+    elif teacher_prompt_ids.shape[0] != B:
+        raise ValueError(
+            f"{teacher_prompt_ids.shape[0]} teacher prompts for {B} responses; repeat each prompt "
+            "group_size times (encode_teacher_prompts(..., group_size=G)) or pass prompt_index"
+        )
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if return_kl and prompt_ids is None:
+        raise ValueError("return_kl=True needs the student's prompts: pass the Rollout (or a 4-tuple)")
+    device = response_ids.device
+    teacher_prompt_ids = teacher_prompt_ids.to(device)
+    teacher_prompt_mask = teacher_prompt_mask.to(device)
+    student = model if student is None else student
+    attn = response_mask if response_attn is None else response_attn
+    if prompt_index is None and not return_kl:
+        batch = (teacher_prompt_ids, teacher_prompt_mask, response_ids, response_mask)
+        if response_attn is not None:
+            batch = (*batch, response_attn)
+        res = response_logprobs(model, batch, temperature=temperature, micro_batch_size=micro_batch_size)
+        return TeacherResult(logp=res.logp.detach())
+    mb = B if not micro_batch_size else int(micro_batch_size)
+    out = [torch.zeros(B, T, dtype=torch.float32, device=device) for _ in range(3)]
+    for s in range(0, B, mb):
+        sl = slice(s, s + mb)
+        s_rows = None if prompt_ids is None else (prompt_ids[sl], prompt_mask[sl])
+        if prompt_index is None:
+            t_rows, shared = (teacher_prompt_ids[sl], teacher_prompt_mask[sl]), None
+        else:
+            u, inv = torch.unique(prompt_index[sl], return_inverse=True)
+            t_rows, shared = (teacher_prompt_ids[u], teacher_prompt_mask[u]), inv
+        parts = _score_rows(model, student if return_kl else None, t_rows, shared, s_rows, response_ids[sl],
+                            response_mask[sl], attn[sl], temperature, chunk_size)
+        for o, p in zip(out, parts):
+            o[sl] = p
+    if not return_kl:
+        return TeacherResult(logp=out[0])
+    return TeacherResult(logp=out[0], kl=out[2], student_logp=out[1])
+
+
+def _trim_left(ids, mask):
+    keep = mask.bool().any(0)
+    first = int(keep.long().argmax()) if bool(keep.any()) else ids.shape[1] - 1
+    return ids[:, first:], mask[:, first:]
+
+
+def _score_rows(teacher, student, t_rows, shared, s_rows, r_ids, r_mask, r_attn, temperature, chunk_size):
+    """Teacher logp, student logp and KL for one micro-batch of rows: three ``[b, T]`` tensors
+    (the last two zero when ``student`` is None). ``shared``: row -> prompt index into ``t_rows``
+    (prefix-shared forward), or None (``t_rows`` has one prompt per row)."""
+    b, T_full = r_ids.shape
+    valid = r_mask.bool()
+    out = [torch.zeros(b, T_full, dtype=torch.float32, device=r_ids.device) for _ in range(3)]
+    if T_full == 0 or not bool(valid.any()):
+        return tuple(out)
+    # trim response columns that are padding in every row; prompts are trimmed on the left below.
+    # Positions come from the mask cumsum, so nothing else changes.
+    T = int(r_attn.bool().any(0).nonzero().max()) + 1
+    r_ids, r_mask, r_attn, valid = r_ids[:, :T], r_mask[:, :T], r_attn[:, :T], valid[:, :T]
+    t_ids, t_mask = t_rows
+    ok = False
+    if shared is not None:
+        h_t, head_t, ok = _hidden_shared(teacher, t_ids, t_mask, shared, r_ids, r_attn)
+        if not ok:  # fall back to one full forward per row
+            t_ids, t_mask = t_ids[shared], t_mask[shared]
+    if not ok:
+        t_ids, t_mask = _trim_left(t_ids, t_mask)
+        h_t, head_t, ok = _response_hidden(teacher, t_ids, t_mask, r_ids, r_attn)
+    h_s = head_s = None
+    if student is not None:
+        s_ids, s_mask = _trim_left(*s_rows)
+        h_s, head_s, ok_s = _response_hidden(student, s_ids, s_mask, r_ids, r_attn)
+        if not ok_s:
+            h_s, head_s = _full_logits(student, s_ids, s_mask, r_ids, r_attn), torch.nn.Identity()
+    if not ok:  # the head does not reproduce the logits: use the model's own logits
+        if shared is not None:
+            t_ids, t_mask = _trim_left(t_ids, t_mask)
+        h_t, head_t = _full_logits(teacher, t_ids, t_mask, r_ids, r_attn), torch.nn.Identity()
+    idx = valid.nonzero(as_tuple=False)                      # [N, 2] valid (row, position) pairs
+    tokens = r_ids[idx[:, 0], idx[:, 1]]
+    for c in range(0, idx.shape[0], chunk_size):
+        rows, cols = idx[c : c + chunk_size, 0], idx[c : c + chunk_size, 1]
+        tok = tokens[c : c + chunk_size].unsqueeze(-1)
+        lt = torch.log_softmax(head_t(h_t[rows, cols]).float() / temperature, dim=-1)   # [n, V]
+        out[0][rows, cols] = lt.gather(-1, tok).squeeze(-1)
+        if h_s is None:
+            continue
+        ls = torch.log_softmax(head_s(h_s[rows, cols]).float() / temperature, dim=-1)
+        out[1][rows, cols] = ls.gather(-1, tok).squeeze(-1)
+        # KL(s || t) = sum_v p_s (log p_s - log p_t); clamp tiny negative float error to 0
+        p_s = ls.exp()
+        term = torch.where(p_s > 0, p_s * (ls - lt), torch.zeros_like(p_s))  # 0 log 0 = 0
+        out[2][rows, cols] = term.sum(-1).clamp_min(0.0)
+    return tuple(out)
+
+
+__all__ = [
+    "DEFAULT_TEACHER_TEMPLATE",
+    "TeacherResult",
+    "build_teacher_prompts",
+    "check_template",
+    "encode_teacher_prompts",
+    "teacher_logprobs",
+]

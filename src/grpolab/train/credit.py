@@ -1,0 +1,238 @@
+"""The trainer's credit step: teacher forward + token-level reweighting (RLSD, GEAR, OPSD).
+
+Called by :func:`grpolab.train.train` between "advantages" and "update" when
+``credit.name != "grpo"``. It builds the privileged teacher prompts of the step's items, scores
+the sampled responses under the teacher (a frozen copy of the policy re-synced every
+``credit.teacher_sync_every`` steps, or the live policy), turns the sequence advantages ``A[B]``
+into per-token advantages ``A_t[B,T]`` with the configured method, and returns the step's
+metrics. The math itself lives in :mod:`grpolab.objectives.credit` (pure functions); this module
+only does the model calls, the bookkeeping and the logging.
+
+Only rows whose advantage is non-zero go through the teacher for ``rlsd`` and ``gear`` (a zero
+advantage stays zero whatever the weight), so groups whose rewards are all equal cost nothing.
+``opsd`` uses every row (it ignores the reward).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from grpolab import objectives as obj
+from grpolab.config import Config
+from grpolab.rollout import Rollout, build_teacher_prompts, encode_teacher_prompts, response_logprobs, teacher_logprobs
+
+
+@dataclass
+class CreditOutput:
+    """One credit step.
+
+    Attributes:
+        advantages: ``[B,T]`` per-token advantages for the update.
+        multiplier: ``[B,T]`` ``A_t / A`` (1 on rows that were not reweighted, 0 on padding).
+        segment_ids: ``[B,T]`` GEAR segments (0 elsewhere) or None.
+        student_logp, teacher_logp: ``[B,T]`` (0 on rows not scored).
+        divergence: ``[B,T]`` full-vocabulary KL when computed, else None.
+        metrics: plain floats, keys ``credit/...``.
+    """
+
+    advantages: torch.Tensor
+    multiplier: torch.Tensor
+    segment_ids: torch.Tensor | None
+    student_logp: torch.Tensor
+    teacher_logp: torch.Tensor
+    divergence: torch.Tensor | None
+    metrics: dict[str, float]
+
+
+def _frozen_copy(model):
+    m = copy.deepcopy(model)
+    m.eval()
+    for p in m.parameters():
+        p.requires_grad_(False)
+    return m
+
+
+def _token_ids_containing(tokenizer, chars: str) -> torch.Tensor:
+    """Ids of every vocabulary token whose text contains one of ``chars`` (empty: none)."""
+    if not chars:
+        return torch.zeros(0, dtype=torch.long)
+    ids = []
+    for i in range(len(tokenizer)):
+        text = tokenizer.decode([i])
+        if any(c in text for c in chars):
+            ids.append(i)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def leakage(completions: Sequence[str], items: Sequence, template: str) -> dict[str, float]:
+    """Fractions of responses that mention the reference or copy the privileged context.
+
+    ``mention``: the response contains "reference" (any case) or a line of the teacher template's
+    fixed text (at least 8 characters). ``copy``: it contains the item's privileged context
+    verbatim (contexts of 8+ characters). Where the privileged context *is* the worked solution
+    (the built-in tasks), a correct response copies it by construction: read ``copy`` next to
+    accuracy there; ``mention`` is the signal of a leak.
+    """
+    import string
+
+    literals = []
+    for lit, _, _, _ in string.Formatter().parse(template):
+        literals += [s.strip().lower() for s in lit.splitlines() if len(s.strip()) >= 8]
+    mention = copy_ = 0
+    for text, it in zip(completions, items):
+        low = text.lower()
+        if "reference" in low or any(lit in low for lit in literals):
+            mention += 1
+        priv = it.privileged or it.reference
+        if len(priv) >= 8 and priv in text:
+            copy_ += 1
+    n = max(len(completions), 1)
+    return {"credit/leak_mention_frac": mention / n, "credit/leak_copy_frac": copy_ / n}
+
+
+class CreditStep:
+    """Holds the teacher and turns ``A[B]`` into ``A_t[B,T]`` once per training step."""
+
+    def __init__(self, cfg: Config, policy, tokenizer) -> None:
+        self.cfg = cfg
+        self.c = cfg.credit
+        self.tokenizer = tokenizer
+        self.teacher = _frozen_copy(policy) if self.c.teacher == "frozen" else None
+        self.boundary_ids = _token_ids_containing(tokenizer, self.c.gear_boundaries)
+        self.span_end_ids = _token_ids_containing(tokenizer, self.c.span_end)
+        self.synced_at = 0
+
+    # ---------------------------------------------------------------- teacher weights
+    def maybe_sync(self, step: int, policy) -> None:
+        """Re-sync the frozen teacher to the policy at 0-based ``step`` when it is due."""
+        if self.teacher is not None and step > 0 and step % self.c.teacher_sync_every == 0:
+            self.teacher.load_state_dict(policy.state_dict())
+            self.synced_at = step
+
+    def state_dict(self) -> dict[str, Any] | None:
+        if self.teacher is None:
+            return None
+        return {"teacher": {k: v.detach().cpu().clone() for k, v in self.teacher.state_dict().items()},
+                "synced_at": self.synced_at}
+
+    def load_state_dict(self, state: dict[str, Any] | None) -> None:
+        if self.teacher is not None and state is not None:
+            self.teacher.load_state_dict(state["teacher"])
+            self.synced_at = int(state["synced_at"])
+
+    # ---------------------------------------------------------------- the step
+    def lam(self, step: int) -> float:
+        return obj.lam_schedule(step, start=self.c.lam, end=self.c.lam_end, steps=self.c.lam_steps,
+                                kind=self.c.lam_schedule)
+
+    def __call__(self, step: int, policy, items: Sequence, rollout: Rollout, advantages: torch.Tensor,
+                 completions: Sequence[str], student_logp: torch.Tensor | None = None,
+                 lam: float | None = None) -> CreditOutput:
+        """Per-token advantages for one rollout batch.
+
+        Args:
+            step: 0-based training step (drives the ``lam`` schedule and the teacher sync).
+            policy: the current policy (the live teacher, and the student of the KL).
+            items: the step's task items; row ``i`` of the rollout answers ``items[i // G]``.
+            rollout: the sampled batch.
+            advantages: ``[B]`` sequence advantages.
+            completions: decoded responses (for the leakage counter).
+            student_logp: ``[B,T]`` the current policy's log-probs of the sampled tokens, if known
+                (on-policy: the sampling log-probs); None computes them (no grad).
+            lam: override the schedule (the ``grpolab credit`` page uses it).
+        """
+        t0 = time.time()
+        c = self.c
+        G = rollout.batch_size // len(items)
+        self.maybe_sync(step, policy)
+        teacher = self.teacher if self.teacher is not None else policy
+        lam = self.lam(step) if lam is None else lam
+        mask = rollout.response_mask
+        B, T = mask.shape
+        device = mask.device
+        if c.name == "opsd":
+            rows = torch.arange(B, device=device)
+        else:
+            rows = (advantages != 0).nonzero().squeeze(-1)
+        full_student = torch.zeros(B, T, dtype=torch.float32, device=device)
+        full_teacher = torch.zeros_like(full_student)
+        full_div = torch.zeros_like(full_student) if self._needs_kl() else None
+        if len(rows) > 0:
+            part = rollout.select(rows)
+            # one teacher prompt per prompt group; its KV cache is shared by the group's rows
+            groups, prompt_index = torch.unique(rows // G, return_inverse=True)
+            texts = build_teacher_prompts([items[int(g)] for g in groups.tolist()], c.template)
+            t_ids, t_mask = encode_teacher_prompts(self.tokenizer, texts, group_size=1, device=device)
+            micro = c.micro_batch_size or self.cfg.trainer.micro_batch_size or None
+            was_training = policy.training
+            policy.eval()
+            res = teacher_logprobs(teacher, t_ids, t_mask, part, temperature=self.cfg.rollout.temperature,
+                                   return_kl=self._needs_kl(), student=policy, chunk_size=c.chunk_size,
+                                   micro_batch_size=micro, prompt_index=prompt_index)
+            if res.student_logp is not None:
+                s_lp = res.student_logp
+            elif student_logp is not None:
+                s_lp = student_logp[rows].float()
+            else:
+                with torch.no_grad():
+                    s_lp = response_logprobs(policy, part, temperature=self.cfg.rollout.temperature,
+                                             micro_batch_size=micro).logp.float()
+            policy.train(was_training)
+            full_student[rows] = s_lp.detach()
+            full_teacher[rows] = res.logp
+            if full_div is not None:
+                full_div[rows] = res.kl
+        boundary = torch.isin(rollout.response_ids, self.boundary_ids.to(device)) if len(self.boundary_ids) else None
+        span = None
+        if len(self.span_end_ids):
+            hit = torch.isin(rollout.response_ids, self.span_end_ids.to(device)) & mask.bool()
+            span = hit.long().cumsum(-1) == 0
+        scored = torch.zeros(B, dtype=torch.bool, device=device)
+        scored[rows] = True
+        out = obj.credit_advantages(
+            c.name, advantages, full_student, full_teacher, mask, lam=lam, eps_w=c.eps_w,
+            negative_only=c.negative_only, span_mask=span, divergence=full_div, threshold=c.gear_threshold,
+            k=c.gear_k, quantile=c.gear_quantile, min_divergence=c.gear_min_divergence, boundary_mask=boundary,
+        )
+        metrics = self._metrics(out, lam, full_student, full_teacher, full_div, mask, scored)
+        metrics.update(leakage(completions, [items[i // G] for i in range(B)], c.template))
+        metrics["time/teacher"] = time.time() - t0
+        return CreditOutput(advantages=out.advantages, multiplier=out.multiplier, segment_ids=out.segment_ids,
+                            student_logp=full_student, teacher_logp=full_teacher, divergence=full_div,
+                            metrics=metrics)
+
+    def _needs_kl(self) -> bool:
+        return self.c.name == "gear" and self.c.divergence == "kl"
+
+    def _metrics(self, out, lam, s_lp, t_lp, div, mask, scored) -> dict[str, float]:
+        row: dict[str, float] = {"credit/lam": float(lam), "credit/scored_rows_frac": float(scored.float().mean())}
+        valid = mask.bool() & scored.unsqueeze(-1)
+        n = max(int(valid.sum()), 1)
+        # KL(student || teacher) on the student's own samples: the k1 estimate from the sampled
+        # tokens, and the exact full-vocabulary value when it was computed
+        row["credit/kl_sampled"] = float(torch.where(valid, s_lp - t_lp, torch.zeros_like(s_lp)).sum()) / n
+        if div is not None:
+            row["credit/kl"] = float(torch.where(valid, div, torch.zeros_like(div)).sum()) / n
+        # delta and segment statistics over the scored rows only (unscored rows have delta 0)
+        if bool(valid.any()):
+            seg = None if out.segment_ids is None else torch.where(valid, out.segment_ids, torch.zeros_like(out.segment_ids))
+            delta = torch.where(valid, t_lp - s_lp, torch.zeros_like(s_lp)).double()
+            m = obj.credit_metrics(delta, torch.zeros_like(valid), valid, valid.double(), seg)
+            for k, v in m.items():
+                if k not in ("clip_frac", "reweighted_frac"):
+                    row[f"credit/{k}"] = float(v)
+        if "clip_frac" in out.metrics:
+            row["credit/clip_frac"] = float(out.metrics["clip_frac"])
+        mult = out.multiplier[valid]
+        if mult.numel():
+            row["credit/multiplier_min"] = float(mult.min())
+            row["credit/multiplier_max"] = float(mult.max())
+        return row
+
+
+__all__ = ["CreditOutput", "CreditStep", "leakage"]

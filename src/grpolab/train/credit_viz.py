@@ -1,0 +1,204 @@
+"""``grpolab credit RUN_DIR --sample N``: where does the privileged teacher put the blame?
+
+Loads a run's model (``final/``, else the newest checkpoint, else the warm start) and config,
+samples ``group_size`` responses for a few held-out prompts, scores them (rewards, group
+advantages), runs the run's credit method (``rlsd``/``gear``/``opsd``; ``gear`` for a ``grpo`` run)
+with the teacher the run used (the frozen teacher saved in the newest checkpoint, else the model
+itself), and writes
+
+- ``RUN_DIR/credit/credit.html``: each response token on a background coloured by its credit
+  multiplier ``A_t / A`` (red: more weight than the sequence advantage, blue: less; white: 1),
+  GEAR segments outlined, details (delta, KL, segment) on hover;
+- ``RUN_DIR/credit/credit.png``: the same picture, one row per response.
+
+``lam`` defaults to 1 so the page shows the full teacher weight (during training ``lam`` decays
+and the multipliers shrink towards 1 by the factor ``lam``).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grpolab.utils.io import atomic_write_text
+
+
+def _model_dir(run_dir: Path) -> Path:
+    from grpolab.train.checkpoint import latest_checkpoint
+
+    if (run_dir / "final" / "config.json").exists():
+        return run_dir / "final"
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None:
+        return ckpt.model_dir
+    if (run_dir / "sft" / "config.json").exists():
+        return run_dir / "sft"
+    raise FileNotFoundError(f"{run_dir} holds no model (final/, checkpoints/ or sft/); is it a grpolab run directory?")
+
+
+def collect(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, method: str | None = None,
+            seed: int = 0) -> dict[str, Any]:
+    """Sample, score and reweight ``sample`` responses of a run; returns what the page shows."""
+    from grpolab import objectives as obj
+    from grpolab.models import load_model
+    from grpolab.rollout import sample as sample_fn
+    from grpolab.train.checkpoint import latest_checkpoint
+    from grpolab.train.credit import CreditStep
+    from grpolab.train.loop import load_run_config
+    from grpolab.train.setup import build_task_splits
+    from grpolab.train.text import decode_responses, encode_prompts
+
+    run_dir = Path(run_dir)
+    if not (run_dir / "config.yaml").exists():
+        raise FileNotFoundError(f"{run_dir}/config.yaml not found; pass a grpolab run directory")
+    if sample < 1:
+        raise ValueError(f"--sample must be >= 1, got {sample}")
+    cfg = load_run_config(run_dir)
+    method = method or (cfg.credit.name if cfg.credit.name != "grpo" else "gear")
+    obj.CREDIT_METHODS.get(method)
+    cfg.credit.name = method
+    model, tok = load_model(_model_dir(run_dir))
+    model.eval()
+    _, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
+    G = max(cfg.rollout.group_size, 2)
+    n_prompts = min(len(eval_items), max(1, -(-sample // G) * 2))   # extra prompts: want mixed rewards
+    items = eval_items[:n_prompts]
+    gen = torch.Generator().manual_seed(seed)
+    rollout = sample_fn(model, encode_prompts(tok, [it.prompt for it in items]), group_size=G,
+                        max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+                        top_p=cfg.rollout.top_p, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                        generator=gen)
+    completions = decode_responses(tok, rollout.response_ids, rollout.response_mask)
+    rewards = torch.tensor([items[i // G].score(c).score for i, c in enumerate(completions)], dtype=torch.float32)
+    adv = obj.get_advantage_estimator(cfg.objective.advantage)(rewards, rollout.group_ids)
+    step = CreditStep(cfg, model, tok)
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is not None and step.teacher is not None:
+        state = ckpt.load_state().get("credit")
+        if state is not None:
+            step.load_state_dict(state)
+    out = step(0, model, items, rollout, adv, completions, lam=lam)
+    # rows to show: non-zero advantages first (both signs), then the rest
+    order = sorted(range(len(completions)), key=lambda i: (adv[i] == 0, -abs(float(adv[i])), i))[:sample]
+    rows = []
+    for i in order:
+        n = int(rollout.response_mask[i].sum())
+        ids = rollout.response_ids[i, :n].tolist()
+        rows.append({
+            "prompt": items[i // G].prompt, "completion": completions[i], "reward": float(rewards[i]),
+            "advantage": float(adv[i]),
+            "tokens": [tok.decode([t]) for t in ids],
+            "multiplier": out.multiplier[i, :n].tolist(),
+            "delta": (out.teacher_logp[i, :n] - out.student_logp[i, :n]).tolist(),
+            "kl": None if out.divergence is None else out.divergence[i, :n].tolist(),
+            "segment": None if out.segment_ids is None else out.segment_ids[i, :n].tolist(),
+        })
+    return {"method": method, "lam": lam, "eps_w": cfg.credit.eps_w, "teacher": cfg.credit.teacher,
+            "template": cfg.credit.template, "rows": rows, "metrics": out.metrics}
+
+
+def _color(mult: float, eps: float) -> tuple[float, float, float]:
+    """White at 1; red towards 1 + eps, blue towards 1 - eps (RGB in [0, 1])."""
+    x = 0.0 if eps <= 0 else max(-1.0, min(1.0, (mult - 1.0) / eps))
+    if x >= 0:
+        return (1.0, 1.0 - 0.75 * x, 1.0 - 0.75 * x)
+    return (1.0 + 0.75 * x, 1.0 + 0.75 * x, 1.0)
+
+
+def _show(tokstr: str) -> str:
+    return tokstr.replace("\n", "\u21b5").replace(" ", "\u00b7") or "\u2205"
+
+
+def render_html(data: dict[str, Any]) -> str:
+    eps = data["eps_w"] * data["lam"] or 1e-9
+    parts = [
+        "<!doctype html><meta charset='utf-8'><title>grpolab credit</title>",
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+        ".tok{font-family:monospace;font-size:15px;padding:2px 1px;margin:0;display:inline-block}"
+        ".seg{outline:2px solid #222;outline-offset:-1px}.anc{font-weight:bold;text-decoration:underline}"
+        ".row{margin:1.2em 0;padding:.6em;border:1px solid #ddd}.meta{color:#555;font-size:13px}</style>",
+        f"<h1>Token credit: {html.escape(data['method'])}</h1>",
+        f"<p class=meta>lam = {data['lam']}, eps_w = {data['eps_w']}, teacher = {html.escape(data['teacher'])}. "
+        "Background: the multiplier A_t / A (red &gt; 1, white = 1, blue &lt; 1, saturated at 1 &plusmn; lam eps_w). "
+        "Outlined: a GEAR segment (its first token, the anchor, is underlined). Hover a token for details.</p>",
+    ]
+    for r in data["rows"]:
+        parts.append("<div class=row>")
+        parts.append(f"<div class=meta>prompt <code>{html.escape(r['prompt'])}</code> &middot; reward {r['reward']:.2f} "
+                     f"&middot; A = {r['advantage']:+.3f}</div><div>")
+        prev_seg = 0
+        for j, t in enumerate(r["tokens"]):
+            m = r["multiplier"][j]
+            rgb = _color(m, eps)
+            seg = r["segment"][j] if r["segment"] else 0
+            cls = "tok" + (" seg" if seg else "") + (" anc" if seg and seg != prev_seg else "")
+            prev_seg = seg
+            tip = f"mult {m:.4f}, delta {r['delta'][j]:+.3f}"
+            if r["kl"] is not None:
+                tip += f", KL {r['kl'][j]:.3f}"
+            if seg:
+                tip += f", segment {seg}"
+            bg = "#%02x%02x%02x" % tuple(int(255 * c) for c in rgb)
+            parts.append(f"<span class='{cls}' style='background:{bg}' title='{html.escape(tip)}'>"
+                         f"{html.escape(_show(t))}</span>")
+        parts.append("</div></div>")
+    return "".join(parts) + "\n"
+
+
+def render_png(data: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Rectangle
+
+    eps = data["eps_w"] * data["lam"] or 1e-9
+    rows = data["rows"]
+    width = max((len(r["tokens"]) for r in rows), default=1)
+    fig, ax = plt.subplots(figsize=(min(0.28 * width + 2.5, 40), 0.55 * len(rows) + 1))
+    for y, r in enumerate(rows):
+        yy = len(rows) - 1 - y
+        ax.text(-0.5, yy + 0.4, f"A={r['advantage']:+.2f}", ha="right", va="center", fontsize=8)
+        for j, t in enumerate(r["tokens"]):
+            ax.add_patch(Rectangle((j, yy), 1, 0.8, facecolor=_color(r["multiplier"][j], eps), edgecolor="none"))
+            ax.text(j + 0.5, yy + 0.4, _show(t)[:3], ha="center", va="center", fontsize=8, family="monospace")
+        if r["segment"]:
+            seg = r["segment"]
+            j = 0
+            while j < len(seg):
+                if seg[j]:
+                    k = j
+                    while k + 1 < len(seg) and seg[k + 1] == seg[j]:
+                        k += 1
+                    ax.add_patch(Rectangle((j, yy), k - j + 1, 0.8, fill=False, edgecolor="black", linewidth=1.5))
+                    j = k + 1
+                else:
+                    j += 1
+    ax.set_xlim(-3, width)
+    ax.set_ylim(-0.2, len(rows))
+    ax.axis("off")
+    ax.set_title(f"{data['method']}: token multiplier A_t/A (red > 1, blue < 1), GEAR segments outlined", fontsize=10)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def credit_page(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, method: str | None = None,
+                seed: int = 0, out_dir: str | Path | None = None, png: bool = True) -> Path:
+    """Write ``credit.html`` (and ``credit.png``) for a run; returns the HTML path."""
+    data = collect(run_dir, sample=sample, lam=lam, method=method, seed=seed)
+    out = Path(out_dir) if out_dir is not None else Path(run_dir) / "credit"
+    out.mkdir(parents=True, exist_ok=True)
+    page = out / "credit.html"
+    atomic_write_text(page, render_html(data))
+    if png:
+        render_png(data, out / "credit.png")
+    return page
+
+
+__all__ = ["collect", "credit_page", "render_html", "render_png"]
