@@ -1,1 +1,46 @@
-"""grpolab.diagnostics."""
+"""grpolab.diagnostics: when does GRPO help? Pure functions plus small report writers.
+
+* statistics -- :func:`pass_at_k` (unbiased), :func:`bootstrap_ci`, :func:`paired_bootstrap_ci`
+* headroom -- :func:`headroom_from_outcomes` (greedy vs sampled vs pass@k, per family, verdict)
+* parameters -- :func:`parameter_drift` per group/layer, :func:`swap_in` / :func:`swapped` for
+  revert / transplant ablations, :func:`parameter_state`
+* rank -- :func:`effective_rank` (Roy & Vetterli), :func:`hidden_state_effective_ranks`
+* collapse -- :func:`detect_collapse` on success and entropy curves
+
+Nothing here imports the trainer; the commands that run models (``grpolab headroom``,
+``diagnose``) live in :mod:`grpolab.train.headroom` and :mod:`grpolab.train.diagnose`.
+"""
+
+from grpolab.diagnostics.collapse import CollapseVerdict, detect_collapse
+from grpolab.diagnostics.headroom import (
+    HeadroomResult,
+    HeadroomStats,
+    family_of,
+    headroom_from_outcomes,
+    headroom_markdown,
+)
+from grpolab.diagnostics.params import GroupDrift, parameter_drift, parameter_state, swap_in, swapped
+from grpolab.diagnostics.rank import effective_rank, hidden_state_effective_ranks
+from grpolab.diagnostics.stats import CI, bootstrap_ci, mean_ci, paired_bootstrap_ci, pass_at_k
+
+__all__ = [
+    "CI",
+    "CollapseVerdict",
+    "GroupDrift",
+    "HeadroomResult",
+    "HeadroomStats",
+    "bootstrap_ci",
+    "detect_collapse",
+    "effective_rank",
+    "family_of",
+    "headroom_from_outcomes",
+    "headroom_markdown",
+    "hidden_state_effective_ranks",
+    "mean_ci",
+    "paired_bootstrap_ci",
+    "parameter_drift",
+    "parameter_state",
+    "pass_at_k",
+    "swap_in",
+    "swapped",
+]

@@ -1,0 +1,98 @@
+"""The ``grpolab sweep`` and ``grpolab compare`` commands (the CLI only parses and calls these)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Callable
+
+from grpolab.sweep.grid import parse_factor
+from grpolab.sweep.runner import load_specs, plan_sweep, run_sweep
+from grpolab.sweep.summary import write_sweep_summary
+from grpolab.utils.io import atomic_write_json
+
+__all__ = ["compare_command", "sweep_command"]
+
+
+def _run(config, overrides, factors_text, seeds, jobs, out, summary_only, log):
+    try:
+        factors = [parse_factor(g) for g in factors_text]
+        if summary_only:
+            if not (Path(out) / "sweep.json").exists():
+                raise ValueError(f"{out} has no sweep.json; run the sweep first")
+            plan, specs = load_specs(out)
+            factors = [(f["key"], f["values"]) for f in plan["factors"]]
+            inv = Path(out) / "invocations.json"
+            history = json.loads(inv.read_text()) if inv.exists() else []
+            info = {"config": plan.get("config") or "defaults", "overrides": " ".join(plan.get("overrides", [])) or "-"}
+            if history:
+                info["wall time, all recorded invocations"] = (
+                    f"{sum(h['wall_seconds'] for h in history):.0f} s over {len(history)} invocation(s), "
+                    f"last with {history[-1]['jobs']} jobs x {history[-1]['threads']} threads on "
+                    f"{history[-1]['cores']} cores")
+            return factors, specs, info
+        out_, specs = plan_sweep(config, overrides, factors_text, seeds, out)
+    except ValueError as e:
+        if type(e).__name__ == "ConfigError":
+            raise
+        raise SystemExit(f"error: {e}") from None
+    t0 = time.time()
+    sweep = run_sweep(out_, specs, jobs=jobs, log=log)
+    failed = [n for n, s in sweep.status.items() if s == "failed"]
+    history = _record_invocation(Path(out_), sweep)
+    info = {
+        "config": str(config) if config else "defaults", "overrides": " ".join(overrides) or "-",
+        "runs": f"{len(specs)} ({sum(s == 'done' for s in sweep.status.values())} run now, "
+                f"{sum(s == 'skipped' for s in sweep.status.values())} already finished, {len(failed)} failed)",
+        "jobs": f"{sweep.jobs} at a time x {sweep.threads} torch threads on {sweep.cores} cores",
+        "wall time (this invocation)": f"{time.time() - t0:.0f} s",
+        "CPU busy (run processes' CPU time / (wall x cores))": f"{sweep.utilisation:.0%}",
+        "machine load average at the end (1 min)": f"{os.getloadavg()[0]:.1f} on {sweep.cores} cores",
+        "wall time, all invocations": f"{sum(h['wall_seconds'] for h in history):.0f} s over "
+                                      f"{len(history)} invocation(s)",
+    }
+    log(f"sweep wall time {sweep.wall_seconds:.0f}s, cores busy {sweep.utilisation:.0%}"
+        + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return factors, specs, info
+
+
+def _record_invocation(out: Path, sweep) -> list[dict]:
+    """Append this invocation's wall/CPU time to ``OUT/invocations.json``; returns all of them."""
+    path = out / "invocations.json"
+    history = json.loads(path.read_text()) if path.exists() else []
+    history.append({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_seconds": sweep.wall_seconds,
+                    "cpu_seconds": sweep.cpu_seconds, "jobs": sweep.jobs, "threads": sweep.threads,
+                    "cores": sweep.cores, "status": sweep.status, "loadavg": list(os.getloadavg())})
+    atomic_write_json(path, history)
+    return history
+
+
+def sweep_command(config, overrides: list[str], grid: list[str], *, seeds: int = 1, jobs: int = 1,
+                  out: str | Path = "runs/sweep", summary_only: bool = False,
+                  log: Callable[[str], None] = print) -> Path:
+    """Plan, run (resumably) and summarise a grid; returns the summary markdown path."""
+    if not grid and not summary_only:
+        raise SystemExit("error: give at least one --grid KEY=V1,V2 (e.g. --grid optim.lr=1e-4,3e-4)")
+    factors, specs, info = _run(config, overrides, grid, seeds, jobs, out, summary_only, log)
+    md = write_sweep_summary(out, specs, factors, sweep_info=info)
+    log(f"summary: {md}")
+    return md
+
+
+def compare_command(config, overrides: list[str], vary: list[str], *, seeds: int = 3, jobs: int = 1,
+                    out: str | Path = "runs/compare", baseline: str | None = None, summary_only: bool = False,
+                    log: Callable[[str], None] = print) -> Path:
+    """Run each variant x seeds through the sweep runner, then write the comparison."""
+    from grpolab.sweep.compare import write_comparison
+
+    if not vary and not summary_only:
+        raise SystemExit("error: give at least one --vary KEY=A,B (e.g. --vary objective.aggregation=token,balanced)")
+    factors, specs, info = _run(config, overrides, vary, seeds, jobs, out, summary_only, log)
+    try:
+        md = write_comparison(out, specs, factors, baseline=baseline, info=info)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
+    log(f"comparison: {md}")
+    return md

@@ -1,0 +1,118 @@
+"""Sweep and compare without training: grid expansion, planning, summaries of fabricated runs."""
+
+import json
+
+import pytest
+
+from grpolab.config import ConfigError
+from grpolab.sweep import collect_runs, expand_grid, parse_factor, plan_sweep, write_sweep_summary
+from grpolab.sweep.compare import pick_baseline, training_statistics, write_comparison
+
+
+def test_parse_and_expand_grid():
+    assert parse_factor("optim.lr=1e-4, 3e-4") == ("optim.lr", ["1e-4", "3e-4"])
+    for bad, msg in (("optim.lr", "must look like"), ("optim.lr=", "at least one"),
+                     ("optim.lr=1,1", "repeats"), ("trainer.seed=1,2", "--seeds")):
+        with pytest.raises(ValueError, match=msg):
+            parse_factor(bad)
+    specs = expand_grid([("optim.lr", ["1e-4", "3e-4"]), ("objective.kl_coef", ["0", "0.1"])], [0, 1])
+    assert len(specs) == 8
+    assert specs[0].name == "lr=1e-4,kl_coef=0,seed=0" and specs[1].name == "lr=1e-4,kl_coef=0,seed=1"
+    assert specs[0].setting == specs[1].setting == "lr=1e-4,kl_coef=0"
+    assert specs[-1].overrides() == ["optim.lr=3e-4", "objective.kl_coef=0.1", "trainer.seed=1"]
+    # clashing short names fall back to the full key
+    s = expand_grid([("objective.clip_low", ["0.1"]), ("rollout.clip_low", ["2"])], [0])
+    assert s[0].name == "objective.clip_low=0.1,rollout.clip_low=2,seed=0"
+
+
+def test_plan_validates_every_point_before_any_work(tmp_path):
+    with pytest.raises(ConfigError, match="objective.aggregation"):
+        plan_sweep(None, [], ["objective.aggregation=token,nope"], 1, tmp_path / "s")
+    assert not (tmp_path / "s").exists()
+    out, specs = plan_sweep(None, ["trainer.steps=3"], ["optim.lr=1e-4,1e-3"], 2, tmp_path / "s")
+    assert len(specs) == 4 and (out / "sweep.json").exists()
+    cfg = (out / "runs" / specs[0].name / "config.yaml").read_text()
+    assert "lr: 0.0001" in cfg and "steps: 3" in cfg
+    # a finished run with a different config in the same place is refused, with the fix named
+    (out / "runs" / specs[0].name / "result.json").write_text("{}")
+    with pytest.raises(ValueError, match="trainer.steps: 3 -> 4"):
+        plan_sweep(None, ["trainer.steps=4"], ["optim.lr=1e-4,1e-3"], 2, tmp_path / "s")
+    # a run saved before grpolab grew a new config field (it takes its default) is still the same run
+    import yaml
+
+    path = out / "runs" / specs[0].name / "config.yaml"
+    saved = yaml.safe_load(path.read_text())
+    del saved["trainer"]["headroom"]
+    path.write_text(yaml.safe_dump(saved))
+    plan_sweep(None, ["trainer.steps=3"], ["optim.lr=1e-4,1e-3"], 2, tmp_path / "s")
+    assert "headroom" not in yaml.safe_load(path.read_text())["trainer"]  # finished: left alone
+
+
+def _fake_run(out, spec, start, curve, entropy=None, extra=None):
+    d = out / "runs" / spec.name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "result.json").write_text(json.dumps({"steps": len(curve) * 10, "start_accuracy": start,
+                                               "final_accuracy": curve[-1], "best_accuracy": max([start, *curve])}))
+    rows = []
+    for i in range(1, len(curve) * 10 + 1):
+        r = {"step": i, "update/entropy": (entropy or [0.5] * 1000)[i - 1], "time/step": 1.0,
+             "length/std": 2.0, "update/ratio_max": 1.5, "update/ratio_min": 0.5, **(extra or {})}
+        if i % 10 == 0:
+            r["eval/accuracy"] = curve[i // 10 - 1]
+        rows.append(r)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_summary_of_fabricated_sweep(tmp_path):
+    factors = [("optim.lr", ["1e-4", "1e-2"])]
+    specs = expand_grid(factors, [0, 1])
+    out = tmp_path / "s"
+    _fake_run(out, specs[0], 0.3, [0.35, 0.40, 0.45])
+    _fake_run(out, specs[1], 0.3, [0.33, 0.38, 0.41])
+    _fake_run(out, specs[2], 0.3, [0.10, 0.0, 0.0])  # collapses at step 20
+    # specs[3] unfinished
+    rows = collect_runs(out, specs)
+    assert [r.status for r in rows] == ["finished"] * 3 + ["unfinished"]
+    assert rows[0].eval_steps == [0, 10, 20, 30] and rows[0].final == 0.45
+    assert rows[2].collapse == "success" and rows[2].collapse_step == 20
+    assert rows[0].collapse == "-"
+    md = write_sweep_summary(out, specs, factors).read_text()
+    assert "| 1e-2 | 1 | 0.000 [0.000, 0.000]" in md  # one finished run at lr=1e-2
+    assert "| 1e-4 | 2 | 0.430" in md  # mean of 0.45 and 0.41
+    assert "unfinished" in md and "fell from 0.300" in md
+    assert (out / "plots" / "success_vs_lr.png").exists() and (out / "plots" / "curves.png").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["effects"]["optim.lr"][0]["change"]["value"] == pytest.approx(0.13)
+
+
+def test_comparison_pairs_by_seed(tmp_path):
+    factors = [("objective.aggregation", ["token", "balanced"])]
+    specs = expand_grid(factors, [0, 1])
+    out = tmp_path / "c"
+    _fake_run(out, specs[0], 0.3, [0.5], extra={"length/gap_incorrect_minus_correct": 4.0})
+    _fake_run(out, specs[1], 0.3, [0.4], extra={"length/gap_incorrect_minus_correct": 6.0})
+    _fake_run(out, specs[2], 0.3, [0.6], extra={"length/gap_incorrect_minus_correct": 1.0})
+    _fake_run(out, specs[3], 0.3, [0.6], extra={"length/gap_incorrect_minus_correct": 1.0})
+    md = write_comparison(out, specs, factors, baseline="token").read_text()
+    res = json.loads((out / "comparison.json").read_text())
+    b = res["variants"]["aggregation=balanced"]
+    # paired by seed: (0.6 - 0.5, 0.6 - 0.4) -> mean 0.15
+    assert b["final_minus_baseline"]["value"] == pytest.approx(0.15)
+    assert res["variants"]["aggregation=token"]["statistics"]["length/gap_incorrect_minus_correct"]["value"] == pytest.approx(5.0)
+    assert b["statistics"]["update/ratio_spread"]["value"] == pytest.approx(1.0)
+    assert "(baseline)" in md and (out / "plots" / "compare_curves.png").exists()
+    with pytest.raises(ValueError, match="matches 0 variants"):
+        write_comparison(out, specs, factors, baseline="sequence")
+    assert pick_baseline(["a=1", "a=2"], expand_grid([("x.a", ["1", "2"])], [0]), "a=2") == "a=2"
+
+
+def test_training_statistics_means():
+    rows = [{"step": 1, "length/std": 2.0, "update/clip_frac": 0.1, "update/ratio_max": 1.2, "update/ratio_min": 0.9},
+            {"step": 2, "length/std": 4.0, "update/clip_frac": 0.3, "update/ratio_max": 1.4, "update/ratio_min": 0.7,
+             "update/credit_weight_std": 0.5, "reward/mean": 1.0, "credit/multiplier_max": 3.0,
+             "credit/multiplier_min": 0.5}]
+    st = training_statistics(rows)
+    assert st["length/std"] == 3.0 and st["update/clip_frac"] == pytest.approx(0.2)
+    assert st["update/ratio_spread"] == pytest.approx(0.5)  # (0.3 + 0.7) / 2
+    assert st["update/credit_weight_std"] == 0.5 and "reward/mean" not in st
+    assert st["credit/multiplier_spread"] == 2.5 and st["credit/multiplier_max"] == 3.0
