@@ -107,6 +107,52 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_headroom(args: argparse.Namespace) -> int:
+    from grpolab.train.headroom import headroom_command
+
+    res = headroom_command(args.model, task=args.task, task_options=args.task_option, n=args.n, k=args.k,
+                           temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                           seed=args.seed, out=args.out)
+    print(res.message)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from grpolab.sweep.commands import sweep_command
+
+    sweep_command(args.config, args.overrides, args.grid, seeds=args.seeds, jobs=args.jobs, out=args.out,
+                  summary_only=args.summary_only)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from grpolab.sweep.commands import compare_command
+
+    compare_command(args.config, args.overrides, args.vary, seeds=args.seeds, jobs=args.jobs, out=args.out,
+                    baseline=args.baseline, summary_only=args.summary_only)
+    return 0
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    from grpolab.train.diagnose import diagnose_run
+
+    report = diagnose_run(args.run_dir, base=args.base, n=args.n, probe=args.probe, seed=args.seed)
+    print(f"report: {report}")
+    return 0
+
+
+def cmd_credit(args: argparse.Namespace) -> int:
+    from grpolab.train.credit_viz import credit_page
+
+    try:
+        page = credit_page(args.run_dir, sample=args.sample, lam=args.lam, method=args.method, seed=args.seed,
+                           out_dir=args.out, png=not args.no_png)
+    except (FileNotFoundError, ValueError) as e:
+        raise SystemExit(f"error: {e}") from None
+    print(f"wrote {page}" + ("" if args.no_png else f" and {page.with_suffix('.png')}"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpolab", description="RL with verifiable rewards (GRPO family) "
                                 "for causal language models.")
@@ -134,6 +180,61 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--max-new-tokens", type=int, default=48)
     e.add_argument("--seed", type=int, default=0)
     e.set_defaults(func=cmd_eval)
+
+    h = sub.add_parser("headroom", help="is there headroom for RL? greedy vs sampled success, pass@k, verdict")
+    h.add_argument("model", help="a model directory (HF format) or a grpolab run directory")
+    h.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
+    h.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
+    h.add_argument("--n", type=int, default=256, help="held-out items")
+    h.add_argument("--k", type=int, default=8, help="samples per item")
+    h.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default: the run's rollout.temperature, else 1.0)")
+    h.add_argument("--max-new-tokens", type=int, default=None)
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--out", default=None, help="write headroom.json/.md here (default: the run directory, "
+                   "if MODEL is one)")
+    h.set_defaults(func=cmd_headroom)
+
+    w = sub.add_parser("sweep", help="a grid of training runs (resumable, several at once) and its summary")
+    _add_config_args(w)
+    w.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="one factor of the grid, e.g. --grid optim.lr=1e-4,3e-4 (repeatable)")
+    w.add_argument("--seeds", type=int, default=1, help="seeds per grid point (trainer.seed = 0..N-1)")
+    w.add_argument("--jobs", type=int, default=1, help="runs at once (torch threads per run = cores // jobs)")
+    w.add_argument("--out", default="runs/sweep", help="sweep directory")
+    w.add_argument("--summary-only", action="store_true", help="only rewrite the summary of finished runs")
+    w.set_defaults(func=cmd_sweep)
+
+    c = sub.add_parser("compare", help="variants x seeds: CIs, paired differences vs a baseline, explanations")
+    _add_config_args(c)
+    c.add_argument("--vary", action="append", default=[], metavar="KEY=A,B",
+                   help="variants, e.g. --vary objective.aggregation=token,balanced (repeatable: product)")
+    c.add_argument("--seeds", type=int, default=3)
+    c.add_argument("--baseline", default=None, help="the variant others are compared with (a value, or "
+                   "key=value,...; default: the first)")
+    c.add_argument("--jobs", type=int, default=1)
+    c.add_argument("--out", default="runs/compare")
+    c.add_argument("--summary-only", action="store_true", help="only rewrite the comparison of finished runs")
+    c.set_defaults(func=cmd_compare)
+
+    d = sub.add_parser("diagnose", help="what changed in a trained run: drift, revert/transplant, effective rank")
+    d.add_argument("run_dir", help="a grpolab run directory (with final/ or checkpoints/)")
+    d.add_argument("--base", default=None, help="the starting model (default: RUN_DIR/sft, else model.path)")
+    d.add_argument("--n", type=int, default=256, help="held-out items for the ablations")
+    d.add_argument("--probe", type=int, default=64, help="held-out prompts for hidden-state ranks")
+    d.add_argument("--seed", type=int, default=0)
+    d.set_defaults(func=cmd_diagnose)
+
+    cr = sub.add_parser("credit", help="HTML/PNG page: each response token coloured by its teacher credit multiplier")
+    cr.add_argument("run_dir", help="a grpolab run directory")
+    cr.add_argument("--sample", type=int, default=6, help="responses to show")
+    cr.add_argument("--method", default=None, choices=["rlsd", "gear", "opsd"],
+                    help="credit method (default: the run's, or gear for a grpo run)")
+    cr.add_argument("--lam", type=float, default=1.0, help="mixing weight shown (1 = the full teacher weight)")
+    cr.add_argument("--seed", type=int, default=0)
+    cr.add_argument("--out", default=None, help="output folder (default: RUN_DIR/credit)")
+    cr.add_argument("--no-png", action="store_true", help="HTML only")
+    cr.set_defaults(func=cmd_credit)
     return p
 
 

@@ -78,9 +78,9 @@ class SFTConfig:
     max_steps: int = 800
     batch_size: int = 64
     lr: float = 3e-3
-    target_accuracy: float = 0.25
+    target_accuracy: float = 0.45
     eval_every: int = 50
-    n_eval: int = 128
+    n_eval: int = 256
 
     def validate(self) -> None:
         _choice("sft.enabled", self.enabled, ("auto", "yes", "no"))
@@ -99,8 +99,13 @@ class RolloutConfig:
     max_new_tokens: int = 48
     temperature: float = 1.0
     top_p: float = 1.0
+    # Processes for verifiers that cost CPU (math-verify on LaTeX, sql, json_schema): 1 = score in
+    # the trainer's process (fastest for cheap checks such as plain numbers: no IPC). Sandboxed code
+    # verification always runs in parallel over the fork-server pool, whatever this is.
+    reward_workers: int = 1
 
     def validate(self) -> None:
+        _positive("rollout.reward_workers", self.reward_workers)
         _positive("rollout.prompts_per_step", self.prompts_per_step)
         _positive("rollout.group_size", self.group_size)
         _positive("rollout.max_new_tokens", self.max_new_tokens)
@@ -180,6 +185,7 @@ class TrainerConfig:
     micro_batch_tokens: int = 2048  # padded tokens per forward/backward when micro_batch_size = 0
     policy_lag: int = 0  # rollouts come from the policy this many updates old
     skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
+    headroom: bool = True  # measure greedy vs sampled success before RL (RUN_DIR/headroom.md)
     eval_every: int = 25
     save_every: int = 25
     keep_checkpoints: int = 2
@@ -207,6 +213,97 @@ class LogConfig:
 
 
 @dataclass
+class CreditConfig:
+    """Token-level credit from a privileged self-teacher (RLSD, GEAR, OPSD); see docs/credit.md.
+
+    ``name=grpo`` (default) leaves every token with its sequence advantage. ``lam`` decays from
+    ``lam`` to ``lam_end`` over ``lam_steps`` steps (``lam_schedule=linear``) or stays
+    (``constant``). GEAR: ``divergence`` (``kl`` full vocabulary, or ``logratio`` = the sampled
+    token's gap), the spike threshold (``gear_threshold`` ``mad``: median + ``gear_k`` MAD, or
+    ``quantile``: ``gear_quantile``; floor ``gear_min_divergence``), and the characters whose
+    tokens end a segment (``gear_boundaries``). ``span_end``: if set, reweight only the tokens
+    before the first token containing it (e.g. ``"#"``: the scratchpad of the arith task).
+    """
+
+    name: str = "grpo"
+    lam: float = 0.5
+    lam_end: float = 0.0
+    lam_steps: int = 50
+    lam_schedule: str = "linear"
+    eps_w: float = 0.2
+    negative_only: bool = False
+    span_end: str = ""
+    teacher: str = "frozen"
+    teacher_sync_every: int = 10
+    template: str = (
+        "{prompt}\nhere is a reference solution: {privileged}\nsolve it in your own way.\n{prompt}"
+    )
+    divergence: str = "kl"
+    gear_threshold: str = "mad"
+    gear_k: float = 3.0
+    gear_quantile: float = 0.9
+    gear_min_divergence: float = 0.0
+    gear_boundaries: str = "\n;"
+    chunk_size: int = 1024
+    micro_batch_size: int = 0  # rows per teacher forward; 0 = trainer.micro_batch_size, or all rows
+
+    def validate(self) -> None:
+        from grpolab import objectives as obj
+        from grpolab.rollout.teacher import check_template
+
+        _choice("credit.name", self.name, obj.CREDIT_METHODS.names())
+        _choice("credit.lam_schedule", self.lam_schedule, ("linear", "constant"))
+        _choice("credit.teacher", self.teacher, ("frozen", "live"))
+        for k in ("lam", "lam_end"):
+            if not 0 <= getattr(self, k) <= 1:
+                raise ConfigError(f"credit.{k}={getattr(self, k)} must be in [0, 1] (0 = plain GRPO)")
+        _positive("credit.lam_steps", self.lam_steps, zero_ok=True)
+        _positive("credit.teacher_sync_every", self.teacher_sync_every)
+        _positive("credit.chunk_size", self.chunk_size)
+        _positive("credit.micro_batch_size", self.micro_batch_size, zero_ok=True)
+        _positive("credit.gear_min_divergence", self.gear_min_divergence, zero_ok=True)
+        try:
+            obj.check_credit(name=self.name, lam=self.lam, eps_w=self.eps_w, threshold=self.gear_threshold,
+                             k=self.gear_k, quantile=self.gear_quantile, divergence=self.divergence)
+            check_template(self.template)
+        except ValueError as e:
+            raise ConfigError(f"credit: {e}") from None
+
+
+@dataclass
+class EnvConfig:
+    """Multi-turn episodes (:mod:`grpolab.envs`); ``name=""`` (default) means single-turn sampling.
+
+    With ``name`` set, every rollout and evaluation plays episodes: the model acts (one turn ends
+    at EOS, at most ``max_turn_tokens`` tokens), the environment answers, up to ``max_turns``
+    model turns and ``max_total_tokens`` response tokens (model + observations) per episode.
+    ``options`` go to the environment's constructor. The task section must produce items for
+    that environment (e.g. ``task.name: web`` with ``env.name: web``); see docs/envs.md.
+    """
+
+    name: str = ""
+    max_turns: int = 4
+    max_total_tokens: int = 160
+    max_turn_tokens: int = 32
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        for k in ("max_turns", "max_total_tokens", "max_turn_tokens"):
+            _positive(f"env.{k}", getattr(self, k))
+        if not isinstance(self.options, dict):
+            raise ConfigError(f"env.options must be a mapping, got {type(self.options).__name__}")
+        if self.max_turn_tokens > self.max_total_tokens:
+            raise ConfigError(
+                f"env.max_turn_tokens={self.max_turn_tokens} exceeds env.max_total_tokens="
+                f"{self.max_total_tokens}; lower the first or raise the second"
+            )
+        if self.name:
+            from grpolab.envs import list_envs
+
+            _choice("env.name", self.name, [""] + list_envs())
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskConfig = field(default_factory=TaskConfig)
@@ -216,6 +313,8 @@ class Config:
     optim: OptimConfig = field(default_factory=OptimConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    credit: CreditConfig = field(default_factory=CreditConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
 
     def validate(self) -> "Config":
         for f in dataclasses.fields(self):
@@ -253,6 +352,13 @@ PRESETS: dict[str, dict[str, Any]] = {
     "ctpo": {
         "objective.ratio": "cumulative", "objective.clip_low": 0.025, "objective.clip_high": 0.05,
         "objective.clip_power": 0.5,
+    },
+    # for ratio studies: one name per variant
+    "token": {"objective.ratio": "token"},
+    "sequence": {"objective.ratio": "sequence"},
+    "ctpo_fixed": {  # cumulative ratio with a position-independent bound (clip_power 0)
+        "objective.ratio": "cumulative", "objective.clip_low": 0.025, "objective.clip_high": 0.05,
+        "objective.clip_power": 0.0,
     },
 }
 

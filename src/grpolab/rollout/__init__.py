@@ -3,10 +3,28 @@
 - :func:`sample` -- prompts -> :class:`Rollout` (token ids, masks, sampling log-probs, group ids).
 - :func:`response_logprobs` -- differentiable log-probs / entropies of a response batch under a
   model (the policy-update forward, and the privileged "teacher" forward).
+- :func:`run_episodes` -- multi-turn episodes against environments (:mod:`grpolab.envs`) ->
+  :class:`EpisodeBatch` (a Rollout whose observation tokens have mask 0, plus rewards and
+  per-turn counts).
+- :func:`teacher_logprobs` -- the privileged self-teacher forward (RLSD/GEAR/OPSD): teacher
+  log-probs of the sampled tokens and, optionally, the full-vocabulary KL to the student.
 """
 
 from .batch import Rollout
+from .episodes import EpisodeBatch, run_episodes
 from .logprobs import LogprobResult, response_logprobs
 from .sampler import left_pad, sample
+from .teacher import (
+    DEFAULT_TEACHER_TEMPLATE,
+    TeacherResult,
+    build_teacher_prompts,
+    check_template,
+    encode_teacher_prompts,
+    teacher_logprobs,
+)
 
-__all__ = ["Rollout", "LogprobResult", "sample", "response_logprobs", "left_pad"]
+__all__ = [
+    "Rollout", "LogprobResult", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
+    "DEFAULT_TEACHER_TEMPLATE", "TeacherResult", "build_teacher_prompts", "check_template",
+    "encode_teacher_prompts", "teacher_logprobs",
+]

@@ -7,6 +7,7 @@ Layout (``B`` = number of sampled sequences = prompts x group size, ``P`` = long
     response_ids  [B, T]  RIGHT-padded with pad_id     response_mask [B, T]  1 generated (incl. EOS)
     sample_logp   [B, T]  log pi_sample(token)          (0 where response_mask == 0)
     group_ids     [B]     prompt group of each row      finished      [B]     ended with EOS
+    response_attention [B, T] or None  (multi-turn episodes only: 1 on every real token)
 
 Left-padding the prompts and right-padding the responses puts every response directly after its
 prompt in ``input_ids = cat(prompt_ids, response_ids)``, so a single teacher-forced forward over
@@ -21,6 +22,10 @@ from typing import Union
 import torch
 
 Index = Union[torch.Tensor, slice, list, int]
+
+
+def _opt(t, fn):
+    return None if t is None else fn(t)
 
 
 @dataclass
@@ -38,6 +43,11 @@ class Rollout:
             (before any top-p truncation); 0 where ``response_mask`` is 0.
         group_ids: ``LongTensor [B]``; rows sharing a prompt share a group id (contiguous).
         finished: ``BoolTensor [B]``; True if the row ended with EOS, False if truncated.
+        response_attention: ``LongTensor [B, T]`` or ``None``. Multi-turn episodes
+            (:mod:`grpolab.rollout.episodes`) put environment observation tokens inside the
+            response: they must be attended to (and counted in positions) but never trained on,
+            so they have ``response_attention == 1`` and ``response_mask == 0``. ``None`` means
+            "same as ``response_mask``" (single-turn sampling).
     """
 
     prompt_ids: torch.Tensor
@@ -47,19 +57,22 @@ class Rollout:
     sample_logp: torch.Tensor
     group_ids: torch.Tensor
     finished: torch.Tensor
+    response_attention: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
         B = self.prompt_ids.shape[0]
         for f in fields(self):
             t = getattr(self, f.name)
+            if t is None:
+                continue
             if t.shape[0] != B:
                 raise ValueError(f"Rollout.{f.name} has {t.shape[0]} rows, expected {B} (prompt_ids)")
         if self.prompt_mask.shape != self.prompt_ids.shape:
             raise ValueError(
                 f"prompt_mask shape {tuple(self.prompt_mask.shape)} != prompt_ids shape {tuple(self.prompt_ids.shape)}"
             )
-        for name in ("response_mask", "sample_logp"):
-            if getattr(self, name).shape != self.response_ids.shape:
+        for name in ("response_mask", "sample_logp", "response_attention"):
+            if getattr(self, name) is not None and getattr(self, name).shape != self.response_ids.shape:
                 raise ValueError(
                     f"{name} shape {tuple(getattr(self, name).shape)} != response_ids shape "
                     f"{tuple(self.response_ids.shape)}"
@@ -78,8 +91,9 @@ class Rollout:
 
     @property
     def attention_mask(self) -> torch.Tensor:
-        """``LongTensor [B, P + T]``: prompt mask followed by response mask."""
-        return torch.cat([self.prompt_mask.long(), self.response_mask.long()], dim=1)
+        """``LongTensor [B, P + T]``: prompt mask followed by the response's attention mask."""
+        resp = self.response_mask if self.response_attention is None else self.response_attention
+        return torch.cat([self.prompt_mask.long(), resp.long()], dim=1)
 
     @property
     def response_lengths(self) -> torch.Tensor:
@@ -89,7 +103,7 @@ class Rollout:
     # ------------------------------------------------------------------ transforms
     def to(self, device: torch.device | str) -> "Rollout":
         """A copy with every tensor on ``device``."""
-        return Rollout(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        return Rollout(**{f.name: _opt(getattr(self, f.name), lambda t: t.to(device)) for f in fields(self)})
 
     def select(self, index: Index) -> "Rollout":
         """A subset of rows (``LongTensor`` of indices, ``BoolTensor [B]`` mask, slice or list).
@@ -101,7 +115,7 @@ class Rollout:
             index = [index]
         if isinstance(index, list):
             index = torch.as_tensor(index, dtype=torch.long, device=self.prompt_ids.device)
-        return Rollout(**{f.name: getattr(self, f.name)[index] for f in fields(self)})
+        return Rollout(**{f.name: _opt(getattr(self, f.name), lambda t: t[index]) for f in fields(self)})
 
     def __len__(self) -> int:
         return self.batch_size

@@ -56,7 +56,10 @@ def response_logprobs(
         model: a Hugging Face causal LM.
         batch: a :class:`Rollout`, or ``(prompt_ids [B, P] long, prompt_mask [B, P],
             response_ids [B, T] long, response_mask [B, T])`` with prompts left-padded and
-            responses right-padded.
+            responses right-padded, optionally followed by ``response_attention [B, T]`` (1 on
+            every response token to attend to, e.g. the observation tokens of a multi-turn
+            episode, which have ``response_mask`` 0: they are attended to and counted in the
+            positions, but get logp 0). Without it the response mask is the attention mask.
         temperature: logits are divided by it (use the sampling temperature so that ratios
             compare like with like).
         return_entropy: also return the per-token entropy.
@@ -72,8 +75,15 @@ def response_logprobs(
         prompt_ids, prompt_mask, response_ids, response_mask = (
             batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
         )
+        response_attention = batch.response_attention
     else:
-        prompt_ids, prompt_mask, response_ids, response_mask = batch
+        prompt_ids, prompt_mask, response_ids, response_mask = batch[:4]
+        response_attention = batch[4] if len(batch) > 4 else None
+    if response_attention is not None and response_attention.shape != response_mask.shape:
+        raise ValueError(
+            f"response_attention shape {tuple(response_attention.shape)} != response_mask shape "
+            f"{tuple(response_mask.shape)}"
+        )
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if prompt_ids.shape != prompt_mask.shape or response_ids.shape != response_mask.shape:
@@ -93,6 +103,7 @@ def response_logprobs(
             model, sig,
             prompt_ids[s : s + mb], prompt_mask[s : s + mb], response_ids[s : s + mb], response_mask[s : s + mb],
             temperature=temperature, return_entropy=return_entropy,
+            response_attn_BT=None if response_attention is None else response_attention[s : s + mb],
         )
         logps.append(lp)
         ents.append(ent)
@@ -105,9 +116,11 @@ def response_logprobs(
 
 def _score(
     model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT,
-    *, temperature: float, return_entropy: bool,
+    *, temperature: float, return_entropy: bool, response_attn_BT=None,
 ):
     """One forward. Returns ``(logp [B, T], entropy [B, T] | None)``."""
+    if response_attn_BT is None:
+        response_attn_BT = response_mask_BT
     B, T = response_ids_BT.shape
     out_dtype = torch.float32
     if T == 0:
@@ -125,9 +138,10 @@ def _score(
     T = int(any_r.nonzero().max()) + 1 if bool(any_r.any()) else 1
     if T < T_full:
         response_ids_BT, response_mask_BT = response_ids_BT[:, :T], response_mask_BT[:, :T]
+        response_attn_BT = response_attn_BT[:, :T]
     P = prompt_ids_BP.shape[1]
     input_ids = torch.cat([prompt_ids_BP, response_ids_BT], dim=1)
-    attn = torch.cat([prompt_mask_BP.long(), response_mask_BT.long()], dim=1)
+    attn = torch.cat([prompt_mask_BP.long(), response_attn_BT.long()], dim=1)
     position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
     kwargs = {"logits_to_keep": T + 1} if sig.logits_to_keep else {}
     out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False, **kwargs)

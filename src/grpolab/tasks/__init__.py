@@ -7,7 +7,8 @@
 * registry -- :func:`register_task`, :func:`get_task`, :func:`list_tasks`.
 * built-in tasks: "arith" (:class:`ArithTask`, the tiny model's default), "reverse"
   (:class:`ReverseTask`), "dataset" (:func:`load_dataset_task` for .jsonl/.json/.parquet),
-  "reasoning_gym" (:class:`ReasoningGymTask`).
+  "reasoning_gym" (:class:`ReasoningGymTask`); multi-turn tasks for :mod:`grpolab.envs`:
+  "tool_arith" (:class:`ToolArithTask`) and "web" (:class:`WebTask`).
 """
 
 from grpolab.tasks.arith import ArithTask
@@ -26,6 +27,8 @@ from grpolab.tasks.base import (
 from grpolab.tasks.dataset import DatasetTask, JsonlTask, load_dataset_task
 from grpolab.tasks.reasoning_gym import DEFAULT_RG_TEMPLATE, ReasoningGymTask
 from grpolab.tasks.reverse import ReverseTask
+from grpolab.tasks.tool_arith import ToolArithTask
+from grpolab.tasks.web import WebTask
 
 __all__ = [
     "ArithTask",
@@ -35,6 +38,8 @@ __all__ = [
     "ProceduralTask",
     "ReasoningGymTask",
     "ReverseTask",
+    "ToolArithTask",
+    "WebTask",
     "SPLITS",
     "StaticTask",
     "Task",

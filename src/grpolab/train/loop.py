@@ -26,9 +26,11 @@ import yaml
 
 from grpolab import objectives as obj
 from grpolab.config import Config, config_from_dict
+from grpolab.rewards import score_batch
 from grpolab.rollout import Rollout, response_logprobs, sample
 from grpolab.train.checkpoint import latest_checkpoint, rng_state, save_checkpoint, set_rng_state
-from grpolab.train.evaluate import SOLVED, evaluate
+from grpolab.train.credit import CreditStep
+from grpolab.train.evaluate import SOLVED, evaluate, run_env_episodes
 from grpolab.train.metrics_log import MetricsLog
 from grpolab.train.optim import build_optimizer, build_scheduler
 from grpolab.train.report import write_report
@@ -75,6 +77,7 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
     policy.to(device)
     reference = _frozen_copy(policy) if cfg.objective.kl_coef > 0 else None
     behaviour = _frozen_copy(policy) if cfg.trainer.policy_lag > 0 else None
+    credit = CreditStep(cfg, policy, tokenizer) if cfg.credit.name != "grpo" else None  # holds the teacher
 
     optimizer_steps = cfg.trainer.steps * cfg.trainer.epochs * cfg.trainer.mini_batches
     optimizer = build_optimizer(policy, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
@@ -89,6 +92,8 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
         state = ckpt.load_state()
         if state["reference"] is not None and reference is not None:
             reference.load_state_dict(state["reference"])
+        if credit is not None:
+            credit.load_state_dict(state.get("credit"))
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         snapshots.extend(state["snapshots"])
@@ -102,6 +107,10 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
         start = _evaluate(policy, tokenizer, eval_items, cfg)
         history["eval"].append({"step": 0, "accuracy": start.accuracy, "mean_reward": start.mean_reward})
         log(f"step 0  held-out greedy accuracy {start.accuracy:.3f}")
+        if cfg.trainer.headroom:  # own generator: the training RNG streams are untouched
+            from grpolab.train.headroom import run_headroom_check
+
+            run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, log=log)
     metrics_log = MetricsLog(run_dir, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb,
                              wandb_project=cfg.log.wandb_project, config=cfg.to_dict(),
                              resume_step=step if ckpt is not None else None)
@@ -116,21 +125,33 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
         if behaviour is not None:
             behaviour.load_state_dict(snapshots[0])
             sampler = behaviour
-        rollout = sample(
-            sampler, encode_prompts(tokenizer, [it.prompt for it in items]),
-            group_size=cfg.rollout.group_size, max_new_tokens=cfg.rollout.max_new_tokens,
-            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-            eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, generator=gen,
-        )
+        episodes = None
+        if cfg.env.name:  # multi-turn: episodes against the environment (observations mask 0)
+            episodes = run_env_episodes(sampler, tokenizer, items, cfg.env, group_size=cfg.rollout.group_size,
+                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                        generator=gen)
+            rollout = episodes.rollout
+        else:
+            rollout = sample(
+                sampler, encode_prompts(tokenizer, [it.prompt for it in items]),
+                group_size=cfg.rollout.group_size, max_new_tokens=cfg.rollout.max_new_tokens,
+                temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, generator=gen,
+            )
         t_rollout = time.time() - t0
 
         # ---- 2. verify: rewards (a verifier that fails scores 0 and is counted) ----------
         t1 = time.time()
-        completions = decode_responses(tokenizer, rollout.response_ids, rollout.response_mask)
         G = cfg.rollout.group_size
-        results = [items[i // G].score(c) for i, c in enumerate(completions)]
-        rewards = torch.tensor([r.score for r in results], dtype=torch.float32)
-        reward_errors = sum("error" in r.info for r in results)
+        if episodes is not None:  # the environment already scored each episode
+            completions = episodes.transcripts
+            rewards, reward_errors = episodes.rewards, 0
+        else:
+            completions = decode_responses(tokenizer, rollout.response_ids, rollout.response_mask)
+            results = score_batch([(items[i // G], c) for i, c in enumerate(completions)],
+                                  workers=cfg.rollout.reward_workers)
+            rewards = torch.tensor([r.score for r in results], dtype=torch.float32)
+            reward_errors = sum("error" in r.info for r in results)
         t_reward = time.time() - t1
 
         # ---- 3. advantages; behaviour and reference log-probs ----------------------------
@@ -142,6 +163,14 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
             old_logp = None if on_policy else _logprobs(sampler, rollout, cfg)
             ref_logp = _logprobs(reference, rollout, cfg) if reference is not None else None
 
+        # ---- 3b. credit: a privileged self-teacher reweights each token (RLSD/GEAR/OPSD) ----
+        credit_row: dict[str, float] = {}
+        if credit is not None:
+            # on-policy the sampling log-probs are the current policy's; with a lag, recompute
+            student_logp = (old_logp if old_logp is not None else rollout.sample_logp) if behaviour is None else None
+            out = credit(step, policy, items, rollout, advantages, completions, student_logp=student_logp)
+            advantages, credit_row = out.advantages, out.metrics
+
         # ---- 4. update: epochs x mini-batches (whole groups), micro-batches accumulate ----
         update = _update(policy, optimizer, scheduler, rollout, advantages, old_logp, ref_logp, cfg)
         t_update = time.time() - t2
@@ -151,6 +180,8 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
 
         # ---- 5. log ----------------------------------------------------------------------
         row = _step_metrics(rollout, rewards, update, reward_errors)
+        row.update(credit_row)
+        row.update(episodes.metrics() if episodes is not None else {})
         n_tokens = int(rollout.response_mask.sum()) + int(rollout.prompt_mask.sum())
         step_time = time.time() - t0
         row.update({
@@ -174,6 +205,7 @@ def train(cfg: Config, *, resume: bool = False, log: Callable[[str], None] = pri
                 "step": step, "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
                 "snapshots": list(snapshots), "data_rng": data_rng.getstate(), "history": history,
                 "rng": rng_state(gen), "reference": reference.state_dict() if reference is not None else None,
+                "credit": credit.state_dict() if credit is not None else None,
             }, keep=cfg.trainer.keep_checkpoints)
     progress.close()
     metrics_log.close()
@@ -350,7 +382,7 @@ def _logprobs(model, rollout: Rollout, cfg: Config) -> torch.Tensor:
 
 
 def _evaluate(model, tokenizer, items, cfg: Config):
-    return evaluate(model, tokenizer, items, greedy=True, max_new_tokens=cfg.rollout.max_new_tokens)
+    return evaluate(model, tokenizer, items, greedy=True, max_new_tokens=cfg.rollout.max_new_tokens, env=cfg.env)
 
 
 def _frozen_copy(model):

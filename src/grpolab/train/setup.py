@@ -90,5 +90,5 @@ def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
         model, tokenizer, train_items, eval_items[: cfg.sft.n_eval], max_steps=cfg.sft.max_steps,
         batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
         eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
-        seed=cfg.trainer.seed, log=log,
+        seed=cfg.trainer.seed, log=log, env=cfg.env,
     )

@@ -26,14 +26,39 @@ class SFTResult:
     seconds: float = 0.0
 
 
+def encode_transcript(tokenizer, transcript) -> tuple[list[int], list[int]]:
+    """``(ids, labels)`` of a multi-turn transcript ``[[role, text], ...]`` (see grpolab.envs).
+
+    Each ``"act"`` turn is followed by EOS (the model ends its turn with it) and is trained on;
+    ``"obs"`` turns (the environment's replies) get label -100, exactly as the episode runner
+    gives them response_mask 0.
+    """
+    ids: list[int] = []
+    labels: list[int] = []
+    for role, text in transcript:
+        if role == "act":
+            t = encode_completion(tokenizer, text)
+            labels += t
+        elif role == "obs":
+            t = list(tokenizer(text, add_special_tokens=False)["input_ids"])
+            labels += [-100] * len(t)
+        else:
+            raise ValueError(f"transcript roles are 'act' and 'obs', got {role!r}")
+        ids += t
+    return ids, labels
+
+
 def sft_batch(tokenizer, items, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``input_ids [B,L]``, ``attention_mask [B,L]`` and ``labels [B,L]`` (-100 off-completion)."""
     prompts = encode_prompts(tokenizer, [it.prompt for it in items])
     rows, labels = [], []
     for p, it in zip(prompts, items):
-        c = encode_completion(tokenizer, it.demonstration)
+        if it.meta.get("transcript"):  # multi-turn: actions + EOS trained, observations masked
+            c, lab = encode_transcript(tokenizer, it.meta["transcript"])
+        else:
+            c = lab = encode_completion(tokenizer, it.demonstration)
         rows.append(p + c)
-        labels.append([-100] * len(p) + c)
+        labels.append([-100] * len(p) + lab)
     L = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id
     ids = torch.tensor([r + [pad] * (L - len(r)) for r in rows], device=device)
@@ -56,6 +81,7 @@ def run_sft(
     max_new_tokens: int,
     seed: int = 0,
     log=print,
+    env=None,
 ) -> SFTResult:
     """Train ``model`` in place on demonstrations; returns the steps taken and the final accuracy."""
     demos = [it for it in train_items if it.demonstration]
@@ -70,7 +96,7 @@ def run_sft(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
     start = time.time()
     history: list[dict] = []
-    acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens).accuracy
+    acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
     step = 0
     while step < max_steps and acc < target_accuracy:
         model.train()
@@ -83,7 +109,7 @@ def run_sft(
         sched.step()
         step += 1
         if step % eval_every == 0 or step == max_steps:
-            acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens).accuracy
+            acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
             history.append({"step": step, "loss": loss.item(), "accuracy": acc})
             log(f"sft step {step:4d}  loss {loss.item():.3f}  greedy accuracy {acc:.3f}")
     model.eval()
