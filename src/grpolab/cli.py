@@ -78,6 +78,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     src = Path(args.model)
     task_cfg = TaskConfig(name=args.task or "arith", n_eval=args.n)
+    env = None  # multi-turn runs evaluate as episodes, with the run's environment settings
     if (src / "config.yaml").exists():  # a run directory
         from grpolab.train import load_run_config
         from grpolab.train.checkpoint import latest_checkpoint
@@ -85,6 +86,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         run_cfg = load_run_config(src)
         if args.task is None:
             task_cfg = TaskConfig(name=run_cfg.task.name, options=run_cfg.task.options, n_eval=args.n)
+            env = run_cfg.env if run_cfg.env.name else None
         ckpt = latest_checkpoint(src)
         src = src / "final" if (src / "final").exists() else (ckpt.model_dir if ckpt else src / "sft")
     for kv in args.task_option:
@@ -94,13 +96,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         task_cfg.options[k] = yaml.safe_load(v)
     model, tok = load_model(src)
     items = build_task(task_cfg).items("eval", task_cfg.n_eval)
-    greedy = evaluate(model, tok, items, greedy=True, max_new_tokens=args.max_new_tokens)
+    greedy = evaluate(model, tok, items, greedy=True, max_new_tokens=args.max_new_tokens, env=env)
     report: dict = {"model": str(src), "task": task_cfg.name, "items": len(items),
               "greedy_accuracy": greedy.accuracy}
     if args.samples > 0:
         sampled = evaluate(model, tok, items, greedy=False, samples=args.samples,
                            temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                           generator=torch.Generator().manual_seed(args.seed))
+                           generator=torch.Generator().manual_seed(args.seed), env=env)
         report["sampled_accuracy"] = sampled.accuracy
         report["pass_at_k"] = {str(k): v for k, v in sampled.pass_at_k.items()}
     print(json.dumps(report, indent=2))

@@ -255,7 +255,7 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
             gids = rollout.group_ids[rows]
             # normalisers over the whole mini-batch, sliced per micro-batch below
             W = obj.aggregation_weights(mask, o.aggregation, advantages=adv, group_ids=gids,
-                                        max_len=cfg.rollout.max_new_tokens)
+                                        max_len=_max_response_len(cfg))
             # Rows whose advantage is 0 on every token (groups with all-equal rewards) have a
             # per-token loss of exactly 0, so without a KL term they add nothing to the gradient:
             # skip their forward/backward. W still comes from the whole mini-batch, so the
@@ -275,7 +275,7 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
                     lp.logp, lp.logp.detach() if old_logp is None else old_logp[sub],
                     advantages[sub], part.response_mask, group_ids=part.group_ids, ratio=o.ratio,
                     clip_low=o.clip_low, clip_high=o.clip_high, dual_clip=o.dual_clip,
-                    clip_power=o.clip_power, max_len=cfg.rollout.max_new_tokens,
+                    clip_power=o.clip_power, max_len=_max_response_len(cfg),
                     ref_logp=None if ref_logp is None else ref_logp[sub], kl_coef=o.kl_coef,
                     kl_estimator=o.kl_estimator, weights=W[idx],
                 )
@@ -373,6 +373,15 @@ def _step_metrics(rollout: Rollout, rewards: torch.Tensor, update: dict[str, flo
     row["groups/all_equal_frac"] = float((hi - lo <= 1e-12).float().mean())
     row.update({f"update/{k}": v for k, v in update.items()})
     return row
+
+
+def _max_response_len(cfg: Config) -> int:
+    """The longest possible response: the constant aggregation's normaliser (``max_len``).
+
+    Multi-turn episodes hold model and observation tokens in the response, up to
+    ``env.max_total_tokens``; single-turn responses are at most ``rollout.max_new_tokens``.
+    """
+    return cfg.env.max_total_tokens if cfg.env.name else cfg.rollout.max_new_tokens
 
 
 def _logprobs(model, rollout: Rollout, cfg: Config) -> torch.Tensor:
