@@ -245,7 +245,7 @@ def _update(policy, optimizer, scheduler, rollout: Rollout, advantages, old_logp
     mb_losses: dict[str, float] = {}
     grad_norms = []
     skipped = total_rows = 0
-    lengths = (rollout.prompt_mask.sum(-1) + rollout.response_mask.sum(-1)).long().cpu()
+    lengths = rollout.attention_mask.sum(-1).long().cpu()  # tokens each row's forward sees (observations too)
     for _ in range(tr.epochs):
         group_order = torch.randperm(n_groups).tolist()
         for mb_groups in np.array_split(group_order, tr.mini_batches):
