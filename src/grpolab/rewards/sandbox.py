@@ -308,12 +308,7 @@ class ForkServerPool:
             raise SandboxError("the fork-server pool is shut down")
         server = self._idle.get()
         try:
-            if server is None or not server.alive:
-                if server is not None:
-                    self._discard(server)
-                server = ForkServer(self.disk_mb, isolate=self.isolate)
-                with self._lock:
-                    self._all.append(server)
+            server = self._revive(server)
             result = server.run(source, stdin, limits)
             result.mode = "forkserver"
             return result
@@ -325,6 +320,16 @@ class ForkServerPool:
             raise
         finally:
             self._idle.put(server)
+
+    def _revive(self, server: ForkServer | None) -> ForkServer:
+        """The idle slot's server, or a fresh one in its place when it is missing or dead."""
+        if server is None or not server.alive:
+            if server is not None:
+                self._discard(server)
+            server = ForkServer(self.disk_mb, isolate=self.isolate)
+            with self._lock:
+                self._all.append(server)
+        return server
 
     def _discard(self, server: ForkServer) -> None:
         server.close()
@@ -358,12 +363,7 @@ class ForkServerPool:
     def _probe(self) -> ForkServer:
         server = self._idle.get()
         try:
-            if server is None or not server.alive:
-                if server is not None:
-                    self._discard(server)
-                server = ForkServer(self.disk_mb, isolate=self.isolate)
-                with self._lock:
-                    self._all.append(server)
+            server = self._revive(server)
             return server
         finally:
             self._idle.put(server)
