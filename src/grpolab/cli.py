@@ -6,6 +6,7 @@ import argparse
 import json
 import shutil
 import sys
+import time
 from pathlib import Path
 
 from grpolab import __version__
@@ -55,15 +56,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_sft(args: argparse.Namespace) -> int:
     from grpolab.config import load_config
     from grpolab.models import save_model
-    from grpolab.train.setup import build_policy, build_task_splits, resolve_device, sft_from_config
+    from grpolab.train.setup import (build_policy, build_task_splits, resolve_device, sft_from_config,
+                                     write_sft_record)
     from grpolab.train.loop import seed_everything
 
     cfg = load_config(args.config, args.overrides)
     seed_everything(cfg.trainer.seed)
     train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
     model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
+    t0 = time.time()
     res = sft_from_config(cfg, model, tok, train_items, eval_items)
     out = save_model(model, tok, args.out)
+    write_sft_record(out, cfg, res, time.time() - t0)
     print(f"saved warm-started model to {out} ({res.steps} steps, greedy accuracy {res.accuracy:.3f})")
     return 0
 

@@ -75,15 +75,20 @@ class SFTConfig:
     """Supervised warm start on task demonstrations (used for the built-in tiny model)."""
 
     enabled: str = "auto"  # auto: only when the model is built from scratch
-    max_steps: int = 800
+    max_steps: int = 1500
     batch_size: int = 64
     lr: float = 3e-3
+    schedule: str = "constant"  # after 20 warm-up steps: constant, or linear/cosine decay to 0 at max_steps
+    ema: float = 0.0  # > 0 (e.g. 0.99): evaluate and keep an exponential moving average of the weights
     target_accuracy: float = 0.45
-    eval_every: int = 50
+    eval_every: int = 25
     n_eval: int = 256
 
     def validate(self) -> None:
         _choice("sft.enabled", self.enabled, ("auto", "yes", "no"))
+        _choice("sft.schedule", self.schedule, ("constant", "linear", "cosine"))
+        if not 0 <= self.ema < 1:
+            raise ConfigError(f"sft.ema={self.ema} must be in [0, 1) (0 = off; e.g. 0.99)")
         _positive("sft.max_steps", self.max_steps, zero_ok=True)
         _positive("sft.batch_size", self.batch_size)
         _positive("sft.lr", self.lr)
@@ -178,7 +183,7 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    steps: int = 200
+    steps: int = 250
     epochs: int = 1  # passes over each rollout batch
     mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
     micro_batch_size: int = 0  # sequences per forward/backward; 0 = fill up to micro_batch_tokens

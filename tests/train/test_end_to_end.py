@@ -90,6 +90,8 @@ def test_run_directory_outputs_and_cli(tmp_path, capsys):
                  "plots/reward.png", "checkpoints/latest"):
         assert (run / name).exists(), name
     assert list((run / "tb").glob("events.*"))
+    record = json.loads((run / "sft" / "sft.json").read_text())
+    assert record["steps"] == 4 and record["sft_config"]["max_steps"] == 4 and "ema" in record["sft_config"]
     row = read_metrics(run)[-1]
     for key in ("reward/mean", "accuracy", "length/mean", "length/std", "update/clip_frac",
                 "update/approx_kl", "update/entropy", "update/grad_norm", "time/step", "tokens_per_s",
@@ -104,6 +106,17 @@ def test_run_directory_outputs_and_cli(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert 0 <= report["greedy_accuracy"] <= 1 and set(report["pass_at_k"]) == {"1", "2", "4"}
     assert report["pass_at_k"]["1"] <= report["pass_at_k"]["4"]
+
+
+def test_cli_sft_saves_model_and_record(tmp_path, capsys):
+    out = tmp_path / "ws"
+    args = ["sft", "--out", str(out), *sum([["--set", s] for s in SMALL + ["sft.ema=0.5"]], [])]
+    assert cli_main(args) == 0
+    assert "saved warm-started model" in capsys.readouterr().out
+    model, _ = load_model(out)
+    record = json.loads((out / "sft.json").read_text())
+    assert record["steps"] == 4 and len(record["history"]) == 2 and record["sft_config"]["ema"] == 0.5
+    assert 0 <= record["accuracy"] <= 1
 
 
 def test_cli_config_error_exits_2(capsys):

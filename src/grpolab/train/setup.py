@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -74,10 +75,7 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
     t0 = time.time()
     result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log)
     save_model(model, tokenizer, cache)
-    (cache / "sft.json").write_text(json.dumps({
-        "steps": result.steps, "accuracy": result.accuracy, "history": result.history,
-        "seconds": time.time() - t0,
-    }, indent=2))
+    write_sft_record(cache, cfg, result, time.time() - t0)
     return model
 
 
@@ -90,5 +88,16 @@ def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
         model, tokenizer, train_items, eval_items[: cfg.sft.n_eval], max_steps=cfg.sft.max_steps,
         batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
         eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
+        schedule=cfg.sft.schedule, ema=cfg.sft.ema,
         seed=cfg.trainer.seed, log=log, env=cfg.env,
     )
+
+
+def write_sft_record(model_dir: Path, cfg: Config, result, seconds: float) -> None:
+    """``MODEL_DIR/sft.json``: steps, accuracy, the check history and the ``sft`` settings used."""
+    from grpolab.utils.io import atomic_write_json
+
+    atomic_write_json(Path(model_dir) / "sft.json", {
+        "steps": result.steps, "accuracy": result.accuracy, "history": result.history,
+        "seconds": seconds, "sft_config": dataclasses.asdict(cfg.sft),
+    })

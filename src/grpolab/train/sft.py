@@ -8,6 +8,7 @@ on completion tokens only) and stops as soon as greedy held-out accuracy reaches
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from grpolab.train.evaluate import evaluate
+from grpolab.train.optim import build_scheduler
 from grpolab.train.text import encode_completion, encode_prompts
 
 
@@ -79,11 +81,25 @@ def run_sft(
     target_accuracy: float,
     eval_every: int,
     max_new_tokens: int,
+    schedule: str = "constant",
+    warmup_steps: int = 20,
+    ema: float = 0.0,
     seed: int = 0,
     log=print,
     env=None,
 ) -> SFTResult:
-    """Train ``model`` in place on demonstrations; returns the steps taken and the final accuracy."""
+    """Train ``model`` in place on demonstrations; returns the steps taken and the final accuracy.
+
+    The learning rate warms up linearly over ``warmup_steps``, then follows ``schedule``
+    ("constant", or "linear" / "cosine" decay to 0 at ``max_steps``): a decaying rate lets the
+    model settle instead of oscillating around the target, whenever the run stops.
+
+    With ``ema`` > 0 the model that is evaluated, and returned, is an exponential moving average
+    of the weights, ``avg <- d * avg + (1 - d) * w`` after every step with
+    ``d = min(ema, (1 + step) / (10 + step))`` (so early averages do not cling to the random
+    initialisation). At a high constant learning rate the raw weights of a tiny model jump
+    between better and worse solutions from one check to the next; their average does not.
+    """
     demos = [it for it in train_items if it.demonstration]
     if not demos:
         raise ValueError(
@@ -93,7 +109,8 @@ def run_sft(
     device = next(model.parameters()).device
     rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    sched = build_scheduler(opt, warmup_steps=warmup_steps, total_steps=max_steps, schedule=schedule)
+    averaged = _WeightAverage(model, ema) if ema > 0 else None
     start = time.time()
     history: list[dict] = []
     acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
@@ -106,11 +123,54 @@ def run_sft(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        lr_used = opt.param_groups[0]["lr"]
         sched.step()
         step += 1
+        if averaged is not None:
+            averaged.update(step)
         if step % eval_every == 0 or step == max_steps:
-            acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
-            history.append({"step": step, "loss": loss.item(), "accuracy": acc})
+            if averaged is not None:
+                with averaged.swapped_in():
+                    acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
+            else:
+                acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
+            history.append({"step": step, "loss": loss.item(), "accuracy": acc, "lr": lr_used})
             log(f"sft step {step:4d}  loss {loss.item():.3f}  greedy accuracy {acc:.3f}")
+    if averaged is not None and step > 0:
+        averaged.copy_to_model()
     model.eval()
     return SFTResult(steps=step, accuracy=acc, history=history, seconds=time.time() - start)
+
+
+class _WeightAverage:
+    """An exponential moving average of a model's parameters (buffers are left alone)."""
+
+    def __init__(self, model, decay: float) -> None:
+        if not 0.0 < decay < 1.0:
+            raise ValueError(f"ema decay must be in (0, 1), got {decay}")
+        self.model, self.decay = model, decay
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.avg = [p.detach().clone() for p in self.params]
+
+    @torch.no_grad()
+    def update(self, step: int) -> None:
+        d = min(self.decay, (1 + step) / (10 + step))
+        for a, p in zip(self.avg, self.params):
+            a.lerp_(p.detach(), 1.0 - d)
+
+    @torch.no_grad()
+    def copy_to_model(self) -> None:
+        for a, p in zip(self.avg, self.params):
+            p.copy_(a)
+
+    @contextlib.contextmanager
+    def swapped_in(self):
+        """Evaluate with the averaged weights; the raw weights are restored afterwards."""
+        raw = [p.detach().clone() for p in self.params]
+        self.copy_to_model()
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for r, p in zip(raw, self.params):
+                    p.copy_(r)
