@@ -75,7 +75,7 @@ class SFTConfig:
     """Supervised warm start on task demonstrations (used for the built-in tiny model)."""
 
     enabled: str = "auto"  # auto: only when the model is built from scratch
-    max_steps: int = 1500
+    max_steps: int = 1000
     batch_size: int = 64
     lr: float = 3e-3
     schedule: str = "constant"  # after 20 warm-up steps: constant, or linear/cosine decay to 0 at max_steps
