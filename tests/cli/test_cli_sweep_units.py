@@ -116,3 +116,22 @@ def test_training_statistics_means():
     assert st["update/ratio_spread"] == pytest.approx(0.5)  # (0.3 + 0.7) / 2
     assert st["update/credit_weight_std"] == 0.5 and "reward/mean" not in st
     assert st["credit/multiplier_spread"] == 2.5 and st["credit/multiplier_max"] == 3.0
+
+
+def test_config_differences_ignore_sft_only_when_no_warm_start_runs():
+    from grpolab.sweep.runner import _config_differences
+
+    def cfg(path, enabled="auto", ema=0.0, lr=1e-4):
+        return {"model": {"path": path}, "sft": {"enabled": enabled, "ema": ema},
+                "optim": {"lr": lr}, "trainer": {"run_dir": "x"}}
+
+    # a loaded model: the sft section cannot change the run, a changed sft default is no difference
+    assert _config_differences(cfg("ws", ema=0.0), cfg("ws", ema=0.99)) == []
+    assert _config_differences(cfg("ws", enabled=False, ema=0.0), cfg("ws", enabled="no", ema=0.5)) == []
+    # ... but every other section still counts
+    assert _config_differences(cfg("ws"), cfg("ws", lr=3e-4)) == ["optim.lr: 0.0001 -> 0.0003"]
+    # a model built from scratch (or sft.enabled=yes) runs the warm start: sft differences count
+    assert _config_differences(cfg("", ema=0.0), cfg("", ema=0.99)) == ["sft.ema: 0.0 -> 0.99"]
+    assert _config_differences(cfg("ws", "yes", ema=0.0), cfg("ws", "yes", ema=0.99)) == ["sft.ema: 0.0 -> 0.99"]
+    # switching the warm start on is a difference
+    assert _config_differences(cfg("ws", "auto"), cfg("ws", "yes")) == ["sft.enabled: 'auto' -> 'yes'"]

@@ -96,11 +96,14 @@ def _config_differences(old: dict, new: dict) -> list[str]:
     """Keys whose values differ between a run's saved config and the planned one.
 
     ``trainer.run_dir`` is ignored, and so are keys present in only one of them (a field added to
-    grpolab after the run started takes its default, which keeps the old behaviour).
+    grpolab after the run started takes its default, which keeps the old behaviour), and the whole
+    ``sft`` section when neither config runs a warm start (``model.path`` set with ``sft.enabled``
+    auto, or ``sft.enabled: no``): a changed default there cannot change the run.
     """
     old, new = json.loads(json.dumps(old)), json.loads(json.dumps(new))
     diffs = []
-    for section in set(old) & set(new):
+    skip = {"sft"} if not (_runs_warm_start(old) or _runs_warm_start(new)) else set()
+    for section in (set(old) & set(new)) - skip:
         a, b = old[section], new[section]
         if not isinstance(a, dict) or not isinstance(b, dict):
             if a != b:
@@ -110,6 +113,14 @@ def _config_differences(old: dict, new: dict) -> list[str]:
             if (section, k) != ("trainer", "run_dir") and a[k] != b[k]:
                 diffs.append(f"{section}.{k}: {a[k]!r} -> {b[k]!r}")
     return sorted(diffs)
+
+
+def _runs_warm_start(cfg: dict) -> bool:
+    """Whether a (saved, plain-dict) config runs the supervised warm start."""
+    enabled = (cfg.get("sft") or {}).get("enabled", "auto")
+    enabled = {True: "yes", False: "no"}.get(enabled, enabled) if isinstance(enabled, bool) else str(enabled)
+    from_scratch = not (cfg.get("model") or {}).get("path")
+    return enabled == "yes" or (enabled == "auto" and from_scratch)
 
 
 def plan_sweep(config: str | Path | None, overrides: list[str], grid: list[str], seeds: int | list[int],
