@@ -54,28 +54,15 @@ def test_sweep_runs_grid_then_skips_finished_runs(tmp_path, capsys):
     assert len(inv) == 2 and inv[1]["status"] == {r: "skipped" for r in runs}
 
 
-def test_sweep_resumes_an_interrupted_run(tmp_path, monkeypatch):
+def test_sweep_resumes_an_interrupted_run(tmp_path, kill_during_step):
     from grpolab.sweep import plan_sweep, run_sweep
     from grpolab.train import load_run_config
-    from grpolab.train import loop as loop_mod
-
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(TINY_YAML.replace("steps: 2,", "steps: 3,"))
     out, specs = plan_sweep(cfg, [], ["optim.lr=1e-3"], 1, tmp_path / "sweep")
     run_dir = out / "runs" / specs[0].name
     # the run, killed during step 3 (after the step-2 checkpoint), as a sweep process would be
-    real, calls = loop_mod._step_metrics, {"n": 0}
-
-    def crash(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt("simulated kill")
-        return real(*a, **k)
-
-    monkeypatch.setattr(loop_mod, "_step_metrics", crash)
-    with pytest.raises(KeyboardInterrupt):
-        train(load_run_config(run_dir), log=lambda *_: None)
-    monkeypatch.setattr(loop_mod, "_step_metrics", real)
+    kill_during_step(3, lambda: train(load_run_config(run_dir), log=lambda *_: None))
     assert not (run_dir / "result.json").exists()
     sweep = run_sweep(out, specs, jobs=1, log=lambda *_: None)
     assert sweep.status == {specs[0].name: "done"}

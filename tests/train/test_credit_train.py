@@ -15,7 +15,6 @@ from grpolab import objectives as obj
 from grpolab.config import ConfigError, load_config
 from grpolab.models import load_model
 from grpolab.rollout import DEFAULT_TEACHER_TEMPLATE
-from grpolab.train import loop as loop_mod
 from grpolab.train import train
 from grpolab.train.checkpoint import latest_checkpoint
 from grpolab.train.credit import CreditStep, leakage
@@ -100,7 +99,7 @@ def test_lam_zero_is_grpo_bit_for_bit(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("break_restore", [False, True])
-def test_frozen_teacher_survives_crash_and_resume(tmp_path, monkeypatch, break_restore):
+def test_frozen_teacher_survives_crash_and_resume(tmp_path, monkeypatch, break_restore, kill_during_step):
     # sync every 3 steps: the checkpoint at step 2 holds the step-0 teacher, which differs from the
     # step-2 policy; the resumed run must score step 3 with that teacher, then re-sync at step 3
     steps = ["trainer.steps=4", "credit.name=gear", "credit.teacher_sync_every=3", "credit.lam=1",
@@ -108,20 +107,8 @@ def test_frozen_teacher_survives_crash_and_resume(tmp_path, monkeypatch, break_r
     train(_cfg(tmp_path / "full", *steps), log=lambda *_: None)
     rows_full = read_metrics(tmp_path / "full")
 
-    real = loop_mod._step_metrics
-    calls = {"n": 0}
-
-    def crash(*a, **k):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt("simulated kill")
-        return real(*a, **k)
-
-    monkeypatch.setattr(loop_mod, "_step_metrics", crash)
-    with pytest.raises(KeyboardInterrupt):
-        train(_cfg(tmp_path / "crashed", *steps), log=lambda *_: None)
+    kill_during_step(3, lambda: train(_cfg(tmp_path / "crashed", *steps), log=lambda *_: None))
     assert latest_checkpoint(tmp_path / "crashed").step == 2
-    monkeypatch.setattr(loop_mod, "_step_metrics", real)
     if break_restore:  # proves the test can fail: a teacher rebuilt from the resumed policy
         monkeypatch.setattr(CreditStep, "load_state_dict", lambda self, state: None)
     train(_cfg(tmp_path / "crashed", *steps), resume=True, log=lambda *_: None)

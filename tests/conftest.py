@@ -1,0 +1,33 @@
+"""Shared test fixtures."""
+
+import pytest
+
+
+@pytest.fixture
+def kill_during_step(monkeypatch):
+    """``kill_during_step(n, run)``: call ``run()`` with the training loop killed during step ``n``.
+
+    The kill is a KeyboardInterrupt raised from the ``n``-th call of the loop's per-step metrics,
+    i.e. after step ``n``'s update and before its checkpoint, as a Ctrl-C or a scheduler would.
+    The loop is restored afterwards.
+    """
+    from grpolab.train import loop
+
+    def kill(n: int, run) -> None:
+        real, calls = loop._step_metrics, {"n": 0}
+
+        def crash(*a, **k):
+            calls["n"] += 1
+            if calls["n"] == n:
+                raise KeyboardInterrupt("simulated kill")
+            return real(*a, **k)
+
+        monkeypatch.setattr(loop, "_step_metrics", crash)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                run()
+        finally:
+            monkeypatch.setattr(loop, "_step_metrics", real)
+        assert calls["n"] == n, "the run ended before the step that was to be killed"
+
+    return kill
