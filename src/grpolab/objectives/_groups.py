@@ -1,4 +1,4 @@
-"""Vectorised per-group reductions (no Python loop over groups or sequences)."""
+"""Shared internals of the objectives: per-group reductions (vectorised) and input checks."""
 
 from __future__ import annotations
 
@@ -23,3 +23,12 @@ def group_sum(values_B: torch.Tensor, idx_B: torch.Tensor, num_groups: int) -> t
     """Sum ``values_B`` within groups: ``[B] -> [K]``."""
     out = torch.zeros(num_groups, dtype=values_B.dtype, device=values_B.device)
     return out.index_add(0, idx_B, values_B)
+
+
+def check_advantages_shape(advantages: torch.Tensor, shape: torch.Size) -> None:
+    """Raise unless ``advantages`` is ``[B]`` (one per sequence) or ``[B,T]`` (per token) for ``shape = [B,T]``."""
+    if advantages.shape not in (shape[:1], shape):
+        raise ValueError(
+            f"advantages must have shape [B]={tuple(shape[:1])} or [B,T]={tuple(shape)}; "
+            f"got {tuple(advantages.shape)}"
+        )

@@ -25,7 +25,7 @@ from typing import Callable
 
 import torch
 
-from grpolab.objectives._groups import group_index, group_sum
+from grpolab.objectives._groups import check_advantages_shape, group_index, group_sum
 from grpolab.utils.registry import Registry
 
 AGGREGATIONS: Registry[Callable[..., torch.Tensor]] = Registry("aggregation")
@@ -127,8 +127,6 @@ def aggregation_weights(
     mask_BT = mask.detach()
     if not mask_BT.is_floating_point():
         mask_BT = mask_BT.float()
-    if advantages is not None and advantages.shape not in (mask.shape[:1], mask.shape):
-        raise ValueError(
-            f"advantages must have shape [B] or [B,T] = {tuple(mask.shape)}; got {tuple(advantages.shape)}"
-        )
+    if advantages is not None:
+        check_advantages_shape(advantages, mask.shape)
     return fn(mask_BT, advantages=advantages, group_ids=group_ids, max_len=max_len).detach()

@@ -62,6 +62,7 @@ from typing import Callable
 
 import torch
 
+from grpolab.objectives._groups import check_advantages_shape
 from grpolab.utils.registry import Registry
 
 LOG_WEIGHT_CAP = 60.0
@@ -120,11 +121,7 @@ def _check(advantages, student_logp, teacher_logp, mask, lam, eps_w, span_mask=N
     for name, t in (("student_logp", student_logp), ("teacher_logp", teacher_logp)):
         if t.shape != mask.shape:
             raise ValueError(f"{name} must have the shape of mask {tuple(mask.shape)}; got {tuple(t.shape)}")
-    if advantages.shape not in (mask.shape[:1], mask.shape):
-        raise ValueError(
-            f"advantages must have shape [B]={tuple(mask.shape[:1])} or [B,T]={tuple(mask.shape)}; "
-            f"got {tuple(advantages.shape)}"
-        )
+    check_advantages_shape(advantages, mask.shape)
     if span_mask is not None and span_mask.shape != mask.shape:
         raise ValueError(f"span_mask must have the shape of mask {tuple(mask.shape)}; got {tuple(span_mask.shape)}")
     if not 0.0 <= lam <= 1.0:

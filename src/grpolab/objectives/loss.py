@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from grpolab.objectives._groups import check_advantages_shape
 from grpolab.objectives.aggregation import AGGREGATIONS, aggregation_weights
 from grpolab.objectives.kl import KL_ESTIMATORS, kl_penalty
 from grpolab.objectives.ratios import RATIO_LEVELS, log_importance_ratio
@@ -124,11 +125,7 @@ def policy_loss(
             f"logp, old_logp and mask must share shape [B,T]; got {tuple(logp.shape)}, "
             f"{tuple(old_logp.shape)}, {tuple(mask.shape)}"
         )
-    if advantages.shape not in (logp.shape[:1], logp.shape):
-        raise ValueError(
-            f"advantages must have shape [B]={tuple(logp.shape[:1])} or [B,T]={tuple(logp.shape)}; "
-            f"got {tuple(advantages.shape)}"
-        )
+    check_advantages_shape(advantages, logp.shape)
     if weights is not None and weights.shape != logp.shape:
         raise ValueError(f"weights must have shape [B,T]={tuple(logp.shape)}; got {tuple(weights.shape)}")
     check_objective(
