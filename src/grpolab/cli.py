@@ -68,7 +68,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     res = sft_from_config(cfg, model, tok, train_items, eval_items)
     out = save_model(model, tok, args.out)
     write_sft_record(out, cfg, res, time.time() - t0)
-    print(f"saved warm-started model to {out} ({res.steps} steps, greedy accuracy {res.accuracy:.3f})")
+    print(f"saved warm-started model to {out} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
+          f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
     return 0
 
 

@@ -106,3 +106,36 @@ def test_sft_with_ema_trains_the_same_raw_trajectory_and_returns_the_average(mon
 def test_sft_ema_validated():
     with pytest.raises(ConfigError, match="sft.ema"):
         load_config(overrides={"sft.ema": "1.5"})
+
+
+def test_warm_start_selects_on_validation_items_not_the_test_set():
+    from grpolab.train.setup import build_task_splits, sft_selection_split
+
+    cfg = load_config(None, ["task.n_train=400", "task.n_eval=50", "sft.n_eval=64"])
+    train, held = build_task_splits(cfg.task)
+    demos, select = sft_selection_split(cfg, train, held)
+    assert len(select) == 64 and len(demos) == 400 - 64
+    prompts = lambda items: {it.prompt for it in items}  # noqa: E731
+    assert prompts(select) == prompts(train[-64:])
+    assert not prompts(select) & prompts(demos)  # never trained on
+    assert not prompts(select) & prompts(held)  # the test set plays no part in choosing the warm start
+    # at most a quarter of a small training split is held back
+    cfg_small = load_config(None, ["task.n_train=40", "sft.n_eval=64"])
+    train_s, held_s = build_task_splits(cfg_small.task)
+    demos_s, select_s = sft_selection_split(cfg_small, train_s, held_s)
+    assert len(select_s) == 10 and len(demos_s) == 30
+    # the pre-2026-12-01 behaviour, kept to reproduce old warm starts
+    cfg_old = load_config(None, ["task.n_train=400", "task.n_eval=50", "sft.n_eval=32", "sft.select_on=heldout"])
+    demos_o, select_o = sft_selection_split(cfg_old, train, held)
+    assert demos_o == train and select_o == held[:32]
+
+
+def test_warm_start_validation_needs_training_items():
+    from grpolab.train.setup import sft_selection_split
+
+    cfg = load_config(None, ["task.n_train=3", "rollout.prompts_per_step=2"])
+    train = get_task("arith").items("train", 3)
+    with pytest.raises(ConfigError, match="sft.select_on=heldout"):
+        sft_selection_split(cfg, train, train)
+    with pytest.raises(ConfigError, match="sft.select_on"):
+        load_config(None, ["sft.select_on=test"])

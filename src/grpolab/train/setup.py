@@ -69,7 +69,9 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
         cached, _ = load_model(cache, device=next(model.parameters()).device)
         model.load_state_dict(cached.state_dict())
         return model
-    log(f"warm start: supervised training on demonstrations until greedy accuracy >= "
+    where = "validation items held out of the training split" if cfg.sft.select_on == "validation" \
+        else "held-out items"
+    log(f"warm start: supervised training on demonstrations until greedy accuracy on {where} >= "
         f"{cfg.sft.target_accuracy:.2f} (at most {cfg.sft.max_steps} steps)")
     t0 = time.time()
     result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log)
@@ -83,13 +85,34 @@ def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
     """Run the supervised warm start with the ``sft`` section of ``cfg`` (model trained in place)."""
     from grpolab.train.sft import run_sft
 
+    demos, select_items = sft_selection_split(cfg, train_items, eval_items)
     return run_sft(
-        model, tokenizer, train_items, eval_items[: cfg.sft.n_eval], max_steps=cfg.sft.max_steps,
+        model, tokenizer, demos, select_items, max_steps=cfg.sft.max_steps,
         batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
         eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
         schedule=cfg.sft.schedule, ema=cfg.sft.ema,
         seed=cfg.trainer.seed, log=log, env=cfg.env,
     )
+
+
+def sft_selection_split(cfg: Config, train_items, eval_items):
+    """``(demonstration_items, selection_items)`` for the warm start, per ``sft.select_on``.
+
+    "validation": the last ``sft.n_eval`` training items (at most a quarter of them) are held out
+    of the demonstrations and decide when to stop, so the held-out test set that measures RL's gain
+    plays no part in choosing the warm start. "heldout": train on every training item and stop on
+    the first ``sft.n_eval`` held-out items.
+    """
+    if cfg.sft.select_on == "heldout":
+        return list(train_items), list(eval_items[: cfg.sft.n_eval])
+    n_val = min(cfg.sft.n_eval, len(train_items) // 4)
+    if n_val < 1:
+        raise ConfigError(
+            f"sft.select_on=validation holds out a quarter of the training items to decide when the "
+            f"warm start stops, but the task has only {len(train_items)} training item(s); raise "
+            f"task.n_train or set sft.select_on=heldout"
+        )
+    return list(train_items[:-n_val]), list(train_items[-n_val:])
 
 
 def write_sft_record(model_dir: Path, cfg: Config, result, seconds: float) -> None:
