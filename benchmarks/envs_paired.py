@@ -1,0 +1,76 @@
+"""Paired per-item comparison of episode success: a start model against models trained from it.
+
+Greedy held-out episodes on the same items for every model; for each trained model: success, the
+items it solves that the start model does not (gained) and the reverse (lost), and the exact
+two-sided McNemar p-value (a binomial test on the discordant items). More items than the training
+run evaluated make the comparison less noisy, and none of them chose the models.
+
+    python benchmarks/envs_paired.py --config examples/web_agent.yaml --n-eval 512 \
+        --start runs/web_ws_e runs/web_bench_e/seed0/final runs/web_bench_e/seed1/final
+
+Prints a table and writes benchmarks/results/envs_paired.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from grpolab.utils.io import atomic_write_json  # noqa: E402
+
+
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """Two-sided exact McNemar p-value: P(|X - n/2| >= |gained - n/2|), X ~ Binomial(n, 1/2)."""
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    k = min(gained, lost)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+def solved_items(model_dir: str, config: str, n_eval: int) -> list[bool]:
+    from grpolab.config import load_config
+    from grpolab.models import load_model
+    from grpolab.train.evaluate import evaluate
+    from grpolab.train.setup import build_task_splits
+
+    cfg = load_config(config, [f"task.n_eval={n_eval}", "task.n_train=64"])
+    _, items = build_task_splits(cfg.task)
+    model, tok = load_model(model_dir)
+    res = evaluate(model, tok, items, env=cfg.env)
+    return [s >= 1.0 - 1e-9 for s in res.scores]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True, help="the environment's YAML config")
+    ap.add_argument("--n-eval", type=int, default=512)
+    ap.add_argument("--start", required=True, help="the start (warm-started) model directory")
+    ap.add_argument("models", nargs="+", help="model directories trained from --start")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "envs_paired.json"))
+    args = ap.parse_args()
+    base = solved_items(args.start, args.config, args.n_eval)
+    n = len(base)
+    rows = []
+    for m in args.models:
+        s = solved_items(m, args.config, args.n_eval)
+        gained = sum(b is False and x for b, x in zip(base, s))
+        lost = sum(b and not x for b, x in zip(base, s))
+        rows.append({"model": m, "success": sum(s) / n, "solved": sum(s), "gained": gained, "lost": lost,
+                     "p_mcnemar": mcnemar_exact(gained, lost)})
+    print(f"start {args.start}: {sum(base)}/{n} = {sum(base) / n:.3f} (greedy, {n} held-out items)\n")
+    print("| model | solved | success | change (points) | gained | lost | McNemar p |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['solved']}/{n} | {r['success']:.3f} | {100 * (r['success'] - sum(base) / n):+.1f} "
+              f"| {r['gained']} | {r['lost']} | {r['p_mcnemar']:.3g} |")
+    atomic_write_json(args.out, {"config": args.config, "n_eval": n, "start": {"model": args.start,
+                      "solved": sum(base), "success": sum(base) / n}, "models": rows})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,23 @@
+"""benchmarks/envs_paired.py: the exact McNemar test on discordant items, against hand values."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "envs_paired.py"
+_spec = importlib.util.spec_from_file_location("envs_paired", _PATH)
+envs_paired = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(envs_paired)
+
+
+@pytest.mark.parametrize("gained,lost,p", [
+    (8, 0, 2 / 256),  # 8 discordant items, all one way: 2 * 0.5**8
+    (0, 8, 2 / 256),
+    (5, 1, 2 * 7 / 64),  # 2 * (C(6,0) + C(6,1)) / 2**6
+    (3, 3, 1.0),
+    (0, 0, 1.0),
+    (20, 10, 2 * sum(__import__("math").comb(30, i) for i in range(11)) / 2**30),
+])
+def test_mcnemar_exact_matches_hand_values(gained, lost, p):
+    assert envs_paired.mcnemar_exact(gained, lost) == pytest.approx(p, rel=1e-12)
