@@ -51,8 +51,9 @@ def family_of(item) -> str:
     return str(meta.get("family", meta.get("n_terms", "all")))
 
 
-def greedy_by_family(model_dir: Path, config: str, n_eval: int) -> dict:
-    """Greedy held-out episode success of ``model_dir``: overall and per family (counts)."""
+def greedy_episodes(model_dir: Path | str, config: str, n_eval: int) -> tuple[list, list[bool]]:
+    """``(items, solved)``: the first ``n_eval`` held-out items of ``config``'s task and whether
+    ``model_dir`` solves each one in a greedy episode."""
     from grpolab.config import load_config
     from grpolab.models import load_model
     from grpolab.train.evaluate import evaluate
@@ -62,11 +63,17 @@ def greedy_by_family(model_dir: Path, config: str, n_eval: int) -> dict:
     _, items = build_task_splits(cfg.task)
     model, tok = load_model(model_dir)
     res = evaluate(model, tok, items, env=cfg.env)
+    return items, [s >= 1.0 - 1e-9 for s in res.scores]
+
+
+def greedy_by_family(model_dir: Path, config: str, n_eval: int) -> dict:
+    """Greedy held-out episode success of ``model_dir``: overall and per family (counts)."""
+    items, solved = greedy_episodes(model_dir, config, n_eval)
     fam: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
-    for it, s in zip(items, res.scores):
-        fam[family_of(it)][0] += int(s >= 1.0 - 1e-9)
+    for it, ok in zip(items, solved):
+        fam[family_of(it)][0] += int(ok)
         fam[family_of(it)][1] += 1
-    return {"success": res.accuracy, "n": len(items), "solved": round(res.accuracy * len(items)),
+    return {"success": sum(solved) / len(items), "n": len(items), "solved": sum(solved),
             "by_family": {k: {"solved": a, "n": b} for k, (a, b) in sorted(fam.items())}}
 
 

@@ -19,6 +19,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from envs import greedy_episodes  # noqa: E402
+
 from grpolab.utils.io import atomic_write_json  # noqa: E402
 
 
@@ -32,19 +35,6 @@ def mcnemar_exact(gained: int, lost: int) -> float:
     return min(1.0, 2 * tail)
 
 
-def solved_items(model_dir: str, config: str, n_eval: int) -> list[bool]:
-    from grpolab.config import load_config
-    from grpolab.models import load_model
-    from grpolab.train.evaluate import evaluate
-    from grpolab.train.setup import build_task_splits
-
-    cfg = load_config(config, [f"task.n_eval={n_eval}", "task.n_train=64"])
-    _, items = build_task_splits(cfg.task)
-    model, tok = load_model(model_dir)
-    res = evaluate(model, tok, items, env=cfg.env)
-    return [s >= 1.0 - 1e-9 for s in res.scores]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", required=True, help="the environment's YAML config")
@@ -53,12 +43,12 @@ def main() -> None:
     ap.add_argument("models", nargs="+", help="model directories trained from --start")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "envs_paired.json"))
     args = ap.parse_args()
-    base = solved_items(args.start, args.config, args.n_eval)
+    _, base = greedy_episodes(args.start, args.config, args.n_eval)
     n = len(base)
     rows = []
     for m in args.models:
-        s = solved_items(m, args.config, args.n_eval)
-        gained = sum(b is False and x for b, x in zip(base, s))
+        _, s = greedy_episodes(m, args.config, args.n_eval)
+        gained = sum(x and not b for b, x in zip(base, s))
         lost = sum(b and not x for b, x in zip(base, s))
         rows.append({"model": m, "success": sum(s) / n, "solved": sum(s), "gained": gained, "lost": lost,
                      "p_mcnemar": mcnemar_exact(gained, lost)})
