@@ -14,7 +14,7 @@ def kill_during_step(monkeypatch):
     from grpolab.train import loop
 
     def kill(n: int, run) -> None:
-        real, calls = loop._step_metrics, {"n": 0}
+        real, calls = loop.step_metrics, {"n": 0}
 
         def crash(*a, **k):
             calls["n"] += 1
@@ -22,12 +22,12 @@ def kill_during_step(monkeypatch):
                 raise KeyboardInterrupt("simulated kill")
             return real(*a, **k)
 
-        monkeypatch.setattr(loop, "_step_metrics", crash)
+        monkeypatch.setattr(loop, "step_metrics", crash)
         try:
             with pytest.raises(KeyboardInterrupt):
                 run()
         finally:
-            monkeypatch.setattr(loop, "_step_metrics", real)
+            monkeypatch.setattr(loop, "step_metrics", real)
         assert calls["n"] == n, "the run ended before the step that was to be killed"
 
     return kill

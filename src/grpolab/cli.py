@@ -1,13 +1,14 @@
-"""The ``grpolab`` command: parse arguments, build a config, call the library. No logic of its own."""
+"""The ``grpolab`` command: parse arguments and call :mod:`grpolab.commands`. No logic of its own.
+
+Errors the user can fix (:class:`grpolab.config.ConfigError` and its subclasses) become one
+``error: ...`` line on stderr and exit code 2; ``--debug`` shows their traceback instead. Any other
+exception is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import time
-from pathlib import Path
 
 from grpolab import __version__
 
@@ -21,107 +22,30 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from grpolab.config import load_config
-    from grpolab.train import load_run_config, train
-    from grpolab.train.checkpoint import latest_checkpoint
+    from grpolab.commands import train_command
 
-    if args.resume:
-        run_dir = Path(args.resume)
-        if not (run_dir / "config.yaml").exists():
-            raise SystemExit(f"error: --resume {run_dir}: no config.yaml there; is it a grpolab run directory?")
-        cfg = load_run_config(run_dir)
-        if args.overrides or args.config:
-            from grpolab.config import _flatten  # re-apply user overrides on top of the saved config
-
-            cfg = load_config(overrides={**_flatten(cfg.to_dict()),
-                                         **dict(o.split("=", 1) for o in args.overrides)})
-        cfg.trainer.run_dir = str(run_dir)
-        train(cfg, resume=True)
-        return 0
-    cfg = load_config(args.config, args.overrides)
-    run_dir = Path(cfg.trainer.run_dir)
-    if latest_checkpoint(run_dir) is not None:
-        if not args.overwrite:
-            raise SystemExit(
-                f"error: {run_dir} already holds a run with checkpoints. Continue it with "
-                f"`grpolab train --resume {run_dir}`, start over with --overwrite (keeps the cached "
-                f"warm start), or pick another directory with --set trainer.run_dir=PATH"
-            )
-        for sub in ("checkpoints", "tb", "plots", "final"):
-            shutil.rmtree(run_dir / sub, ignore_errors=True)
-    train(cfg)
-    return 0
+    return train_command(args.config, args.overrides, resume=args.resume, overwrite=args.overwrite)
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from grpolab.config import load_config
-    from grpolab.models import save_model
-    from grpolab.train.setup import (build_policy, build_task_splits, resolve_device, sft_from_config,
-                                     write_sft_record)
-    from grpolab.train.loop import seed_everything
+    from grpolab.commands import sft_command
 
-    cfg = load_config(args.config, args.overrides)
-    seed_everything(cfg.trainer.seed)
-    train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
-    model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
-    t0 = time.time()
-    res = sft_from_config(cfg, model, tok, train_items, eval_items)
-    out = save_model(model, tok, args.out)
-    write_sft_record(out, cfg, res, time.time() - t0)
-    print(f"saved warm-started model to {out} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
-          f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
-    return 0
+    return sft_command(args.config, args.overrides, out=args.out)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    import torch
+    from grpolab.commands import eval_command
 
-    from grpolab.config import TaskConfig
-    from grpolab.models import load_model
-    from grpolab.train.evaluate import evaluate
-    from grpolab.train.setup import build_task
-
-    src = Path(args.model)
-    task_cfg = TaskConfig(name=args.task or "arith", n_eval=args.n)
-    env = None  # multi-turn runs evaluate as episodes, with the run's environment settings
-    if (src / "config.yaml").exists():  # a run directory
-        from grpolab.train import load_run_config
-        from grpolab.train.checkpoint import latest_checkpoint
-
-        run_cfg = load_run_config(src)
-        if args.task is None:
-            task_cfg = TaskConfig(name=run_cfg.task.name, options=run_cfg.task.options, n_eval=args.n)
-            env = run_cfg.env if run_cfg.env.name else None
-        ckpt = latest_checkpoint(src)
-        src = src / "final" if (src / "final").exists() else (ckpt.model_dir if ckpt else src / "sft")
-    for kv in args.task_option:
-        k, v = kv.split("=", 1)
-        import yaml
-
-        task_cfg.options[k] = yaml.safe_load(v)
-    model, tok = load_model(src)
-    items = build_task(task_cfg).items("eval", task_cfg.n_eval)
-    greedy = evaluate(model, tok, items, greedy=True, max_new_tokens=args.max_new_tokens, env=env)
-    report: dict = {"model": str(src), "task": task_cfg.name, "items": len(items),
-              "greedy_accuracy": greedy.accuracy}
-    if args.samples > 0:
-        sampled = evaluate(model, tok, items, greedy=False, samples=args.samples,
-                           temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                           generator=torch.Generator().manual_seed(args.seed), env=env)
-        report["sampled_accuracy"] = sampled.accuracy
-        report["pass_at_k"] = {str(k): v for k, v in sampled.pass_at_k.items()}
-    print(json.dumps(report, indent=2))
-    return 0
+    return eval_command(args.model, task=args.task, task_option=args.task_option, n=args.n, samples=args.samples,
+                        temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)
 
 
 def cmd_headroom(args: argparse.Namespace) -> int:
-    from grpolab.train.headroom import headroom_command
+    from grpolab.commands import headroom_command
 
-    res = headroom_command(args.model, task=args.task, task_options=args.task_option, n=args.n, k=args.k,
-                           temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                           seed=args.seed, out=args.out)
-    print(res.message)
-    return 0
+    return headroom_command(args.model, task=args.task, task_option=args.task_option, n=args.n, k=args.k,
+                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                            out=args.out)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -141,35 +65,32 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    from grpolab.train.diagnose import diagnose_run
+    from grpolab.commands import diagnose_command
 
-    report = diagnose_run(args.run_dir, base=args.base, n=args.n, probe=args.probe, seed=args.seed)
-    print(f"report: {report}")
-    return 0
+    return diagnose_command(args.run_dir, base=args.base, n=args.n, probe=args.probe, seed=args.seed)
 
 
 def cmd_credit(args: argparse.Namespace) -> int:
-    from grpolab.train.credit_viz import credit_page
+    from grpolab.commands import credit_command
 
-    try:
-        page = credit_page(args.run_dir, sample=args.sample, lam=args.lam, method=args.method, seed=args.seed,
-                           out_dir=args.out, png=not args.no_png)
-    except (FileNotFoundError, ValueError) as e:
-        raise SystemExit(f"error: {e}") from None
-    print(f"wrote {page}" + ("" if args.no_png else f" and {page.with_suffix('.png')}"))
-    return 0
+    return credit_command(args.run_dir, sample=args.sample, lam=args.lam, method=args.method, seed=args.seed,
+                          out=args.out, png=not args.no_png)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="grpolab", description="RL with verifiable rewards (GRPO family) "
                                 "for causal language models.")
     p.add_argument("--version", action="version", version=f"grpolab {__version__}")
+    p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     t = sub.add_parser("train", help="RL-train a policy (default: the built-in tiny model on 'arith')")
     _add_config_args(t)
-    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    t.add_argument("--overwrite", action="store_true", help="start over in a run directory that has checkpoints")
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint; a CONFIG "
+                   "file and --set values are merged into its saved config (saved < file < --set)")
+    t.add_argument("--overwrite", action="store_true", help="start over in a run directory that holds a run "
+                   "(deleted only once the new config's model and data load; a warm start built with the "
+                   "same settings is kept)")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("sft", help="supervised warm start of the tiny model on task demonstrations")
@@ -242,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--out", default=None, help="output folder (default: RUN_DIR/credit)")
     cr.add_argument("--no-png", action="store_true", help="HTML only")
     cr.set_defaults(func=cmd_credit)
+    for command in sub.choices.values():  # `grpolab COMMAND ... --debug` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                             help="show the full traceback of an error")
     return p
 
 
@@ -266,7 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_transformers()
     try:
         return args.func(args)
-    except ConfigError as e:
+    except ConfigError as e:  # a problem the user can fix: one line, exit code 2
+        if args.debug:
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,6 +9,7 @@ of the wrong type, a name not in a registry, an impossible combination -- raises
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ class ModelConfig:
     device: str = "auto"
 
     def validate(self) -> None:
+        if self.path is not None and not str(self.path).strip():
+            raise ConfigError("model.path is empty; give a local model directory, or leave it unset (null) "
+                              "for the built-in tiny model")
         _choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
         for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             _positive(f"model.{k}", getattr(self, k))
@@ -77,7 +81,7 @@ class SFTConfig:
     enabled: str = "auto"  # auto: only when the model is built from scratch
     max_steps: int = 1000
     batch_size: int = 64
-    lr: float = 1e-3  # 3e-3 (before 2026-12-01) oscillates and learns the tiny model 2-4x slower
+    lr: float = 1e-3  # 3e-3 oscillates and learns the tiny model 2-4x slower (CHANGELOG.md)
     schedule: str = "constant"  # after 20 warm-up steps: constant, or linear/cosine decay to 0 at max_steps
     ema: float = 0.0  # > 0 (e.g. 0.99): evaluate and keep an exponential moving average of the weights
     target_accuracy: float = 0.4
@@ -85,8 +89,8 @@ class SFTConfig:
     n_eval: int = 256
     # Which items decide when to stop: "validation" = the last n_eval training items, held out of
     # the demonstrations (the held-out test set stays untouched until RL measures its gain);
-    # "heldout" = the first n_eval held-out items (grpolab before 2026-12-01: model selection on the
-    # test set, which biases the measured start accuracy upwards).
+    # "heldout" = the first n_eval held-out items (model selection on the test set, which biases
+    # the measured start accuracy upwards; the default before, see CHANGELOG.md).
     select_on: str = "validation"
 
     def validate(self) -> None:
@@ -204,6 +208,8 @@ class TrainerConfig:
     run_dir: str = "runs/default"
 
     def validate(self) -> None:
+        if not str(self.run_dir).strip():
+            raise ConfigError("trainer.run_dir is empty; set trainer.run_dir=PATH (e.g. runs/default)")
         for k in ("steps", "epochs", "mini_batches", "eval_every", "save_every", "keep_checkpoints"):
             _positive(f"trainer.{k}", getattr(self, k))
         _positive("trainer.micro_batch_tokens", self.micro_batch_tokens)
@@ -328,6 +334,12 @@ class Config:
     env: EnvConfig = field(default_factory=EnvConfig)
 
     def validate(self) -> "Config":
+        for f in dataclasses.fields(self):  # one check for every number: NaN and inf are never valid
+            section = getattr(self, f.name)
+            for g in dataclasses.fields(section):
+                v = getattr(section, g.name)
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise ConfigError(f"{f.name}.{g.name}={v!r} must be a finite number")
         for f in dataclasses.fields(self):
             getattr(self, f.name).validate()
         n_groups = self.rollout.prompts_per_step
@@ -442,6 +454,31 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+def _read_yaml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} not found")
+    try:
+        loaded = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections")
+    return loaded
+
+
+def _override_items(overrides: list[str] | dict[str, Any] | None) -> dict[str, Any]:
+    if isinstance(overrides, dict):
+        return dict(overrides)
+    items: dict[str, Any] = {}
+    for ov in overrides or []:
+        if "=" not in ov:
+            raise ConfigError(f"override {ov!r} must look like section.key=value")
+        k, v = ov.split("=", 1)
+        items[k.strip()] = v
+    return items
+
+
 def load_config(
     path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None
 ) -> Config:
@@ -451,28 +488,9 @@ def load_config(
     ``preset: ctpo``. Overrides are ``"section.key=value"`` strings (or a dict); they win over the file.
     """
     cfg = Config()
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file {str(p)!r} not found")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections")
-        data = loaded
+    data = _read_yaml(path) if path is not None else {}
     preset = data.pop("preset", None)
-    items: dict[str, Any] = {}
-    if isinstance(overrides, dict):
-        items = dict(overrides)
-    else:
-        for ov in overrides or []:
-            if "=" not in ov:
-                raise ConfigError(f"override {ov!r} must look like section.key=value")
-            k, v = ov.split("=", 1)
-            items[k.strip()] = v
+    items = _override_items(overrides)
     preset = items.pop("preset", preset)
     if preset is not None:
         _choice("preset", preset, list(PRESETS))
@@ -483,6 +501,26 @@ def load_config(
     for k, v in items.items():
         _set(cfg, k, v)
     return cfg.validate()
+
+
+def merge_config(
+    base: Config, path: str | Path | None = None, overrides: list[str] | dict[str, Any] | None = None
+) -> Config:
+    """``base`` with a YAML file and overrides applied on top (precedence: base < file < overrides).
+
+    Used by ``grpolab train --resume RUN_DIR [FILE] [--set ...]``: the saved config is the base.
+    A ``preset`` in the file or the overrides applies before the file's own values.
+    """
+    data = _read_yaml(path) if path is not None else {}
+    items = _override_items(overrides)
+    preset = items.pop("preset", data.pop("preset", None))
+    merged: dict[str, Any] = {}
+    if preset is not None:
+        _choice("preset", preset, list(PRESETS))
+        merged.update(PRESETS[preset])
+    merged.update(_flatten(data))
+    merged.update(items)
+    return load_config(overrides={**_flatten(base.to_dict()), **merged})
 
 
 def config_from_dict(d: dict[str, Any]) -> Config:

@@ -201,25 +201,25 @@ def test_update_micro_batches_count_observation_tokens(counting_episodes, model,
     import copy
 
     from grpolab.config import load_config
-    from grpolab.train import loop as loop_mod
+    from grpolab.train import Experience, UpdateSpec, policy_update, update
     from grpolab.train.optim import build_optimizer, build_scheduler
 
     r = counting_episodes.rollout
     seen = {}
-    real = loop_mod._micro_batches
+    real = policy_update.micro_batches
 
     def spy(keep, lengths, rows_per_micro, token_budget):
         seen["lengths"] = lengths.clone()
         return real(keep, lengths, rows_per_micro, token_budget)
 
-    monkeypatch.setattr(loop_mod, "_micro_batches", spy)
+    monkeypatch.setattr(policy_update, "micro_batches", spy)
     cfg = load_config(overrides={"rollout.prompts_per_step": len(ITEMS), "rollout.group_size": 3,
                                  "trainer.skip_zero_advantage": "false"})
     m = copy.deepcopy(model)
     opt = build_optimizer(m, lr=1e-4, weight_decay=0.0, betas=(0.9, 0.99))
     sched = build_scheduler(opt, warmup_steps=0, total_steps=1, schedule="constant")
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0])
-    loop_mod._update(m, opt, sched, r, adv, None, None, cfg)
+    update(m, opt, sched, Experience.from_rollout(r, adv), UpdateSpec.from_config(cfg))
     full = (r.prompt_mask.sum(-1) + r.response_attention.sum(-1)).long()
     model_only = (r.prompt_mask.sum(-1) + r.response_mask.sum(-1)).long()
     # rows come in a shuffled group order: compare as multisets

@@ -18,6 +18,7 @@ from grpolab.rollout import DEFAULT_TEACHER_TEMPLATE
 from grpolab.train import train
 from grpolab.train.checkpoint import latest_checkpoint
 from grpolab.train.credit import CreditStep, leakage
+from grpolab.train.experience import Experience
 from grpolab.train.metrics_log import read_metrics
 
 SMALL = [
@@ -189,7 +190,8 @@ def test_credit_step_on_a_sampled_batch():
     adv = torch.tensor([0.0, 1.0, -1.0, 0.5] * 3)
     cfg = load_config(overrides=["credit.name=gear", "credit.lam=1", "credit.span_end=#", "credit.gear_k=0"])
     step = CreditStep(cfg, policy, tok)
-    out = step(0, policy, items, r, adv, ["x"] * 12)
+    exp = Experience(items=items, rollout=r, texts=["x"] * 12, rewards=torch.zeros(12), advantages=adv)
+    out = step(0, policy, exp)
     scored = adv != 0
     assert (out.teacher_logp[~scored] == 0).all() and (out.advantages[~scored] == 0).all()
     text = [f"{it.prompt}\nhere is a reference solution: {it.privileged}\nsolve it in your own way.\n{it.prompt}"

@@ -38,7 +38,7 @@ def test_png_is_written(tmp_path):
 
 
 @pytest.mark.slow
-def test_cli_writes_the_page(tmp_path):
+def test_cli_writes_the_page(tmp_path, capsys):
     from grpolab.cli import main
     from grpolab.config import load_config
     from grpolab.train import train
@@ -53,5 +53,6 @@ def test_cli_writes_the_page(tmp_path):
     page = (tmp_path / "run" / "credit" / "credit.html").read_text()
     assert page.count("<div class=row>") == 3 and "Token credit: rlsd" in page
     assert (tmp_path / "run" / "credit" / "credit.png").exists()
-    with pytest.raises(SystemExit, match="config.yaml not found"):
-        main(["credit", str(tmp_path / "nothing")])
+    assert main(["credit", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "no config.yaml" in err and len(err.strip().splitlines()) == 1

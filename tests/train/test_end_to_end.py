@@ -13,7 +13,8 @@ import torch
 from grpolab.cli import main as cli_main
 from grpolab.config import load_config
 from grpolab.models import load_model
-from grpolab.train import loop as loop_mod
+from grpolab.train import Experience, UpdateSpec, update
+from grpolab.train.policy_update import micro_batches
 from grpolab.train import train
 from grpolab.train.checkpoint import latest_checkpoint
 from grpolab.train.metrics_log import read_metrics
@@ -86,8 +87,10 @@ def test_run_directory_outputs_and_cli(tmp_path, capsys):
                 "eval/accuracy"):
         assert key in row, key
     # a second plain `train` into the same directory refuses instead of clobbering the run
-    with pytest.raises(SystemExit, match="--resume"):
-        cli_main(args)
+    capsys.readouterr()
+    assert cli_main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "--resume" in err and len(err.strip().splitlines()) == 1
     # eval on the run directory: greedy, sampled, pass@k
     capsys.readouterr()
     assert cli_main(["eval", str(run), "--n", "8", "--samples", "4", "--max-new-tokens", "16"]) == 0
@@ -143,7 +146,7 @@ def test_skipping_zero_advantage_rows_leaves_the_update_unchanged(aggregation):
         m = copy.deepcopy(model).double()  # float64: compare the two paths tightly
         opt = build_optimizer(m, lr=1e-2, weight_decay=0.01, betas=(0.9, 0.99))
         sched = build_scheduler(opt, warmup_steps=0, total_steps=2, schedule="constant")
-        out = loop_mod._update(m, opt, sched, rollout, adv, None, None, cfg)
+        out = update(m, opt, sched, Experience.from_rollout(rollout, adv), UpdateSpec.from_config(cfg))
         assert out["skipped_rows_frac"] == (4 / 12 if skip else 0.0)
         params[skip] = [p.detach().clone() for p in m.parameters()]
     for a, b in zip(params[False], params[True]):
@@ -160,7 +163,7 @@ def test_micro_batches_partition_rows_within_the_token_budget():
     def check(lengths, budget, rows_per_micro):
         L = torch.tensor(lengths, dtype=torch.long)
         keep = torch.arange(len(lengths))[::2]  # a subset, as after skipping zero-advantage rows
-        parts = loop_mod._micro_batches(keep, L, rows_per_micro, budget)
+        parts = micro_batches(keep, L, rows_per_micro, budget)
         flat = torch.cat(parts).tolist() if parts else []
         assert sorted(flat) == keep.tolist()  # every kept row exactly once
         for p in parts:

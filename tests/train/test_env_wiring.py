@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import yaml
 
 from grpolab.config import load_config
-from grpolab.train.loop import _max_response_len
+from grpolab.train.policy_update import max_response_len as _max_response_len
 
-evaluate_mod = importlib.import_module("grpolab.train.evaluate")  # the module, not the function
+from grpolab.train.collector import EpisodeCollector
 
 
 def test_constant_aggregation_length_covers_observations_in_env_runs():
@@ -34,13 +33,13 @@ def test_eval_cli_plays_episodes_for_an_env_run(tmp_path, monkeypatch, capsys):
     save_model(build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1,
                                                      num_attention_heads=2, intermediate_size=64)), tok, run / "final")
     calls = []
-    real = evaluate_mod.run_env_episodes
+    real = EpisodeCollector.collect
 
-    def spy(model, tokenizer, items, env, **kw):
-        calls.append(env.name)
-        return real(model, tokenizer, items, env, **kw)
+    def spy(self, model, items, **kw):
+        calls.append(self.env.name)
+        return real(self, model, items, **kw)
 
-    monkeypatch.setattr(evaluate_mod, "run_env_episodes", spy)
+    monkeypatch.setattr(EpisodeCollector, "collect", spy)
     assert main(["eval", str(run), "--n", "4", "--samples", "2"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["task"] == "tool_arith" and report["items"] == 4

@@ -15,16 +15,19 @@ advantage stays zero whatever the weight), so groups whose rewards are all equal
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from grpolab import objectives as obj
 from grpolab.config import Config
-from grpolab.rollout import Rollout, build_teacher_prompts, encode_teacher_prompts, response_logprobs, teacher_logprobs
+from grpolab.train.state import frozen_copy
+from grpolab.rollout import build_teacher_prompts, encode_teacher_prompts, response_logprobs, teacher_logprobs
+
+if TYPE_CHECKING:
+    from grpolab.train.experience import Experience
 
 
 @dataclass
@@ -47,14 +50,6 @@ class CreditOutput:
     teacher_logp: torch.Tensor
     divergence: torch.Tensor | None
     metrics: dict[str, float]
-
-
-def _frozen_copy(model):
-    m = copy.deepcopy(model)
-    m.eval()
-    for p in m.parameters():
-        p.requires_grad_(False)
-    return m
 
 
 def _token_ids_containing(tokenizer, chars: str) -> torch.Tensor:
@@ -102,7 +97,7 @@ class CreditStep:
         self.cfg = cfg
         self.c = cfg.credit
         self.tokenizer = tokenizer
-        self.teacher = _frozen_copy(policy) if self.c.teacher == "frozen" else None
+        self.teacher = frozen_copy(policy) if self.c.teacher == "frozen" else None
         self.boundary_ids = _token_ids_containing(tokenizer, self.c.gear_boundaries)
         self.span_end_ids = _token_ids_containing(tokenizer, self.c.span_end)
         self.synced_at = 0
@@ -130,25 +125,23 @@ class CreditStep:
         return obj.lam_schedule(step, start=self.c.lam, end=self.c.lam_end, steps=self.c.lam_steps,
                                 kind=self.c.lam_schedule)
 
-    def __call__(self, step: int, policy, items: Sequence, rollout: Rollout, advantages: torch.Tensor,
-                 completions: Sequence[str], student_logp: torch.Tensor | None = None,
+    def __call__(self, step: int, policy, exp: "Experience", student_logp: torch.Tensor | None = None,
                  lam: float | None = None) -> CreditOutput:
-        """Per-token advantages for one rollout batch.
+        """Per-token advantages for one step's experience.
 
         Args:
             step: 0-based training step (drives the ``lam`` schedule and the teacher sync).
             policy: the current policy (the live teacher, and the student of the KL).
-            items: the step's task items; row ``i`` of the rollout answers ``items[i // G]``.
-            rollout: the sampled batch.
-            advantages: ``[B]`` sequence advantages.
-            completions: decoded responses (for the leakage counter).
+            exp: the step's :class:`grpolab.train.experience.Experience`; reads its items, the
+                row -> item index, the rollout, the texts (for the leakage counter) and the
+                ``[B]`` sequence advantages ``exp.advantages``.
             student_logp: ``[B,T]`` the current policy's log-probs of the sampled tokens, if known
                 (on-policy: the sampling log-probs); None computes them (no grad).
             lam: override the schedule (the ``grpolab credit`` page uses it).
         """
         t0 = time.time()
         c = self.c
-        G = rollout.batch_size // len(items)
+        rollout, advantages = exp.rollout, exp.advantages
         self.maybe_sync(step, policy)
         teacher = self.teacher if self.teacher is not None else policy
         lam = self.lam(step) if lam is None else lam
@@ -165,8 +158,9 @@ class CreditStep:
         if len(rows) > 0:
             part = rollout.select(rows)
             # one teacher prompt per prompt group; its KV cache is shared by the group's rows
-            groups, prompt_index = torch.unique(rows // G, return_inverse=True)
-            texts = build_teacher_prompts([items[int(g)] for g in groups.tolist()], c.template)
+            groups, prompt_index = torch.unique(exp.prompt_index[rows.cpu()], return_inverse=True)
+            prompt_index = prompt_index.to(device)
+            texts = build_teacher_prompts([exp.items[int(g)] for g in groups.tolist()], c.template)
             t_ids, t_mask = encode_teacher_prompts(self.tokenizer, texts, group_size=1, device=device)
             micro = c.micro_batch_size or self.cfg.trainer.micro_batch_size or None
             was_training = policy.training
@@ -200,7 +194,7 @@ class CreditStep:
             k=c.gear_k, quantile=c.gear_quantile, min_divergence=c.gear_min_divergence, boundary_mask=boundary,
         )
         metrics = self._metrics(out, lam, full_student, full_teacher, full_div, mask, scored)
-        metrics.update(leakage(completions, [items[i // G] for i in range(B)], c.template))
+        metrics.update(leakage(exp.texts, exp.row_items, c.template))
         metrics["time/teacher"] = time.time() - t0
         return CreditOutput(advantages=out.advantages, multiplier=out.multiplier, segment_ids=out.segment_ids,
                             student_logp=full_student, teacher_logp=full_teacher, divergence=full_div,

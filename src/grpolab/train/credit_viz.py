@@ -27,61 +27,42 @@ import torch
 from grpolab.utils.io import atomic_write_text
 
 
-def _model_dir(run_dir: Path) -> Path:
-    from grpolab.train.checkpoint import latest_checkpoint
-
-    if (run_dir / "final" / "config.json").exists():
-        return run_dir / "final"
-    ckpt = latest_checkpoint(run_dir)
-    if ckpt is not None:
-        return ckpt.model_dir
-    if (run_dir / "sft" / "config.json").exists():
-        return run_dir / "sft"
-    raise FileNotFoundError(f"{run_dir} holds no model (final/, checkpoints/ or sft/); is it a grpolab run directory?")
-
-
 def collect(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, method: str | None = None,
             seed: int = 0) -> dict[str, Any]:
     """Sample, score and reweight ``sample`` responses of a run; returns what the page shows."""
     from grpolab import objectives as obj
     from grpolab.models import load_model
-    from grpolab.rollout import sample as sample_fn
-    from grpolab.train.checkpoint import latest_checkpoint
+    from grpolab.train.collector import SingleTurnCollector
     from grpolab.train.credit import CreditStep
-    from grpolab.train.loop import load_run_config
+    from grpolab.train.rundir import RunDir
     from grpolab.train.setup import build_task_splits
-    from grpolab.train.text import decode_responses, encode_prompts
 
-    run_dir = Path(run_dir)
-    if not (run_dir / "config.yaml").exists():
-        raise FileNotFoundError(f"{run_dir}/config.yaml not found; pass a grpolab run directory")
+    run = RunDir(run_dir)
     if sample < 1:
         raise ValueError(f"--sample must be >= 1, got {sample}")
-    cfg = load_run_config(run_dir)
+    cfg = run.load_config()
     method = method or (cfg.credit.name if cfg.credit.name != "grpo" else "gear")
     obj.CREDIT_METHODS.get(method)
     cfg.credit.name = method
-    model, tok = load_model(_model_dir(run_dir))
+    model, tok = load_model(run.model_dir())
     model.eval()
     _, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
     G = max(cfg.rollout.group_size, 2)
     n_prompts = min(len(eval_items), max(1, -(-sample // G) * 2))   # extra prompts: want mixed rewards
-    items = eval_items[:n_prompts]
-    gen = torch.Generator().manual_seed(seed)
-    rollout = sample_fn(model, encode_prompts(tok, [it.prompt for it in items]), group_size=G,
-                        max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                        top_p=cfg.rollout.top_p, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                        generator=gen)
-    completions = decode_responses(tok, rollout.response_ids, rollout.response_mask)
-    rewards = torch.tensor([items[i // G].score(c).score for i, c in enumerate(completions)], dtype=torch.float32)
+    exp = SingleTurnCollector(tok, max_new_tokens=cfg.rollout.max_new_tokens).collect(
+        model, eval_items[:n_prompts], group_size=G, temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p, generator=torch.Generator().manual_seed(seed))
+    rollout, completions, rewards = exp.rollout, exp.texts, exp.rewards
     adv = obj.get_advantage_estimator(cfg.objective.advantage)(rewards, rollout.group_ids)
+    exp = exp.replace(advantages=adv)
     step = CreditStep(cfg, model, tok)
-    ckpt = latest_checkpoint(run_dir)
+    ckpt = run.latest_checkpoint()
     if ckpt is not None and step.teacher is not None:
         state = ckpt.load_state().get("credit")
         if state is not None:
             step.load_state_dict(state)
-    out = step(0, model, items, rollout, adv, completions, lam=lam)
+    out = step(0, model, exp, lam=lam)
+    row_items = exp.row_items
     # rows to show: non-zero advantages first (both signs), then the rest
     order = sorted(range(len(completions)), key=lambda i: (adv[i] == 0, -abs(float(adv[i])), i))[:sample]
     rows = []
@@ -89,7 +70,7 @@ def collect(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, method: s
         n = int(rollout.response_mask[i].sum())
         ids = rollout.response_ids[i, :n].tolist()
         rows.append({
-            "prompt": items[i // G].prompt, "completion": completions[i], "reward": float(rewards[i]),
+            "prompt": row_items[i].prompt, "completion": completions[i], "reward": float(rewards[i]),
             "advantage": float(adv[i]),
             "tokens": [tok.decode([t]) for t in ids],
             "multiplier": out.multiplier[i, :n].tolist(),

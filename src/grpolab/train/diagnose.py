@@ -38,29 +38,23 @@ __all__ = ["diagnose_run", "resolve_models"]
 
 def resolve_models(run_dir: Path, base: str | None) -> tuple[Path, Path]:
     """``(trained_dir, base_dir)`` of a run (see the module docstring)."""
-    from grpolab.train import load_run_config
-    from grpolab.train.checkpoint import latest_checkpoint
+    from grpolab.train.rundir import RunDir, RunDirError
 
-    if not (run_dir / "config.yaml").exists():
-        raise SystemExit(f"error: {run_dir} is not a grpolab run directory (no config.yaml)")
-    if (run_dir / "final" / "config.json").exists():
-        trained = run_dir / "final"
-    else:
-        ckpt = latest_checkpoint(run_dir)
-        if ckpt is None:
-            raise SystemExit(f"error: {run_dir} has no trained model yet (no final/ or checkpoints/)")
-        trained = ckpt.model_dir
+    run = RunDir(run_dir)
+    if not run.is_run():
+        raise RunDirError(f"{run_dir} is not a grpolab run directory (no config.yaml)")
+    trained = run.model_dir(warm_start=False)
     if base is not None:
         base_dir = Path(base)
     elif (run_dir / "sft" / "config.json").exists():
         base_dir = run_dir / "sft"
     else:
-        path = load_run_config(run_dir).model.path
+        path = run.load_config().model.path
         if not path:
-            raise SystemExit(f"error: {run_dir} has no warm start (sft/) and no model.path; pass --base MODEL_DIR")
+            raise RunDirError(f"{run_dir} has no warm start (sft/) and no model.path; pass --base MODEL_DIR")
         base_dir = Path(path)
     if not (base_dir / "config.json").exists():
-        raise SystemExit(f"error: base model {base_dir} not found (expected a HF model directory); pass --base")
+        raise RunDirError(f"base model {base_dir} not found (expected a HF model directory); pass --base")
     return trained, base_dir
 
 

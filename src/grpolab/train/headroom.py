@@ -90,39 +90,25 @@ def headroom_command(model: str | Path, *, task: str | None = None, task_options
     """
     import yaml
 
-    from grpolab.config import TaskConfig
+    from grpolab.config import ConfigError, TaskConfig
     from grpolab.models import load_model
     from grpolab.train.setup import build_task
 
-    src = Path(model)
-    if not src.exists():
-        raise SystemExit(f"error: {src} does not exist; pass a model directory or a grpolab run directory")
-    task_cfg = TaskConfig(name=task or "arith", n_eval=n)
-    run_dir = None
-    env = None
-    if (src / "config.yaml").exists():
-        from grpolab.train import load_run_config
-        from grpolab.train.checkpoint import latest_checkpoint
+    from grpolab.train.rundir import resolve_model
 
-        run_dir = src
-        run_cfg = load_run_config(src)
+    src, run_cfg = resolve_model(model)
+    task_cfg = TaskConfig(name=task or "arith", n_eval=n)
+    run_dir = Path(model) if run_cfg is not None else None
+    env = None
+    if run_cfg is not None:
         if task is None:
             task_cfg = TaskConfig(name=run_cfg.task.name, options=dict(run_cfg.task.options), n_eval=n)
-            env = getattr(run_cfg, "env", None)  # multi-turn tasks are measured as episodes
+            env = run_cfg.env  # multi-turn tasks are measured as episodes
         temperature = run_cfg.rollout.temperature if temperature is None else temperature
         max_new_tokens = run_cfg.rollout.max_new_tokens if max_new_tokens is None else max_new_tokens
-        ckpt = latest_checkpoint(src)
-        if (src / "final").exists():
-            src = src / "final"
-        elif ckpt is not None:
-            src = ckpt.model_dir
-        elif (src / "sft").exists():
-            src = src / "sft"
-        else:
-            raise SystemExit(f"error: run directory {run_dir} holds no model yet (no final/, checkpoints/ or sft/)")
     for kv in task_options:
         if "=" not in kv:
-            raise SystemExit(f"error: --task-option {kv!r} must look like KEY=VALUE")
+            raise ConfigError(f"--task-option {kv!r} must look like KEY=VALUE")
         key, v = kv.split("=", 1)
         task_cfg.options[key] = yaml.safe_load(v)
     temperature = 1.0 if temperature is None else temperature

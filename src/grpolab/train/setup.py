@@ -23,7 +23,10 @@ def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
     from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model
 
     if cfg.path:
-        model, tokenizer = load_model(cfg.path, dtype=cfg.dtype, device=device)
+        try:
+            model, tokenizer = load_model(cfg.path, dtype=cfg.dtype, device=device)
+        except (FileNotFoundError, NotADirectoryError) as e:
+            raise ConfigError(f"model.path={cfg.path!r}: {e}") from None
         return model, tokenizer, False
     tokenizer = build_tokenizer()
     tiny = TinyModelConfig(
@@ -41,13 +44,18 @@ def build_task(cfg: TaskConfig):
         return get_task(cfg.name, **cfg.options)
     except TypeError as e:
         raise ConfigError(f"task.options for task {cfg.name!r}: {e}") from None
+    except (FileNotFoundError, NotADirectoryError, ValueError) as e:  # e.g. a dataset file
+        raise ConfigError(f"task {cfg.name!r} (task.options): {e}") from None
 
 
 def build_task_splits(cfg: TaskConfig, *, seed: int = 0):
     """``(train_items, eval_items)``: fixed, disjoint, deterministic."""
     task = build_task(cfg)
-    train_items = task.items("train", cfg.n_train)
-    eval_items = task.items("eval", cfg.n_eval)
+    try:
+        train_items = task.items("train", cfg.n_train)
+        eval_items = task.items("eval", cfg.n_eval)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+        raise ConfigError(f"task {cfg.name!r} (task.options): {e}") from None
     if not train_items:
         raise ConfigError(f"task {cfg.name!r} produced no training items")
     if not eval_items:
@@ -56,27 +64,40 @@ def build_task_splits(cfg: TaskConfig, *, seed: int = 0):
 
 
 def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, eval_items,
-               run_dir: Path, *, log: Callable[[str], None] = print):
-    """Supervised warm start, once per run directory (cached in ``RUN_DIR/sft``)."""
+               run_dir, *, log: Callable[[str], None] = print):
+    """Supervised warm start, once per run directory (cached in ``RUN_DIR/sft``).
+
+    The cache is reused only when it was built with the same settings
+    (:func:`grpolab.train.rundir.warm_start_key`: model, task, sft section, seed, ...); with
+    other settings it is rebuilt. A cache from an older grpolab without a settings record is
+    reused as it is (and said so).
+    """
     from grpolab.models import load_model, save_model
+    from grpolab.train.rundir import RunDir
 
     enabled = cfg.sft.enabled == "yes" or (cfg.sft.enabled == "auto" and from_scratch)
     if not enabled:
         return model
-    cache = run_dir / "sft"
-    if (cache / "config.json").exists():
-        log(f"warm start: reusing {cache}")
-        cached, _ = load_model(cache, device=next(model.parameters()).device)
+    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    status, diffs = rd.warm_start_status(cfg)
+    if status in ("match", "legacy"):
+        log(f"warm start: reusing {rd.sft}" + (" (no settings record: built by an older grpolab)"
+                                               if status == "legacy" else ""))
+        cached, _ = load_model(rd.sft, device=next(model.parameters()).device)
         model.load_state_dict(cached.state_dict())
         return model
+    if status == "differs":
+        log(f"warm start: {rd.sft} was built with other settings ({'; '.join(diffs[:3])}); rebuilding it")
+    elif status == "incomplete":
+        log(f"warm start: {rd.sft} has no sft.json record (its writer was interrupted); rebuilding it")
     where = "validation items held out of the training split" if cfg.sft.select_on == "validation" \
         else "held-out items"
     log(f"warm start: supervised training on demonstrations until greedy accuracy on {where} >= "
         f"{cfg.sft.target_accuracy:.2f} (at most {cfg.sft.max_steps} steps)")
     t0 = time.time()
     result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log)
-    save_model(model, tokenizer, cache)
-    write_sft_record(cache, cfg, result, time.time() - t0)
+    save_model(model, tokenizer, rd.sft)
+    write_sft_record(rd.sft, cfg, result, time.time() - t0)
     return model
 
 
@@ -116,10 +137,12 @@ def sft_selection_split(cfg: Config, train_items, eval_items):
 
 
 def write_sft_record(model_dir: Path, cfg: Config, result, seconds: float) -> None:
-    """``MODEL_DIR/sft.json``: steps, accuracy, the check history and the ``sft`` settings used."""
+    """``MODEL_DIR/sft.json``: steps, accuracy, the check history, the ``sft`` settings used and
+    the warm-start key (the settings that produced it; see :func:`grpolab.train.rundir.warm_start_key`)."""
+    from grpolab.train.rundir import warm_start_key
     from grpolab.utils.io import atomic_write_json
 
     atomic_write_json(Path(model_dir) / "sft.json", {
         "steps": result.steps, "accuracy": result.accuracy, "history": result.history,
-        "seconds": seconds, "sft_config": dataclasses.asdict(cfg.sft),
+        "seconds": seconds, "sft_config": dataclasses.asdict(cfg.sft), "key": warm_start_key(cfg),
     })

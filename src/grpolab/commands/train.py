@@ -1,0 +1,58 @@
+"""``grpolab train`` and ``grpolab sft``."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from grpolab.config import load_config
+
+
+def train_command(config: str | None, overrides: list[str], *, resume: str | None = None,
+                  overwrite: bool = False, log: Callable[[str], None] = print) -> int:
+    """Train as configured; ``resume`` continues a run directory, ``overwrite`` starts one over.
+
+    ``--resume RUN_DIR [CONFIG] [--set ...]``: the run's saved config, with the file and the
+    overrides merged on top (precedence: saved < file < ``--set``); settings the checkpoints
+    depend on (model shape, task, seed) cannot change. Without ``--resume``, a run directory that
+    already holds checkpoints or a final model is refused unless ``overwrite``.
+    """
+    from grpolab.train import train
+    from grpolab.train.rundir import RunDir, RunDirError
+
+    if resume:
+        run = RunDir(resume)
+        if not run.is_run():
+            raise RunDirError(f"--resume {run.path}: no config.yaml there; is it a grpolab run directory?")
+        if overwrite:
+            raise RunDirError("--resume and --overwrite contradict each other; pass one of them")
+        train(run.resume_config(config, overrides), resume=True, log=log)
+        return 0
+    cfg = load_config(config, overrides)
+    run = RunDir(cfg.trainer.run_dir)
+    if (run.latest_checkpoint() is not None or (run.final / "config.json").exists()) and not overwrite:
+        raise RunDirError(
+            f"{run.path} already holds a run. Continue it with `grpolab train --resume {run.path}`, start "
+            f"over with --overwrite (keeps the cached warm start if it was built with the same settings), "
+            f"or pick another directory with --set trainer.run_dir=PATH")
+    train(cfg, overwrite=overwrite, log=log)
+    return 0
+
+
+def sft_command(config: str | None, overrides: list[str], *, out: str) -> int:
+    """Supervised warm start only; saves the model (HF format) and ``sft.json`` to ``out``."""
+    from grpolab.models import save_model
+    from grpolab.train.loop import seed_everything
+    from grpolab.train.setup import build_policy, build_task_splits, resolve_device, sft_from_config, write_sft_record
+
+    cfg = load_config(config, overrides)
+    seed_everything(cfg.trainer.seed)
+    train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
+    model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
+    t0 = time.time()
+    res = sft_from_config(cfg, model, tok, train_items, eval_items)
+    saved = save_model(model, tok, out)
+    write_sft_record(saved, cfg, res, time.time() - t0)
+    print(f"saved warm-started model to {saved} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
+          f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
+    return 0

@@ -1,0 +1,108 @@
+"""Collectors: a model and task items in, a scored :class:`Experience` out.
+
+One interface, two implementations:
+
+- :class:`SingleTurnCollector`: one completion per row (:func:`grpolab.rollout.sample`), decoded
+  and scored by the item's verifier through the parallel scorer
+  (:func:`grpolab.rewards.score_batch`; a verifier that fails scores 0 and is counted);
+- :class:`EpisodeCollector`: multi-turn episodes against an environment
+  (:func:`grpolab.rollout.run_episodes`); the environment scores each episode.
+
+Training, evaluation, the headroom check and the warm start's checks all collect through
+:func:`make_collector`, so rewards are scored in one place.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import torch
+
+from grpolab.train.experience import Experience
+
+__all__ = ["Collector", "EpisodeCollector", "SingleTurnCollector", "make_collector"]
+
+
+class Collector(Protocol):
+    """Samples ``group_size`` responses (or episodes) per item and scores them."""
+
+    def collect(self, model, items: list, *, group_size: int, greedy: bool = False, temperature: float = 1.0,
+                top_p: float = 1.0, generator: torch.Generator | None = None) -> Experience:
+        """``len(items) * group_size`` rows, group-contiguous, with texts and rewards."""
+        ...
+
+
+class SingleTurnCollector:
+    """One sampled completion per row, scored by the item's verifier.
+
+    Args:
+        tokenizer: the policy's tokenizer (prompts are encoded with its special tokens and BOS).
+        max_new_tokens: the longest completion.
+        reward_workers: verifier processes (1 = score in this process; see ``score_batch``).
+    """
+
+    def __init__(self, tokenizer, *, max_new_tokens: int, reward_workers: int = 1) -> None:
+        self.tokenizer = tokenizer
+        self.max_new_tokens = max_new_tokens
+        self.reward_workers = reward_workers
+
+    def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None):
+        from grpolab.rewards import score_batch
+        from grpolab.rollout import sample
+        from grpolab.train.text import decode_responses, encode_prompts
+
+        tok = self.tokenizer
+        t0 = time.time()
+        rollout = sample(
+            model, encode_prompts(tok, [it.prompt for it in items]), group_size=group_size,
+            max_new_tokens=self.max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
+            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, generator=generator,
+        )
+        t1 = time.time()
+        texts = decode_responses(tok, rollout.response_ids, rollout.response_mask)
+        row_items = [items[i] for i in rollout.group_ids.tolist()]
+        results = score_batch(list(zip(row_items, texts)), workers=self.reward_workers)
+        rewards = torch.tensor([r.score for r in results], dtype=torch.float32)
+        return Experience(items=list(items), rollout=rollout, texts=texts, rewards=rewards,
+                          reward_errors=sum("error" in r.info for r in results),
+                          seconds={"rollout": t1 - t0, "reward": time.time() - t1})
+
+
+class EpisodeCollector:
+    """Multi-turn episodes in the environment ``env`` (an :class:`grpolab.config.EnvConfig`)."""
+
+    def __init__(self, tokenizer, env) -> None:
+        if not env.name:
+            raise ValueError("EpisodeCollector needs an environment (env.name is empty)")
+        self.tokenizer = tokenizer
+        self.env = env
+
+    def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None):
+        from grpolab.envs import make_env
+        from grpolab.rollout import run_episodes
+
+        env = self.env
+        t0 = time.time()
+        episodes = run_episodes(
+            model, self.tokenizer, items, lambda: make_env(env.name, **env.options), group_size=group_size,
+            max_turns=env.max_turns, max_total_tokens=env.max_total_tokens,
+            max_turn_tokens=env.max_turn_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
+            generator=generator,
+        )
+        return Experience(items=list(items), rollout=episodes.rollout, texts=list(episodes.transcripts),
+                          rewards=episodes.rewards.float().cpu(), episode_metrics=episodes.metrics(),
+                          seconds={"rollout": time.time() - t0, "reward": 0.0})
+
+
+def make_collector(tokenizer, *, max_new_tokens: int, env=None, reward_workers: int = 1) -> Collector:
+    """The collector for a run: episodes when ``env`` names an environment, else single completions."""
+    if env is not None and env.name:
+        return EpisodeCollector(tokenizer, env)
+    return SingleTurnCollector(tokenizer, max_new_tokens=max_new_tokens, reward_workers=reward_workers)
+
+
+def collector_for(cfg, tokenizer) -> Collector:
+    """:func:`make_collector` with a run config's settings."""
+    return make_collector(tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, env=cfg.env,
+                          reward_workers=cfg.rollout.reward_workers)

@@ -1,0 +1,101 @@
+"""One step's batch, born in one place (:mod:`grpolab.train.collector`): :class:`Experience`.
+
+Every consumer -- the update, the credit step, the step metrics, the ``grpolab credit`` page,
+evaluation -- reads rows and their task items from here; nobody joins rows back to items by
+arithmetic on the group size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from grpolab.rollout import Rollout
+
+__all__ = ["Experience"]
+
+
+@dataclass
+class Experience:
+    """``N`` prompts x ``G`` responses (``B`` rows, group-contiguous) and what the step learns from them.
+
+    Attributes:
+        items: the ``N`` task items the prompts came from.
+        rollout: the token batch (:class:`grpolab.rollout.Rollout`); ``rollout.group_ids [B]`` is
+            each row's index into ``items`` (see :attr:`prompt_index`).
+        texts: ``B`` decoded responses (multi-turn: the episode transcript after the prompt).
+        rewards: ``FloatTensor [B]`` (on the CPU): verifier scores, or episode returns.
+        reward_errors: rows whose verifier failed (they score 0).
+        episode_metrics: per-step statistics of multi-turn episodes (``episodes/...``), else empty.
+        advantages: ``[B]`` sequence or ``[B,T]`` per-token advantages, once computed.
+        old_logp: ``[B,T]`` behaviour-policy log-probs; None on-policy (ratio exactly 1).
+        ref_logp: ``[B,T]`` reference-policy log-probs for the KL term, or None.
+        teacher_logp: ``[B,T]`` privileged-teacher log-probs (credit methods), or None.
+        credit_metrics: ``credit/...`` statistics of the credit step, else empty.
+        seconds: wall time of the collector's phases (``rollout``, ``reward``).
+    """
+
+    items: list
+    rollout: Rollout
+    texts: list[str]
+    rewards: torch.Tensor
+    reward_errors: int = 0
+    episode_metrics: dict[str, float] = field(default_factory=dict)
+    advantages: torch.Tensor | None = None
+    old_logp: torch.Tensor | None = None
+    ref_logp: torch.Tensor | None = None
+    teacher_logp: torch.Tensor | None = None
+    credit_metrics: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        B = self.rollout.batch_size
+        if len(self.texts) != B or self.rewards.shape != (B,):
+            raise ValueError(f"Experience: {B} rollout rows but {len(self.texts)} texts and rewards of "
+                             f"shape {tuple(self.rewards.shape)}")
+        idx = self.prompt_index
+        if B and (int(idx.min()) < 0 or int(idx.max()) >= len(self.items)):
+            raise ValueError(f"Experience: rollout.group_ids must index the {len(self.items)} items")
+
+    @property
+    def batch_size(self) -> int:
+        """``B``, the number of rows."""
+        return self.rollout.batch_size
+
+    @property
+    def prompt_index(self) -> torch.Tensor:
+        """``LongTensor [B]`` (CPU): row ``i`` answers ``items[prompt_index[i]]``."""
+        return self.rollout.group_ids.cpu()
+
+    @property
+    def row_items(self) -> list:
+        """The task item of every row (``B`` entries)."""
+        return [self.items[i] for i in self.prompt_index.tolist()]
+
+    def group_rows(self) -> list[torch.Tensor]:
+        """Row indices (``LongTensor``, CPU) of each prompt's group, in item order."""
+        idx = self.prompt_index
+        return [(idx == g).nonzero().squeeze(-1) for g in range(len(self.items))]
+
+    @classmethod
+    def from_rollout(cls, rollout: Rollout, advantages: torch.Tensor, *, rewards: torch.Tensor | None = None,
+                     old_logp: torch.Tensor | None = None, ref_logp: torch.Tensor | None = None) -> "Experience":
+        """An experience made from tokens alone (no task items, empty texts): for driving
+        :func:`grpolab.train.policy_update.update` from a benchmark or a test without a collector."""
+        B = rollout.batch_size
+        n = int(rollout.group_ids.max()) + 1 if B else 0
+        return cls(items=[None] * n, rollout=rollout, texts=[""] * B,
+                   rewards=torch.zeros(B) if rewards is None else rewards.float().cpu(),
+                   advantages=advantages, old_logp=old_logp, ref_logp=ref_logp)
+
+    def replace(self, **changes: Any) -> "Experience":
+        """A copy with some fields replaced (e.g. ``exp.replace(advantages=A)``)."""
+        return dataclasses.replace(self, **changes)
+
+    def select_items(self, rows: Sequence[int] | torch.Tensor) -> list:
+        """The items of the given rows."""
+        idx = self.prompt_index
+        return [self.items[int(idx[int(r)])] for r in rows]

@@ -1,0 +1,240 @@
+"""The policy update of one training step: :func:`update`.
+
+``trainer.epochs x trainer.mini_batches`` optimizer steps over one :class:`Experience`;
+mini-batches are split along prompt groups (balanced aggregation needs whole groups, CTPO whole
+sequences), the aggregation weights of each mini-batch are computed once over the whole
+mini-batch and sliced per micro-batch, so gradient accumulation is exact (the micro-batch size
+changes neither the loss nor the gradient; ``tests/train/test_update.py`` checks it at trainer
+level). The objective itself is :func:`grpolab.objectives.policy_loss` (docs/methods.md).
+
+The settings travel as one frozen :class:`UpdateSpec` (the loss settings in :class:`LossSpec`),
+built once per run from the config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from grpolab import objectives as obj
+from grpolab.config import Config
+from grpolab.rollout import response_logprobs
+
+if TYPE_CHECKING:
+    from grpolab.train.experience import Experience
+
+__all__ = ["LossSpec", "MetricMeans", "UpdateSpec", "micro_batches", "nonzero_rows", "update"]
+
+
+@dataclass(frozen=True)
+class LossSpec:
+    """The keyword settings of :func:`grpolab.objectives.policy_loss` for one run (frozen).
+
+    ``max_len`` is the longest possible response (the ``constant`` aggregation's normaliser):
+    ``env.max_total_tokens`` for multi-turn episodes (model and observation tokens), else
+    ``rollout.max_new_tokens``.
+    """
+
+    ratio: str = "token"
+    aggregation: str = "token"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    dual_clip: float | None = 3.0
+    clip_power: float = 0.5
+    max_len: int = 48
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> "LossSpec":
+        o = cfg.objective
+        return cls(ratio=o.ratio, aggregation=o.aggregation, clip_low=o.clip_low, clip_high=o.clip_high,
+                   dual_clip=o.dual_clip, clip_power=o.clip_power, max_len=max_response_len(cfg),
+                   kl_coef=o.kl_coef, kl_estimator=o.kl_estimator)
+
+    def kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``policy_loss`` (all but the tensors and ``weights``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class UpdateSpec:
+    """Everything :func:`update` needs besides the tensors: the loss and the batching (frozen)."""
+
+    loss: LossSpec
+    temperature: float = 1.0  # sampling temperature: logits are divided by it, as when sampling
+    epochs: int = 1
+    mini_batches: int = 1
+    micro_batch_size: int = 0  # rows per forward/backward; 0 = fill up to micro_batch_tokens
+    micro_batch_tokens: int = 2048
+    skip_zero_advantage: bool = True
+    grad_clip: float = 1.0  # 0 = no clipping (the norm is still measured)
+
+    @classmethod
+    def from_config(cls, cfg: Config) -> "UpdateSpec":
+        tr = cfg.trainer
+        return cls(loss=LossSpec.from_config(cfg), temperature=cfg.rollout.temperature, epochs=tr.epochs,
+                   mini_batches=tr.mini_batches, micro_batch_size=tr.micro_batch_size,
+                   micro_batch_tokens=tr.micro_batch_tokens, skip_zero_advantage=tr.skip_zero_advantage,
+                   grad_clip=cfg.optim.grad_clip)
+
+    @property
+    def on_policy(self) -> bool:
+        """One optimizer step per batch: the behaviour log-probs equal the current ones."""
+        return self.epochs * self.mini_batches == 1
+
+    @property
+    def skips_zero_advantage(self) -> bool:
+        """Rows with zero advantage are skipped only without a KL term (with one they still pull)."""
+        return self.skip_zero_advantage and self.loss.kl_coef == 0
+
+
+def max_response_len(cfg: Config) -> int:
+    """The longest possible response: the constant aggregation's normaliser (``max_len``).
+
+    Multi-turn episodes hold model and observation tokens in the response, up to
+    ``env.max_total_tokens``; single-turn responses are at most ``rollout.max_new_tokens``.
+    """
+    return cfg.env.max_total_tokens if cfg.env.name else cfg.rollout.max_new_tokens
+
+
+class MetricMeans:
+    """Accumulates token-weighted means (``add``) and per-optimizer-step sums (``add_summed``)."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, float] = {}
+
+    def add(self, key: str, value: float, weight: float) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value * weight
+        self.counts[key] = self.counts.get(key, 0.0) + weight
+
+    def means(self) -> dict[str, float]:
+        """``sum(value * weight) / sum(weight)`` per key (0 for a key whose weights sum to 0)."""
+        return {k: self.sums[k] / max(self.counts[k], 1e-9) for k in self.sums}
+
+
+SUMMED = ("loss", "pg_loss", "kl")  # per-mini-batch sums; everything else is a token mean
+
+
+def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) -> dict[str, float]:
+    """All optimizer steps for one step's experience; returns token-weighted mean metrics.
+
+    Reads ``exp.rollout``, ``exp.advantages`` (``[B]`` or ``[B,T]``), ``exp.old_logp``
+    (``[B,T]``; None = on-policy: the current log-probs, detached, so every ratio is exactly 1),
+    ``exp.ref_logp`` (``[B,T]``, for the KL term) and ``exp.prompt_index`` (``[B]``: the
+    mini-batches take whole prompt groups). Metrics: the ``policy_loss`` metrics as token means
+    over the rows that went through the forward, ``loss``/``pg_loss``/``kl`` as the mean over
+    optimizer steps of each mini-batch's loss, ``clip_frac_by_pos/*``, ``skipped_rows_frac`` and
+    ``grad_norm`` (mean over optimizer steps).
+    """
+    rollout, advantages, old_logp, ref_logp = exp.rollout, exp.advantages, exp.old_logp, exp.ref_logp
+    if advantages is None:
+        raise ValueError("update() needs exp.advantages; compute them first (Experience.with_advantages)")
+    policy.train()
+    group_rows = exp.group_rows()  # mini-batches take whole prompt groups
+    means, clip_by_pos = MetricMeans(), MetricMeans()
+    losses: dict[str, list[float]] = {}
+    grad_norms = []
+    skipped = total_rows = 0
+    lengths = rollout.attention_mask.sum(-1).long().cpu()  # tokens each row's forward sees (observations too)
+    for _ in range(spec.epochs):
+        group_order = torch.randperm(len(group_rows)).tolist()
+        for mb_groups in np.array_split(group_order, spec.mini_batches):
+            rows = torch.cat([group_rows[g] for g in mb_groups])
+            mask = rollout.response_mask[rows]
+            adv = advantages[rows]
+            # normalisers over the whole mini-batch, sliced per micro-batch below
+            W = obj.aggregation_weights(mask, spec.loss.aggregation, advantages=adv,
+                                        group_ids=rollout.group_ids[rows], max_len=spec.loss.max_len)
+            # Rows whose advantage is 0 on every token (groups with all-equal rewards) have a
+            # per-token loss of exactly 0, so without a KL term they add nothing to the gradient:
+            # skip their forward/backward. W still comes from the whole mini-batch, so the
+            # gradient is unchanged; only the logged entropy/ratio statistics cover fewer rows.
+            keep = nonzero_rows(adv, mask) if spec.skips_zero_advantage else torch.arange(len(rows))
+            skipped += len(rows) - len(keep)
+            total_rows += len(rows)
+            optimizer.zero_grad(set_to_none=False)  # zeros, not None: AdamW steps every parameter
+            mb_losses: dict[str, float] = {}
+            for idx in micro_batches(keep, lengths[rows], spec.micro_batch_size, spec.micro_batch_tokens):
+                sub = rows[idx]
+                m, n_tok = _forward_backward(policy, rollout.select(sub), advantages[sub],
+                                             None if old_logp is None else old_logp[sub],
+                                             None if ref_logp is None else ref_logp[sub], W[idx], spec)
+                for k, v in m.items():
+                    if k in SUMMED:  # micro-batch parts of one mini-batch loss add up
+                        mb_losses[k] = mb_losses.get(k, 0.0) + v.item()
+                    elif v.dim() == 0:  # token means: weight by tokens
+                        means.add(k, v.item(), n_tok)
+                for b, (c, t) in enumerate(zip(m["clip_frac_by_pos"].tolist(), m["tokens_by_pos"].tolist())):
+                    clip_by_pos.add(str(b), c, t)
+            grad_norms.append(_optimizer_step(policy, optimizer, scheduler, spec.grad_clip))
+            for k in SUMMED:
+                losses.setdefault(k, []).append(mb_losses.pop(k, 0.0))
+    policy.eval()
+    out = means.means()
+    out.update({k: float(np.mean(v)) for k, v in losses.items()})  # mean over optimizer steps
+    labels = obj.position_bucket_labels()
+    out.update({f"clip_frac_by_pos/{labels[int(b)]}": v for b, v in clip_by_pos.means().items()
+                if clip_by_pos.counts[b] > 0})
+    out["skipped_rows_frac"] = skipped / max(total_rows, 1)
+    out["grad_norm"] = float(np.mean(grad_norms))
+    return out
+
+
+def _forward_backward(policy, part, adv, old_logp, ref_logp, W, spec: UpdateSpec):
+    """One micro-batch: forward, loss, backward. Returns ``(metrics, response tokens)``."""
+    lp = response_logprobs(policy, part, temperature=spec.temperature, return_entropy=True)
+    loss, m = obj.policy_loss(
+        lp.logp, lp.logp.detach() if old_logp is None else old_logp, adv, part.response_mask,
+        group_ids=part.group_ids, ref_logp=ref_logp, weights=W, **spec.loss.kwargs(),
+    )
+    loss.backward()
+    n_tok = float(part.response_mask.sum())
+    valid = part.response_mask.bool()
+    m["entropy"] = lp.entropy.detach()[valid].sum() / max(n_tok, 1.0)
+    return m, n_tok
+
+
+def _optimizer_step(policy, optimizer, scheduler, grad_clip: float) -> float:
+    """Clip, step the optimizer and the schedule; returns the gradient norm before clipping."""
+    for p in policy.parameters():  # a mini-batch with nothing to learn still steps AdamW
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+    gn = torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip if grad_clip > 0 else float("inf"))
+    optimizer.step()
+    scheduler.step()
+    return float(gn)
+
+
+def micro_batches(keep: torch.Tensor, lengths: torch.Tensor, rows_per_micro: int,
+                  token_budget: int) -> list[torch.Tensor]:
+    """Split the row indices ``keep`` into micro-batches for gradient accumulation.
+
+    Rows are sorted by length, so each micro-batch is padded only to its own longest row (the
+    forward trims all-padding columns); that removes most padding FLOPs when lengths vary. With
+    ``rows_per_micro > 0`` micro-batches have that many rows; otherwise they are filled greedily
+    up to ``token_budget`` padded tokens (at least one row each). The aggregation weights are
+    computed once per mini-batch, so the partition changes neither the loss nor the gradient.
+    """
+    if len(keep) == 0:
+        return []
+    order = keep[torch.argsort(lengths[keep], descending=True, stable=True)]
+    if rows_per_micro > 0:
+        return [order[i : i + rows_per_micro] for i in range(0, len(order), rows_per_micro)]
+    out, start = [], 0
+    for i in range(1, len(order) + 1):
+        longest = int(lengths[order[start]])  # sorted descending: the first row is the longest
+        if i == len(order) or (i + 1 - start) * longest > token_budget:
+            out.append(order[start:i])
+            start = i
+    return out
+
+
+def nonzero_rows(adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Indices of rows with a non-zero advantage on some valid token: ``[B] or [B,T] -> [K]``."""
+    adv_BT = adv.unsqueeze(-1).expand_as(mask) if adv.dim() == 1 else adv
+    return ((adv_BT != 0) & mask.bool()).any(-1).nonzero().squeeze(-1).cpu()

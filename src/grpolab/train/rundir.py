@@ -1,0 +1,219 @@
+"""The run directory and its one owner: :class:`RunDir`.
+
+Layout::
+
+    RUN_DIR/config.yaml      the run's config (written only after its model and data loaded)
+    RUN_DIR/sft/             the cached warm start (HF model) + sft.json (its settings key)
+    RUN_DIR/checkpoints/     step_NNNNNN/{model/, state.pt} and ``latest`` (see checkpoint.py)
+    RUN_DIR/final/           the trained model (HF format)
+    RUN_DIR/metrics.jsonl    one row per step; tb/ plots/ summary.md headroom.{json,md}
+
+:meth:`RunDir.model_dir` is the one answer to "which model does this run hold" (used by
+``grpolab eval``, ``headroom``, ``diagnose`` and ``credit``). The warm-start cache is keyed on the
+settings that produced it (:func:`warm_start_key`): a cache built with other settings is rebuilt,
+never silently reused. Problems a user can fix raise :class:`RunDirError` with the fix in the
+message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpolab.config import Config, ConfigError, config_from_dict
+from grpolab.train.checkpoint import Checkpoint, latest_checkpoint
+from grpolab.utils.io import atomic_write_text
+
+__all__ = ["RESUME_FIXED_KEYS", "RunDir", "RunDirError", "resolve_model", "warm_start_key"]
+
+
+class RunDirError(ConfigError):
+    """A run directory that cannot be used as asked (the message says why and what to do)."""
+
+
+#: Settings a resumed run cannot change: the checkpoint holds a model of this shape, trained on
+#: this data in this order. (``model.path`` may change: the checkpoint holds the weights, so a
+#: moved base model can be pointed to; it must still load.)
+RESUME_FIXED_KEYS = ("model.hidden_size", "model.num_layers", "model.num_heads",
+                     "model.intermediate_size", "task.name", "task.options", "task.n_train", "trainer.seed")
+
+
+def warm_start_key(cfg: Config) -> dict[str, Any]:
+    """The settings that produce a run's warm start: model (but its device), task, sft, seed, eval length, env."""
+    model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k != "device"}
+    return {"model": model, "task": dataclasses.asdict(cfg.task), "sft": dataclasses.asdict(cfg.sft),
+            "seed": cfg.trainer.seed, "max_new_tokens": cfg.rollout.max_new_tokens,
+            "env": dataclasses.asdict(cfg.env)}
+
+
+def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += _differences(old.get(k), new.get(k), f"{prefix}{k}.")
+        return out
+    # yaml/json round trips turn tuples into lists
+    norm = (lambda v: list(v) if isinstance(v, tuple) else v)
+    return [] if norm(old) == norm(new) else [f"{prefix[:-1]}: {old!r} -> {new!r}"]
+
+
+class RunDir:
+    """A grpolab run directory (it need not exist yet)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        if not str(path).strip():
+            raise RunDirError("the run directory is empty; set trainer.run_dir=PATH")
+        self.path = Path(path)
+
+    # ------------------------------------------------------------------ layout
+    @property
+    def config_file(self) -> Path:
+        return self.path / "config.yaml"
+
+    @property
+    def sft(self) -> Path:
+        return self.path / "sft"
+
+    @property
+    def final(self) -> Path:
+        return self.path / "final"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    def latest_checkpoint(self) -> Checkpoint | None:
+        return latest_checkpoint(self.path)
+
+    def is_run(self) -> bool:
+        return self.config_file.exists()
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # ------------------------------------------------------------------ config
+    def load_config(self) -> Config:
+        """The config the run was started with."""
+        if not self.is_run():
+            raise RunDirError(f"{self.path} is not a grpolab run directory (no config.yaml there)")
+        data = yaml.safe_load(self.config_file.read_text())
+        if not isinstance(data, dict):
+            raise RunDirError(f"{self.config_file} does not hold a config mapping; is it a grpolab run directory?")
+        return config_from_dict(data)
+
+    def write_config(self, cfg: Config) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(self.config_file, yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+
+    def resume_config(self, path: str | os.PathLike | None = None, overrides: list[str] | None = None) -> Config:
+        """The saved config with a config file and ``--set`` overrides merged in (saved < file < --set).
+
+        Raises :class:`RunDirError` if they change a setting the checkpoint depends on
+        (:data:`RESUME_FIXED_KEYS`).
+        """
+        from grpolab.config import merge_config
+
+        saved = self.load_config()
+        cfg = merge_config(saved, path, overrides)
+        cfg.trainer.run_dir = str(self.path)
+        old, new = saved.to_dict(), cfg.to_dict()
+        changed = [d for key in RESUME_FIXED_KEYS
+                   for d in _differences(old[key.split(".")[0]].get(key.split(".")[1]),
+                                         new[key.split(".")[0]].get(key.split(".")[1]), key + ".")]
+        if changed:
+            raise RunDirError(
+                f"--resume {self.path} cannot change {'; '.join(changed)}: the checkpoints were trained "
+                f"with the saved value; start a new run (another trainer.run_dir) to change it")
+        return cfg.validate()
+
+    # ------------------------------------------------------------------ which model does it hold
+    def model_dir(self, *, warm_start: bool = True) -> Path:
+        """The run's newest model: ``final/``, else the newest checkpoint, else (with
+        ``warm_start``) the warm start ``sft/``. Raises :class:`RunDirError` when there is none."""
+        if (self.final / "config.json").exists():
+            return self.final
+        ckpt = self.latest_checkpoint()
+        if ckpt is not None:
+            return ckpt.model_dir
+        if warm_start and (self.sft / "config.json").exists():
+            return self.sft
+        if not warm_start and self.is_run():
+            raise RunDirError(f"{self.path} has no trained model yet (no final/ or checkpoints/)")
+        if not self.is_run():
+            raise RunDirError(f"{self.path} is neither a model directory nor a grpolab run directory "
+                              "(no config.json, no config.yaml)")
+        raise RunDirError(
+            f"run directory {self.path} holds no model yet (no final/, checkpoints/ or sft/): its "
+            f"training stopped before the warm start finished; continue it with `grpolab train "
+            f"--resume {self.path}`")
+
+    # ------------------------------------------------------------------ warm-start cache
+    def warm_start_status(self, cfg: Config) -> tuple[str, list[str]]:
+        """``(status, differences)`` of the cached warm start for ``cfg``.
+
+        ``status``: "missing" (none), "incomplete" (a model without its ``sft.json`` record: the
+        writer was killed), "legacy" (a record without a settings key: an older grpolab),
+        "match" or "differs" (``differences`` lists ``key: old -> new``).
+        """
+        if not (self.sft / "config.json").exists():
+            return "missing", []
+        record = self.sft / "sft.json"
+        try:
+            saved = json.loads(record.read_text())
+        except (OSError, ValueError):
+            return "incomplete", []
+        if not isinstance(saved, dict) or saved.get("key") is None:
+            return "legacy", []
+        saved = saved["key"]
+        diffs = _differences(saved, json.loads(json.dumps(warm_start_key(cfg))))
+        return ("match", []) if not diffs else ("differs", diffs)
+
+    # ------------------------------------------------------------------ housekeeping
+    def clean_stale(self) -> list[Path]:
+        """Remove temporary folders and files left by a killed process (their writer is gone)."""
+        removed = []
+        candidates = list(self.checkpoints.glob(".tmp-*")) if self.checkpoints.exists() else []
+        for p in candidates:
+            pid = p.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+                continue  # another process is writing it right now
+            shutil.rmtree(p, ignore_errors=True)
+            removed.append(p)
+        return removed
+
+    def start_over(self, *, keep_warm_start: bool) -> None:
+        """Delete the previous run's outputs (``--overwrite``); the warm start too unless kept."""
+        for sub in ("checkpoints", "tb", "plots", "final") + (() if keep_warm_start else ("sft",)):
+            shutil.rmtree(self.path / sub, ignore_errors=True)
+        for f in ("metrics.jsonl", "summary.md"):
+            (self.path / f).unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def resolve_model(path: str | os.PathLike) -> tuple[Path, Config | None]:
+    """``(model_dir, run_config)`` for a path that is a model directory (config None) or a run directory."""
+    p = Path(path)
+    if not p.exists():
+        raise RunDirError(f"{p} does not exist; pass a model directory (HF format) or a grpolab run directory")
+    run = RunDir(p)
+    if run.is_run():
+        return run.model_dir(), run.load_config()
+    if not (p / "config.json").exists():
+        raise RunDirError(f"{p} is neither a model directory (no config.json) nor a grpolab run directory "
+                          "(no config.yaml)")
+    return p, None

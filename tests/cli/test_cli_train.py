@@ -1,0 +1,162 @@
+"""`grpolab train` and friends on a run directory: the bugs that lost users' work, one test each.
+
+Every test here failed on the trainer before RunDir owned the run directory (see the CHANGELOG):
+the config was rewritten before the model loaded, a config file given with --resume was ignored,
+--overwrite deleted the run and then reused a warm start built for another model or task, and
+bad paths ended in tracebacks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import yaml
+
+from grpolab.cli import main
+from grpolab.train.metrics_log import read_metrics
+
+SMALL = [
+    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
+    "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=64", "task.n_eval=8",
+    "sft.max_steps=2", "sft.eval_every=2", "sft.batch_size=8", "sft.n_eval=8",
+    "rollout.prompts_per_step=2", "rollout.group_size=4", "rollout.max_new_tokens=8",
+    "trainer.eval_every=2", "trainer.save_every=1", "trainer.headroom=false", "log.progress=false",
+    "log.plots=false", "log.tensorboard=false",
+]
+
+
+def _sets(*values):
+    return sum([["--set", v] for v in values], [])
+
+
+def _train(run, *extra):
+    return main(["train", *_sets(*SMALL, f"trainer.run_dir={run}", *extra)])
+
+
+def _one_error_line(capsys, *needles):
+    err = capsys.readouterr().err
+    lines = [line for line in err.strip().splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+    return lines[0]
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A finished 2-step run directory (module-sized: a few seconds)."""
+    path = tmp_path / "run"
+    assert _train(path, "trainer.steps=2") == 0
+    return path
+
+
+def test_failed_resume_leaves_the_saved_config_and_resume_still_works(run, capsys):
+    saved = (run / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--set", "model.path=/nonexistent"]) == 2
+    _one_error_line(capsys, "model.path", "/nonexistent")
+    assert (run / "config.yaml").read_text() == saved  # not rewritten by the failed attempt
+    assert main(["train", "--resume", str(run), "--set", "trainer.steps=3"]) == 0
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
+
+
+def test_resume_merges_a_config_file_below_the_overrides(run, tmp_path):
+    more = tmp_path / "more.yaml"
+    more.write_text(yaml.safe_dump({"trainer": {"steps": 3}, "optim": {"lr": 5e-5}}))
+    assert main(["train", str(more), "--resume", str(run)]) == 0
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]  # the file's steps were used
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    assert cfg["trainer"]["steps"] == 3 and cfg["optim"]["lr"] == 5e-5
+    assert cfg["model"]["hidden_size"] == 32  # the rest stays as saved
+    # precedence: saved < file < --set
+    assert main(["train", str(more), "--resume", str(run), "--set", "trainer.steps=4"]) == 0
+    assert [r["step"] for r in read_metrics(run)] == [1, 2, 3, 4]
+
+
+def test_resume_refuses_to_change_what_the_checkpoint_depends_on(run, tmp_path, capsys):
+    saved = (run / "config.yaml").read_text()
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--set", "model.hidden_size=64"]) == 2
+    _one_error_line(capsys, "model.hidden_size", "32 -> 64", "new run")
+    assert (run / "config.yaml").read_text() == saved
+
+
+@pytest.mark.parametrize("change, key, new", [
+    ("model.hidden_size=48", ("model", "hidden_size"), 48),
+    ("task.name=reverse", ("task", "name"), "reverse"),
+])
+def test_overwrite_rebuilds_a_warm_start_built_with_other_settings(run, change, key, new):
+    old = json.loads((run / "sft" / "sft.json").read_text())["key"]
+    extra = [change] + (["model.num_heads=2"] if key[0] == "model" else [])
+    if key == ("task", "name"):  # the reverse task has no arith options
+        args = ["train", "--overwrite", *_sets(*[s for s in SMALL if not s.startswith("task.options")],
+                                               f"trainer.run_dir={run}", "trainer.steps=1", *extra)]
+    else:
+        args = ["train", "--overwrite", *_sets(*SMALL, f"trainer.run_dir={run}", "trainer.steps=1", *extra)]
+    assert main(args) == 0
+    record = json.loads((run / "sft" / "sft.json").read_text())["key"]
+    assert record[key[0]][key[1]] == new and old[key[0]][key[1]] != new
+    assert [r["step"] for r in read_metrics(run)] == [1]
+
+
+def test_overwrite_keeps_a_matching_warm_start(run):
+    before = os.stat(run / "sft" / "sft.json").st_mtime_ns
+    assert main(["train", "--overwrite", *_sets(*SMALL, f"trainer.run_dir={run}", "trainer.steps=1")]) == 0
+    assert os.stat(run / "sft" / "sft.json").st_mtime_ns == before
+
+
+def test_overwrite_deletes_nothing_when_the_new_config_cannot_load(run, capsys):
+    ckpts = sorted(p.name for p in (run / "checkpoints").iterdir())
+    capsys.readouterr()
+    assert main(["train", "--overwrite", *_sets(*SMALL, f"trainer.run_dir={run}", "model.path=/nonexistent")]) == 2
+    _one_error_line(capsys, "model.path")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ckpts
+    assert (run / "final" / "config.json").exists() and (run / "sft" / "config.json").exists()
+
+
+def test_plain_train_into_a_finished_run_is_refused(run, capsys):
+    capsys.readouterr()
+    assert _train(run, "trainer.steps=2") == 2
+    _one_error_line(capsys, "--resume", "--overwrite")
+
+
+def test_bad_paths_are_one_error_line(tmp_path, capsys):
+    assert _train(tmp_path / "a", "model.path=/nonexistent/model") == 2
+    _one_error_line(capsys, "model.path", "/nonexistent/model")
+    assert not (tmp_path / "a" / "config.yaml").exists()  # nothing written for a config that cannot run
+    assert main(["train", *_sets("task.name=dataset", f"task.options.path={tmp_path / 'none.jsonl'}",
+                                 f"trainer.run_dir={tmp_path / 'b'}")]) == 2
+    _one_error_line(capsys, "none.jsonl")
+    assert main(["train", "--set", "trainer.run_dir="]) == 2
+    _one_error_line(capsys, "trainer.run_dir")
+    assert main(["train", "--resume", str(tmp_path / "nothing")]) == 2
+    _one_error_line(capsys, "no config.yaml")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    from grpolab.config import ConfigError
+
+    with pytest.raises(ConfigError, match="model.path"):
+        main(["train", "--debug", *_sets("model.path=/nonexistent", f"trainer.run_dir={tmp_path / 'x'}")])
+
+
+def test_eval_on_a_run_that_failed_before_its_warm_start(tmp_path, capsys):
+    run = tmp_path / "failed"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"trainer": {"run_dir": str(run)}}))
+    assert main(["eval", str(run), "--n", "4", "--samples", "0"]) == 2
+    line = _one_error_line(capsys, "holds no model yet", "--resume")
+    assert "does not exist" not in line
+    for cmd in (["headroom", str(run), "--n", "4"], ["credit", str(run)], ["diagnose", str(run)]):
+        assert main(cmd) == 2, cmd
+        _one_error_line(capsys)
+
+
+def test_stale_temporary_checkpoints_are_removed_at_start(run):
+    stale = run / "checkpoints" / ".tmp-step_000009-999999999"  # a pid no process has
+    (stale / "model").mkdir(parents=True)
+    assert main(["train", "--resume", str(run), "--set", "trainer.steps=3"]) == 0
+    assert not stale.exists()
+    assert not list((run / "checkpoints").glob(".tmp-*"))
