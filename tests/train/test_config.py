@@ -76,3 +76,39 @@ def test_example_configs_validate():
     assert examples
     for path in examples:
         assert isinstance(load_config(path), Config), path
+
+
+@pytest.mark.parametrize("key", ["optim.lr", "sft.lr", "objective.kl_coef", "objective.clip_low",
+                                 "objective.clip_high", "objective.dual_clip", "rollout.temperature",
+                                 "optim.grad_clip", "credit.eps_w", "sft.ema"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf"])
+def test_nan_and_inf_are_rejected_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=f"^{key}=.* must be a finite number"):
+        load_config(overrides=[f"{key}={value}"])
+
+
+def test_nan_is_rejected_when_a_config_is_built_directly():
+    cfg = Config()
+    cfg.optim.lr = float("nan")
+    with pytest.raises(ConfigError, match="optim.lr"):
+        cfg.validate()
+
+
+@pytest.mark.parametrize("override, needle", [("trainer.run_dir=", "trainer.run_dir is empty"),
+                                              ("trainer.run_dir=  ", "trainer.run_dir is empty"),
+                                              ("model.path=", "model.path is empty")])
+def test_empty_paths_are_rejected(override, needle):
+    with pytest.raises(ConfigError, match=needle):
+        load_config(overrides=[override])
+
+
+def test_merge_config_precedence(tmp_path):
+    from grpolab.config import merge_config
+
+    base = load_config(overrides=["optim.lr=3e-4", "trainer.steps=10", "rollout.temperature=0.7"])
+    f = tmp_path / "more.yaml"
+    f.write_text("trainer:\n  steps: 20\noptim:\n  lr: 1.0e-4\n")
+    cfg = merge_config(base, f, ["optim.lr=5e-5"])
+    assert cfg.trainer.steps == 20  # file over saved
+    assert cfg.optim.lr == 5e-5  # --set over file
+    assert cfg.rollout.temperature == 0.7  # saved where neither says otherwise

@@ -98,6 +98,25 @@ def test_lam_zero_is_grpo_bit_for_bit(tmp_path):
         assert torch.equal(x, y), k
 
 
+def test_short_rlsd_crash_and_resume_matches_the_uninterrupted_run(tmp_path, kill_during_step):
+    # CI-sized: 3 steps, a checkpoint every step, killed during step 3; the teacher re-syncs at
+    # step 2, so the checkpoint at step 2 must carry the synced teacher for step 3 to match
+    steps = ["trainer.steps=3", "trainer.save_every=1", "trainer.eval_every=3", "credit.name=rlsd",
+             "credit.teacher_sync_every=2", "rollout.prompts_per_step=2", "rollout.max_new_tokens=8",
+             "sft.max_steps=2"]
+    train(_cfg(tmp_path / "full", *steps), log=lambda *_: None)
+    rows_full = _stable(read_metrics(tmp_path / "full"))
+    assert all("credit/lam" in r for r in rows_full)
+    kill_during_step(3, lambda: train(_cfg(tmp_path / "crashed", *steps), log=lambda *_: None))
+    assert latest_checkpoint(tmp_path / "crashed").step == 2
+    train(_cfg(tmp_path / "crashed", *steps), resume=True, log=lambda *_: None)
+    assert _stable(read_metrics(tmp_path / "crashed")) == rows_full
+    m_full, _ = load_model(tmp_path / "full" / "final")
+    m_res, _ = load_model(tmp_path / "crashed" / "final")
+    for (k, a), (_, b) in zip(m_full.state_dict().items(), m_res.state_dict().items()):
+        assert torch.equal(a, b), k
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("break_restore", [False, True])
 def test_frozen_teacher_survives_crash_and_resume(tmp_path, monkeypatch, break_restore, kill_during_step):

@@ -1,0 +1,95 @@
+"""The trainer's step through its public pieces: collect -> learning signal -> update().
+
+Float64 copies of one tiny policy take the same step from the same experience; only the
+micro-batching (or the zero-advantage skip) differs, so the parameters must agree to float64
+tolerance. The loop (`grpolab.train.loop.train`) runs exactly these calls.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from grpolab import objectives as obj
+from grpolab.config import load_config
+from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+from grpolab.tasks import get_task
+from grpolab.train import Experience, TrainState, UpdateSpec, make_collector, update
+from grpolab.train.loop import learning_signal
+
+
+@pytest.fixture(scope="module")
+def policy_and_experience():
+    tok = build_tokenizer()
+    policy = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                   intermediate_size=64), seed=0).double().eval()
+    items = get_task("arith", max_digits=1, max_terms=3).items("train", 4)
+    exp = make_collector(tok, max_new_tokens=10).collect(policy, items, group_size=4,
+                                                         generator=torch.Generator().manual_seed(1))
+    # rewards with signal in three groups and none in one (its rows have advantage 0)
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0])
+    return policy, tok, exp.replace(rewards=rewards)
+
+
+def _step(policy, tok, exp, *overrides):
+    cfg = load_config(overrides=["rollout.prompts_per_step=4", "rollout.group_size=4", "optim.lr=1e-2",
+                                 "optim.warmup_steps=0", "rollout.max_new_tokens=10", *overrides])
+    model = copy.deepcopy(policy)
+    state = TrainState.create(cfg, model, tok, torch.Generator().manual_seed(0))
+    if state.reference is not None:  # a reference that differs from the policy: the KL term pulls
+        with torch.no_grad():
+            g = torch.Generator().manual_seed(2)
+            for p in state.reference.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    spec = UpdateSpec.from_config(cfg)
+    torch.manual_seed(0)  # the mini-batch order
+    exp = learning_signal(exp, state, spec, obj.get_advantage_estimator(cfg.objective.advantage))
+    stats = update(state.policy, state.optimizer, state.scheduler, exp, spec)
+    return [p.detach().clone() for p in model.parameters()], stats, exp
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["objective.aggregation=balanced", "trainer.epochs=2", "trainer.mini_batches=2"],
+    ["preset=ctpo", "objective.aggregation=sequence", "objective.kl_coef=0.1"],
+])
+def test_micro_batch_size_changes_nothing_at_trainer_level(policy_and_experience, extra):
+    policy, tok, exp = policy_and_experience
+    runs = {mb: _step(policy, tok, exp, f"trainer.micro_batch_size={mb}", *extra)[0] for mb in (1, 3, 0)}
+    for mb in (1, 3):  # 0 = fill up to micro_batch_tokens (2048): the whole batch in one forward
+        for a, b in zip(runs[mb], runs[0]):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    moved = max(float((a - p.detach()).abs().max()) for a, p in zip(runs[0], policy.parameters()))
+    assert moved > 1e-4  # the step really changed the policy
+
+
+def test_kl_term_turns_zero_advantage_skipping_off(policy_and_experience):
+    policy, tok, exp = policy_and_experience
+    _, stats0, exp0 = _step(policy, tok, exp, "objective.kl_coef=0")
+    assert stats0["skipped_rows_frac"] == pytest.approx(4 / 16)  # the all-equal group is skipped
+    assert (exp0.advantages[4:8] == 0).all()
+    with_kl, stats, _ = _step(policy, tok, exp, "objective.kl_coef=0.1", "trainer.skip_zero_advantage=true")
+    assert stats["skipped_rows_frac"] == 0.0
+    # the zero-advantage rows still pull towards the reference: the same step as with skipping off
+    no_skip, _, _ = _step(policy, tok, exp, "objective.kl_coef=0.1", "trainer.skip_zero_advantage=false")
+    for a, b in zip(with_kl, no_skip):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_update_needs_advantages(policy_and_experience):
+    policy, tok, exp = policy_and_experience
+    cfg = load_config()
+    state = TrainState.create(cfg, copy.deepcopy(policy), tok, torch.Generator())
+    with pytest.raises(ValueError, match="advantages"):
+        update(state.policy, state.optimizer, state.scheduler, exp, UpdateSpec.from_config(cfg))
+
+
+def test_experience_joins_rows_to_items_by_index(policy_and_experience):
+    _, _, exp = policy_and_experience
+    assert exp.batch_size == 16 and len(exp.items) == 4
+    assert [it.prompt for it in exp.row_items] == [it.prompt for it in exp.items for _ in range(4)]
+    assert [r.tolist() for r in exp.group_rows()] == [[4 * g + j for j in range(4)] for g in range(4)]
+    with pytest.raises(ValueError, match="texts"):
+        Experience(items=exp.items, rollout=exp.rollout, texts=exp.texts[:3], rewards=exp.rewards)
