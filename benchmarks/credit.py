@@ -62,6 +62,7 @@ def worker(args) -> None:
     if args.clock == "cpu":
         # CPU seconds of this process instead of wall seconds: on a shared, overloaded machine the
         # wall clock measures the neighbours; one thread so that CPU time is work, not spinning
+        import grpolab.train.collector as collector_mod
         import grpolab.train.credit as credit_mod
         import grpolab.train.loop as loop_mod
 
@@ -72,6 +73,7 @@ def worker(args) -> None:
 
         loop_mod.time = _CpuClock
         credit_mod.time = _CpuClock
+        collector_mod.time = _CpuClock
     if args.threads:
         torch.set_num_threads(args.threads)
     overrides = [f"model.path={args.warm_start}", f"trainer.run_dir={args.run_dir}", f"trainer.steps={args.steps}",

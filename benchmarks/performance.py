@@ -9,7 +9,7 @@ Three parts, all in one process so that the ratios compare like with like:
    with the default warm start and cached in ``--cache`` when not given), the default batch
    (32 prompts x 8 samples, at most 48 new tokens, temperature 1), timed over ``--steps`` steps
    through grpolab's own pieces in the loop's order: rollout (``sample``), reward, advantages,
-   update (the loop's ``_update``: forward + backward + AdamW over micro-batches, zero-advantage
+   update (``grpolab.train.update``: forward + backward + AdamW over micro-batches, zero-advantage
    rows skipped as by default). Reported: seconds per step and per phase, the fraction of step
    time in each phase, tokens per second for rollout (generated tokens) and update (tokens
    through forward + backward), the update's FLOP rate as a fraction of the measured matmul
@@ -51,7 +51,7 @@ from grpolab import objectives as obj  # noqa: E402
 from grpolab.config import load_config  # noqa: E402
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model, save_model  # noqa: E402
 from grpolab.rollout import sample  # noqa: E402
-from grpolab.train import loop  # noqa: E402
+from grpolab.train import Experience, UpdateSpec, policy_update, update  # noqa: E402
 from grpolab.train.optim import build_optimizer, build_scheduler  # noqa: E402
 from grpolab.train.setup import build_task_splits, sft_from_config  # noqa: E402
 from grpolab.train.text import decode_responses, encode_prompts  # noqa: E402
@@ -90,11 +90,11 @@ def forward_flops(model, lengths: list[int]) -> float:
 
 
 class TokenCounter:
-    """Wraps ``loop.response_logprobs`` to record the real sequence lengths of every forward."""
+    """Wraps the update's ``response_logprobs`` to record the real sequence lengths of every forward."""
 
     def __init__(self) -> None:
         self.lengths: list[int] = []
-        self._orig = loop.response_logprobs
+        self._orig = policy_update.response_logprobs
 
     def __enter__(self):
         def counted(model, batch, **kw):
@@ -103,11 +103,11 @@ class TokenCounter:
                 self.lengths += lens
             return self._orig(model, batch, **kw)
 
-        loop.response_logprobs = counted
+        policy_update.response_logprobs = counted
         return self
 
     def __exit__(self, *exc):
-        loop.response_logprobs = self._orig
+        policy_update.response_logprobs = self._orig
 
 
 # ---------------------------------------------------------------------------------------------
@@ -130,13 +130,14 @@ def one_step(policy, tokenizer, optimizer, scheduler, items, cfg, gen, *, eos=Tr
     t2 = time.perf_counter()
     advantages = obj.get_advantage_estimator(cfg.objective.advantage)(rewards, rollout.group_ids)
     with TokenCounter() as counter:
-        update = loop._update(policy, optimizer, scheduler, rollout, advantages, None, None, cfg)
+        stats = update(policy, optimizer, scheduler, Experience.from_rollout(rollout, advantages),
+                       UpdateSpec.from_config(cfg))
     t3 = time.perf_counter()
     return {
         "rollout_s": t1 - t0, "reward_s": t2 - t1, "update_s": t3 - t2, "step_s": t3 - t0,
         "generated_tokens": int(rollout.response_mask.sum()),
         "update_tokens": sum(counter.lengths), "update_flops": 3 * forward_flops(policy, counter.lengths),
-        "skipped_rows_frac": update["skipped_rows_frac"],
+        "skipped_rows_frac": stats["skipped_rows_frac"],
         "shape": list(rollout.response_mask.shape), "rollout": rollout, "advantages": advantages,
     }
 

@@ -1,4 +1,4 @@
-"""Headroom: does the sampled policy beat the greedy one? (METHODS.md section 6)
+"""Headroom: does the sampled policy beat the greedy one? (docs/when-grpo-helps.md)
 
 GRPO learns from groups whose samples disagree. The 2026 study of GRPO on web agents found that it
 only added success where the *sampled* policy (at the training temperature) beat the *greedy* one;

@@ -2,7 +2,7 @@
 
 ``erank(A) = exp(H(p))`` with ``p_i = s_i / sum_j s_j`` over the singular values ``s`` of ``A`` and
 ``H`` the Shannon entropy (natural log, ``0 log 0 = 0``). It lies in ``[1, min(m, n)]``: 1 for a
-rank-1 matrix, ``min(m, n)`` when all singular values are equal. METHODS.md section 6 uses it on
+rank-1 matrix, ``min(m, n)`` when all singular values are equal. docs/when-grpo-helps.md uses it on
 weight matrices, weight updates and hidden states over a probe set.
 """
 

@@ -1,4 +1,4 @@
-"""Loss aggregation as weights: ``loss = sum_{i,t} W[i,t] * l[i,t]`` (METHODS.md section 2).
+"""Loss aggregation as weights: ``loss = sum_{i,t} W[i,t] * l[i,t]`` (docs/methods.md, aggregation).
 
 ``W`` depends only on ``mask``, the advantages' signs, ``group_ids`` and ``max_len`` -- never on the
 model -- so it is computed once over the whole rollout batch and sliced per micro-batch, which makes

@@ -1,11 +1,11 @@
 """Token-level credit from a privileged self-teacher: RLSD, GEAR, and the OPSD baseline.
 
-METHODS.md sections 4 and 5. The reward decides the *direction* of every token's update (the sign
+docs/methods.md, token-level credit. The reward decides the *direction* of every token's update (the sign
 of the sequence advantage ``A``); a teacher -- the same model shown the reference solution --
 decides the *magnitude*. Inputs are the detached log-probs of the sampled tokens under the
 student (``student_logp[B,T]``) and the teacher (``teacher_logp[B,T]``).
 
-RLSD (arXiv 2604.03128), exactly as in METHODS.md section 4::
+RLSD (arXiv 2604.03128), exactly as in docs/methods.md (RLSD)::
 
     delta_t = sg(teacher_logp_t - student_logp_t)
     w_t     = exp(sign(A) * delta_t)
@@ -40,7 +40,7 @@ GEAR (arXiv 2605.11853). Only the mechanism is public; **these details are grpol
   more blame when ``A < 0`` (``w > 1``) and less credit when ``A > 0`` (``w < 1``). Then, as in
   RLSD, ``w = clip(exp(s), 1 - eps_w, 1 + eps_w)``, ``A_t = A * ((1 - lam) + lam * w)``, with the
   same ``negative_only`` / ``span_mask`` options: the sign of ``A`` never flips.
-- Not implemented: extending a segment by student entropy (METHODS.md mentions it as optional).
+- Not implemented: extending a segment by student entropy (docs/methods.md mentions it as optional).
 
 OPSD (on-policy self-distillation, the baseline RLSD argues against): minimise the per-token
 KL(student || teacher) on the student's own samples, no reward. Its policy gradient, with only
@@ -184,7 +184,7 @@ def rlsd_advantages(
     negative_only: bool = False,
     span_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """RLSD per-token advantages (METHODS.md section 4).
+    """RLSD per-token advantages (docs/methods.md, RLSD).
 
     Args:
         advantages: ``[B]`` sequence advantages (or ``[B,T]``; each token's own sign is used).
@@ -307,7 +307,7 @@ def gear_advantages(
     negative_only: bool = False,
     span_mask: torch.Tensor | None = None,
 ) -> GearResult:
-    """GEAR per-token advantages with adaptive segments (METHODS.md section 5; module docstring).
+    """GEAR per-token advantages with adaptive segments (docs/methods.md, GEAR; module docstring).
 
     Args:
         advantages: ``[B]`` sequence advantages (or ``[B,T]``).

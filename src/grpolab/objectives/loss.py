@@ -1,4 +1,4 @@
-"""The one composition function: clipped policy-gradient loss (METHODS.md sections 1-3).
+"""The one composition function: clipped policy-gradient loss (docs/methods.md: advantages, ratios, aggregation).
 
 Per token, with ``r = exp(log_ratio)`` at the chosen ratio level and ``A`` the (possibly per-token)
 advantage, the loss to minimise is

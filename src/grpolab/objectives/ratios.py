@@ -1,4 +1,4 @@
-"""Importance-ratio levels for off-policy correction (METHODS.md section 3).
+"""Importance-ratio levels for off-policy correction (docs/methods.md, importance ratios).
 
 Per-token log ratio ``d_t = clamp(logp_t - old_t, -20, 20) * mask_t``. Each level defines a value:
 

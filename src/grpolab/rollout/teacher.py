@@ -1,4 +1,4 @@
-"""The privileged self-teacher forward (RLSD / GEAR / OPSD; METHODS.md sections 4 and 5).
+"""The privileged self-teacher forward (RLSD / GEAR / OPSD; docs/methods.md, token-level credit).
 
 The teacher is a model (a frozen copy of the policy, or the policy itself) shown a *privileged*
 prompt -- the question plus a reference solution -- and asked to score exactly the tokens the
