@@ -10,7 +10,9 @@ What :func:`sample` does, per call:
    each group member's cache slot), logits only for the last position.
 3. One forward per new token over the last token only, with the cache (:mod:`.cache`: a
    pre-allocated slab instead of ``torch.cat`` growth) and the 2-D attention mask extended by one
-   column per step.
+   column per step. For plain Llama models the step is :class:`~.decode_step.FusedLlamaDecoder`
+   (the same function in fewer ops: fused projections, one RoPE op, two-matmul attention on the
+   slabs); any other model goes through its own ``forward``.
 4. Next token: ``argmax`` (greedy) or a draw from ``softmax(logits / temperature)`` after optional
    top-p (nucleus) truncation (Holtzman et al. 2020, "The Curious Case of Neural Text
    Degeneration", sec. 3.1). ``sample_logp`` is the log-probability under the *untruncated*
@@ -36,6 +38,7 @@ import torch.nn.functional as F
 
 from .batch import Rollout
 from .cache import ForwardSignature, expand_to_slabs, new_cache, select_rows, supports_slabs
+from .decode_step import fused_decoder
 
 #: drop finished rows from the decode batch once they are at least this fraction of it
 COMPACT_FRACTION = 0.25
@@ -137,6 +140,7 @@ def sample(
     pad_token_id: int,
     generator: torch.Generator | None = None,
     compact: bool = True,
+    fused: bool = True,
 ) -> Rollout:
     """Sample ``group_size`` responses per prompt with a KV cache.
 
@@ -153,6 +157,9 @@ def sample(
         pad_token_id: id used for prompt left-padding and response right-padding.
         generator: source of randomness; the same generator state gives the same rollout.
         compact: drop finished rows from the decode batch (faster; the result is unchanged).
+        fused: decode with :class:`~grpolab.rollout.decode_step.FusedLlamaDecoder` when the model
+            is a plain Llama it reproduces (same function, fewer ops: see
+            :mod:`grpolab.rollout.decode_step`); ``False`` always calls the model's ``forward``.
 
     Returns:
         :class:`Rollout` with ``B = N * G`` rows and ``T`` = longest response generated.
@@ -202,6 +209,7 @@ def sample(
             out = _decode(
                 model, sig, prompt_ids_NP, prompt_mask_NP, G, max_new_tokens, u_TB, eos_E,
                 temperature=temperature, top_p=top_p, greedy=greedy, pad_token_id=pad_token_id, compact=compact,
+                fused=fused,
             )
     finally:
         model.train(was_training)
@@ -225,7 +233,7 @@ def sample(
 
 def _decode(
     model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int, max_new_tokens: int, u_TB, eos_E,
-    *, temperature: float, top_p: float, greedy: bool, pad_token_id: int, compact: bool,
+    *, temperature: float, top_p: float, greedy: bool, pad_token_id: int, compact: bool, fused: bool,
 ):
     """The decode loop (under inference mode). Returns ``(tokens [B, T], live [B, T] bool, logp [B, T])``."""
     device = prompt_ids_NP.device
@@ -259,6 +267,7 @@ def _decode(
         dim=1,
     )
     pos0_B = prompt_mask_NP.sum(dim=1).repeat_interleave(G)  # position of the first generated token
+    step = fused_decoder(model, cache, attn_BL, max_position=P + max_new_tokens) if fused and slabs else None
     tokens_BT = torch.full((B, max_new_tokens), pad_token_id, dtype=torch.long, device=device)
     live_BT = torch.zeros(B, max_new_tokens, dtype=torch.bool, device=device)
     logp_BT = torch.zeros(B, max_new_tokens, dtype=torch.float32, device=device)
@@ -285,8 +294,13 @@ def _decode(
             if compact and slabs and (b - n_live) >= max(1, int(COMPACT_FRACTION * b)):
                 keep = (~done_b).nonzero().squeeze(1)
                 select_rows(cache, keep)
+                if step is not None:
+                    step.select_rows(keep)
                 rows_b, done_b, tok_b = rows_b[keep], done_b[keep], tok_b[keep]
                 attn_BL, pos0_B = attn_BL[keep], pos0_B[keep]
+        if step is not None:
+            logits_BV = step(tok_b, pos0_B + t)
+            continue
         out = model(
             input_ids=tok_b.unsqueeze(1),
             attention_mask=attn_BL[:, : P + t + 1],
