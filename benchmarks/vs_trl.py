@@ -1,57 +1,63 @@
-"""Seconds per GRPO step: TRL's ``GRPOTrainer`` vs grpolab's ``train`` on the same tiny setup.
+"""TRL's ``GRPOTrainer`` vs grpolab at equal work: seconds per step, per generated and per trained token.
 
-Both trainers load the same checkpoint (grpolab's tiny Llama, seed 0, saved with
-``grpolab.models.save_model``), draw prompts from the same 256 ``arith`` training items, and make one
-optimizer step per batch of 16 prompts x 8 samples = 128 completions of at most 48 tokens, sampled
-at temperature 1.0 / top_p 1.0, with a token-level ("dapo") loss, clip 0.2 / 0.28, no KL / no
-reference model, AdamW lr 1e-3 (betas 0.9 / 0.99, no weight decay, constant lr, no warm-up),
-gradient clipping at 1.0, on the CPU, with torch's default thread count.
+Both trainers start from the same checkpoint (grpolab's tiny Llama, or ``--model DIR``, saved with
+``grpolab.models.save_model``) and, for each seed, see **the same prompts at every step**: one
+seeded schedule of 16 ``arith`` training items per step, fed to TRL as a dataset in schedule
+order (``shuffle_dataset=False``; the reward function checks that each generation batch holds the
+scheduled prompts) and to grpolab directly. Each step samples 16 prompts x 8 = 128 completions of
+at most 48 tokens (temperature 1.0, top_p 1.0), scores them with the same verifier, takes
+group-normalised advantages and makes one AdamW step on a token-level ("dapo") loss, clip
+0.2 / 0.28, no KL, gradient clipping 1.0, on the CPU.
+
+Equal work needs a learning rate at which neither policy breaks: at lr 1e-3 (this script's old
+setting) the tiny policy collapses after one Adam step in both trainers and then drifts, per its
+own random draws, to long or short outputs, so one trainer generated and trained on about twice the
+tokens of the other. The default here is lr 1e-5 (``--lr``), so lengths stay those of the starting
+model in both; the script reports both trainers' mean completion lengths side by side and gives a
+verdict only when they agree within 10% (``LENGTH_TOLERANCE``). Several seeds (``--seeds``), the
+trainers interleaved per seed (the order alternates between seeds), step 1 of each run is warm-up.
 
 What is timed (evaluation, checkpointing and logging are outside both timers):
 
-* TRL: a ``TrainerCallback``; ``on_step_begin`` -> ``on_step_end`` of each optimizer step. In
-  transformers' inner loop ``on_step_begin`` fires after the batch of 128 dataset rows has been
-  fetched (``get_batch_samples``), then ``training_step`` runs ``GRPOTrainer._prepare_inputs``
-  (generation with ``model.generate`` + decoding + reward + advantages), the loss and backward,
-  then gradient clipping, ``optimizer.step``, ``lr_scheduler.step`` and ``zero_grad``; then
-  ``on_step_end`` fires, *before* ``_maybe_log_save_evaluate``. With
-  ``per_device_train_batch_size=128``, ``gradient_accumulation_steps=1`` (so
-  ``steps_per_generation=1``, ``generation_batch_size=128``) generation happens inside every
-  timed step, and TRL skips the separate old-log-prob forward (``old_per_token_logps=None``).
-  The time between consecutive ``on_step_end`` calls (which adds the dataloader fetch and
-  TRL's/transformers' per-step bookkeeping) is reported too, as a secondary number.
-* grpolab: ``time/step`` from the run's ``metrics.jsonl``: from drawing the step's prompts to the
-  end of the optimizer update and the step's metric computation (prompt encoding, sampling,
-  decoding, reward, advantages, update), excluding evaluation, the metrics write and
-  checkpoints. Being on-policy with one optimizer step, grpolab too skips the old-log-prob pass.
+* TRL: a ``TrainerCallback``, ``on_step_begin`` -> ``on_step_end`` of each optimizer step:
+  generation (``model.generate``), decoding, reward, advantages (``_generate_and_score_completions``,
+  timed through an instance-attribute wrapper: the "rollout" phase), loss + backward, grad clip,
+  ``optimizer.step``, scheduler, ``zero_grad`` (the "update" phase = step - rollout). With
+  ``per_device_train_batch_size=128``, ``gradient_accumulation_steps=1`` generation happens inside
+  every step and the old-log-prob forward is skipped. TRL's activation checkpointing is off
+  (``--trl-checkpointing`` keeps it).
+* grpolab: the calls of one step of ``grpolab.train.train``, made here so the prompts can follow the
+  shared schedule: ``sample`` -> ``decode_responses`` -> ``score_batch`` -> advantage estimator (the
+  "rollout" phase), then the loop's update (forward + backward, grad clip, AdamW, scheduler: the
+  "update" phase). Being on-policy with one optimizer step it skips the old-log-prob pass too.
+  ``grpolab`` has ``trainer.skip_zero_advantage`` off (every row goes through forward/backward,
+  like TRL: the equal-work comparison); ``grpolab+skip`` has it on (rows whose advantage is exactly
+  zero are skipped: exact, their gradient is zero) and is reported alongside.
 
-A phase split is reported too: "rollout" (TRL: the trainer instance's
-``_generate_and_score_completions``, timed through an instance-attribute wrapper; grpolab:
-``time/rollout + time/reward``) and "update" (the rest of the step). For CPU-time and contention
-numbers per grpolab step, ``grpolab.train.loop.sample`` / ``_step_metrics`` are wrapped during the
-run (read-only; nothing in grpolab or TRL is edited).
-
-TRL's ``GRPOConfig`` turns activation checkpointing on by default; it is turned off here (grpolab
-recomputes nothing), ``--trl-checkpointing`` keeps it. Steps 2..N of each run are summarised (step 1
-is warm-up); the generated-token rate is reported too, because sampled lengths differ a little.
-The machine may be shared: before each run the script waits (``--wait-idle``) for other processes
-to leave the CPU, and it records how many cores other processes used during each run.
+Token counts: "generated" = completion tokens up to and including EOS; "trained" = completion
+tokens of the rows that go through forward + backward (TRL and ``grpolab``: all rows;
+``grpolab+skip``: rows with a non-zero advantage). Rates are totals over the summarised steps
+(tokens / seconds), so rollout tokens/s = generated tokens / rollout seconds and update tokens/s =
+trained tokens / update seconds. The machine may be shared: each step records how many cores other
+processes used, and ``--wait-idle`` waits for a quiet CPU before each run.
 
 Run::
 
-    python benchmarks/vs_trl.py [--steps 8] [--rounds 2] [--order trl,grpolab] [--only trl|grpolab]
-                                [--wait-idle 120] [--trl-checkpointing] [--out PATH]
+    python benchmarks/vs_trl.py [--model DIR] [--seeds 0,1,2] [--steps 5] [--lr 1e-5]
+                                [--sides trl,grpolab,grpolab+skip] [--wait-idle 0] [--out PATH]
 
-It prints a table and writes ``benchmarks/results/vs_trl.json`` (atomically: temp file + os.replace)
-with the machine (CPUs, torch threads, versions), all settings and every step's timing.
+It prints a table and writes ``benchmarks/results/vs_trl.json`` (atomically) with the machine, all
+settings, the prompt schedules' digests and every step's timings, lengths and rewards.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import tempfile
@@ -64,56 +70,16 @@ import torch
 from grpolab.utils.io import atomic_write_json
 
 HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE / "results" / "vs_trl.json"
 #: a step is "quiet" when other processes kept fewer than this many cores busy on average during it
 QUIET_CORES = 0.25
-DEFAULT_OUT = HERE / "results" / "vs_trl.json"
-
-TIMED = {
-    "trl": (
-        "TrainerCallback on_step_begin -> on_step_end per optimizer step: generation "
-        "(GRPOTrainer._prepare_inputs -> model.generate), decode, reward, advantages, loss + "
-        "backward, grad clip, optimizer.step, lr_scheduler.step, zero_grad. Excludes the dataloader "
-        "fetch of the 128 rows (before on_step_begin) and _maybe_log_save_evaluate (after "
-        "on_step_end). 'between_step_ends' adds both back."
-    ),
-    "grpolab": (
-        "metrics.jsonl 'time/step': prompt draw + encoding, sampling, decoding, reward, advantages, "
-        "update (forward/backward, grad clip, optimizer.step, scheduler.step) and the step's metric "
-        "computation. Excludes evaluation (step 0 and step N), metrics write, progress bar, "
-        "checkpoints."
-    ),
-}
+#: the verdict needs the two trainers' mean completion lengths within this relative difference
+LENGTH_TOLERANCE = 0.10
+SIDES = ("trl", "grpolab", "grpolab+skip")
 
 
 # ------------------------------------------------------------------------------------------------
 # helpers
-
-
-def summarize(step_times: list[float], lengths: list[float], skip: int = 1) -> dict:
-    """Median/mean seconds per step over steps ``skip+1..N`` and generated tokens per second."""
-    t = step_times[skip:]
-    ln = lengths[skip:]
-    if not t:
-        return {"n_steps_summarized": 0}
-    out = {
-        "n_steps_summarized": len(t),
-        "median_s_per_step": statistics.median(t),
-        "mean_s_per_step": statistics.fmean(t),
-        "min_s_per_step": min(t),
-        "max_s_per_step": max(t),
-    }
-    if ln and len(ln) == len(t):
-        out["mean_completion_length"] = statistics.fmean(ln)
-    return out
-
-
-def with_tokens(summary: dict, per_step_tokens: list[float], step_times: list[float], skip: int = 1) -> dict:
-    tok = per_step_tokens[skip:]
-    t = step_times[skip:]
-    if tok and len(tok) == len(t):
-        summary["gen_tokens_per_step_mean"] = statistics.fmean(tok)
-        summary["gen_tokens_per_s"] = sum(tok) / sum(t)  # total generated tokens / total step time
-    return summary
 
 
 def cpu_seconds() -> float:
@@ -187,356 +153,6 @@ def build_checkpoint(path: Path, source: Path | None = None) -> dict:
             "config": dict(TinyModelConfig().__dict__)}
 
 
-# ------------------------------------------------------------------------------------------------
-# TRL
-
-
-def run_trl(model_dir: Path, items, s: dict, work: Path) -> dict:
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from grpolab.rewards import safe_score
-
-    gen_lengths: list[list[int]] = []  # per reward call (= per generation = per step here)
-    rewards_seen: list[float] = []
-
-    def arith_reward(prompts, completions, completion_ids=None, reference=None, reward_name=None, **kwargs):
-        scores = [safe_score(name, c, ref).score for c, ref, name in zip(completions, reference, reward_name)]
-        gen_lengths.append([len(ids) for ids in completion_ids])  # tokens incl. EOS, like grpolab
-        rewards_seen.append(statistics.fmean(scores))
-        return scores
-
-    class StepTimer(TrainerCallback):
-        def __init__(self):
-            self.begin = None
-            self.cpu_begin = None
-            self.cpu: list[float] = []
-            self.others: list = []  # cores used by other processes during each step
-            self.counters_begin = None
-            self.durations: list[float] = []
-            self.ends: list[float] = []
-            self.gen_calls_at_end: list[int] = []
-
-        def on_step_begin(self, args, state, control, **kwargs):
-            self.counters_begin = cpu_counters()
-            self.cpu_begin = cpu_seconds()
-            self.begin = time.perf_counter()
-
-        def on_step_end(self, args, state, control, **kwargs):
-            now = time.perf_counter()
-            self.cpu.append(cpu_seconds() - self.cpu_begin)
-            self.others.append(others_cores(self.counters_begin, cpu_counters()))
-            self.durations.append(now - self.begin)
-            self.ends.append(now)
-            self.gen_calls_at_end.append(len(gen_lengths))
-
-    ds = Dataset.from_dict({
-        "prompt": [it.prompt for it in items],
-        "reference": [it.reference for it in items],
-        "reward_name": [it.reward for it in items],
-    })
-    B = s["prompts_per_step"] * s["group_size"]
-    args = GRPOConfig(
-        output_dir=str(work / "trl_out"),
-        # one optimizer step == one generation batch of B completions, one forward/backward over all
-        per_device_train_batch_size=B,
-        gradient_accumulation_steps=1,
-        num_generations=s["group_size"],
-        num_iterations=1,
-        max_completion_length=s["max_new_tokens"],
-        temperature=s["temperature"],
-        top_p=s["top_p"],
-        top_k=0,
-        beta=0.0,
-        loss_type="dapo",
-        epsilon=s["clip_low"],
-        epsilon_high=s["clip_high"],
-        scale_rewards="group",
-        learning_rate=s["lr"],
-        optim="adamw_torch",
-        adam_beta1=s["beta1"],
-        adam_beta2=s["beta2"],
-        weight_decay=0.0,
-        max_grad_norm=s["grad_clip"],
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        max_steps=s["steps"],
-        report_to="none",
-        save_strategy="no",
-        eval_strategy="no",
-        logging_steps=10**9,
-        log_completions=False,
-        disable_tqdm=True,
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        dataloader_num_workers=0,
-        seed=s["seed"],
-        # TRL's GRPOConfig turns activation (gradient) checkpointing on by default; grpolab does not
-        # recompute activations, so it is off here unless --trl-checkpointing is given.
-        activation_checkpointing=s["trl_activation_checkpointing"],
-    )
-    assert args.steps_per_generation == 1 and args.generation_batch_size == B, (
-        args.steps_per_generation, args.generation_batch_size)
-    timer = StepTimer()
-    t_setup = time.perf_counter()
-    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=arith_reward, args=args, train_dataset=ds,
-                          callbacks=[timer])
-    setup_s = time.perf_counter() - t_setup
-    # phase split (instance attribute only, the library is untouched): generation + decoding +
-    # reward + advantages, vs the rest of the step (loss, backward, optimizer)
-    gen_phase: list[float] = []
-    orig_gen = trainer._generate_and_score_completions
-
-    def timed_generate_and_score(*a, **k):
-        t = time.perf_counter()
-        out = orig_gen(*a, **k)
-        gen_phase.append(time.perf_counter() - t)
-        return out
-
-    trainer._generate_and_score_completions = timed_generate_and_score
-    model = trainer.model
-    info = {
-        "model_dtype": str(next(model.parameters()).dtype),
-        "activation_checkpointing": bool(args.activation_checkpointing),
-        "steps_per_generation": args.steps_per_generation,
-        "generation_batch_size": args.generation_batch_size,
-        "per_device_train_batch_size": args.per_device_train_batch_size,
-        "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "generation_config": {k: getattr(trainer.generation_config, k, None) for k in (
-            "max_new_tokens", "do_sample", "temperature", "top_p", "top_k", "eos_token_id", "pad_token_id",
-            "cache_implementation")},
-        "optimizer": None,
-    }
-    t0 = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - t0
-    info["model_is_checkpointing_after_train"] = bool(getattr(model, "is_activation_checkpointing", False))
-    info["optimizer"] = type(trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer")
-                             else trainer.optimizer).__name__
-    if timer.gen_calls_at_end != list(range(1, len(timer.durations) + 1)):
-        raise RuntimeError(f"expected exactly one generation per timed step, got {timer.gen_calls_at_end}")
-    lengths = [statistics.fmean(x) for x in gen_lengths]
-    tokens = [float(sum(x)) for x in gen_lengths]
-    between = [b - a for a, b in zip(timer.ends, timer.ends[1:])]  # steps 2..N
-    return {
-        "step_times_s": timer.durations,
-        "step_cpu_s": timer.cpu,
-        "step_others_cores": timer.others,
-        "phase_rollout_s": gen_phase if len(gen_phase) == len(timer.durations) else None,
-        "between_step_ends_s": between,
-        "mean_completion_length_per_step": lengths,
-        "gen_tokens_per_step": tokens,
-        "mean_reward_per_step": rewards_seen,
-        "setup_s": setup_s,
-        "train_call_s": train_s,
-        "info": info,
-    }
-
-
-# ------------------------------------------------------------------------------------------------
-# grpolab
-
-
-class _GrpolabCpuProbe:
-    """Per-step process CPU time for grpolab (read-only instrumentation; the wall time comes from
-    ``metrics.jsonl``). ``train`` exposes no step hooks, so the names the loop module calls at the
-    start of a step (``sample``, right after the prompts are drawn and encoded) and at its end
-    (``_step_metrics``, just before ``time/step`` is taken) are wrapped for the duration of the run.
-    Evaluation uses its own import of the sampler and is not seen. If the loop changes and these
-    names are gone, CPU time is simply not reported for grpolab."""
-
-    def __init__(self):
-        import grpolab.train.loop as loop
-
-        self.loop = loop
-        self.starts: list[tuple[float, float]] = []
-        self.ends: list[tuple[float, float]] = []
-        self.saved = {}
-        self.note = "wrapped grpolab.train.loop.sample (step start) and _step_metrics (step end)"
-        if not (callable(getattr(loop, "sample", None)) and callable(getattr(loop, "_step_metrics", None))):
-            self.note = "grpolab.train.loop has no sample/_step_metrics to wrap: no CPU time"
-            return
-        for name, sink, at_end in (("sample", self.starts, False), ("_step_metrics", self.ends, True)):
-            fn = getattr(loop, name)
-            self.saved[name] = fn
-
-            def wrapper(*a, _fn=fn, _sink=sink, _at_end=at_end, **k):
-                if not _at_end:
-                    _sink.append((time.perf_counter(), cpu_seconds(), cpu_counters()))
-                out = _fn(*a, **k)
-                if _at_end:
-                    _sink.append((time.perf_counter(), cpu_seconds(), cpu_counters()))
-                return out
-
-            setattr(loop, name, wrapper)
-
-    def remove(self):
-        for name, fn in self.saved.items():
-            setattr(self.loop, name, fn)
-        self.saved = {}
-
-    @property
-    def wall(self):
-        if len(self.starts) != len(self.ends):
-            return None
-        return [e[0] - b[0] for b, e in zip(self.starts, self.ends)]
-
-    def per_step(self, n: int):
-        if len(self.starts) != n or len(self.ends) != n:
-            if self.saved or self.starts or self.ends:
-                self.note += f" -- saw {len(self.starts)} starts / {len(self.ends)} ends for {n} steps: no CPU time"
-            return None
-        return [e[1] - b[1] for b, e in zip(self.starts, self.ends)]
-
-    def others(self, n: int):
-        if len(self.starts) != n or len(self.ends) != n:
-            return None
-        return [others_cores(b[2], e[2]) for b, e in zip(self.starts, self.ends)]
-
-
-def run_grpolab(model_dir: Path, s: dict, work: Path) -> dict:
-    from grpolab.config import load_config
-    from grpolab.train import train
-
-    run_dir = work / "grpolab_run"
-    N = s["steps"]
-    overrides = {
-        "model.path": str(model_dir),
-        "model.device": "cpu",
-        "sft.enabled": "no",
-        "task.name": "arith",
-        "task.n_train": s["n_items"],
-        "task.n_eval": s["grpolab_n_eval"],
-        "rollout.prompts_per_step": s["prompts_per_step"],
-        "rollout.group_size": s["group_size"],
-        "rollout.max_new_tokens": s["max_new_tokens"],
-        "rollout.temperature": s["temperature"],
-        "rollout.top_p": s["top_p"],
-        "objective.advantage": "grpo",
-        "objective.ratio": "token",
-        "objective.aggregation": "token",
-        "objective.clip_low": s["clip_low"],
-        "objective.clip_high": s["clip_high"],
-        "objective.kl_coef": 0.0,
-        "optim.lr": s["lr"],
-        "optim.beta1": s["beta1"],
-        "optim.beta2": s["beta2"],
-        "optim.weight_decay": 0.0,
-        "optim.warmup_steps": 0,
-        "optim.schedule": "constant",
-        "optim.grad_clip": s["grad_clip"],
-        "trainer.steps": N,
-        "trainer.epochs": 1,
-        "trainer.skip_zero_advantage": s["grpolab_skip_zero_advantage"],
-        "trainer.mini_batches": 1,
-        "trainer.micro_batch_size": 0,
-        "trainer.eval_every": N,
-        "trainer.save_every": N,
-        "trainer.seed": s["seed"],
-        "trainer.run_dir": str(run_dir),
-        "log.tensorboard": False,
-        "log.wandb": False,
-        "log.plots": False,
-        "log.progress": False,
-    }
-    cfg = load_config(overrides={k: str(v) if not isinstance(v, str) else v for k, v in overrides.items()})
-    messages: list[str] = []
-    probe = _GrpolabCpuProbe()
-    t0 = time.perf_counter()
-    try:
-        train(cfg, log=messages.append)
-    finally:
-        probe.remove()
-    train_s = time.perf_counter() - t0
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if "time/step" in r]
-    rows.sort(key=lambda r: r["step"])
-    if [r["step"] for r in rows] != list(range(1, N + 1)):
-        raise RuntimeError(f"metrics.jsonl has steps {[r['step'] for r in rows]}, expected 1..{N}")
-    times = [float(r["time/step"]) for r in rows]
-    cpu = probe.per_step(N)
-    lengths = [float(r["length/mean"]) for r in rows]
-    B = s["prompts_per_step"] * s["group_size"]
-    tokens = [ln * B for ln in lengths]
-    return {
-        "step_times_s": times,
-        "step_cpu_s": cpu,
-        "step_others_cores": probe.others(N),
-        "cpu_probe": probe.note,
-        "cpu_probe_wall_s": probe.wall,
-        "time_rollout_s": [r.get("time/rollout") for r in rows],
-        "time_reward_s": [r.get("time/reward") for r in rows],
-        "time_update_s": [r.get("time/update") for r in rows],
-        "phase_rollout_s": [float(r["time/rollout"]) + float(r.get("time/reward") or 0.0) for r in rows]
-        if all("time/rollout" in r for r in rows) else None,
-        "mean_completion_length_per_step": lengths,
-        "gen_tokens_per_step": tokens,
-        "mean_reward_per_step": [r.get("reward/mean") for r in rows],
-        "train_call_s": train_s,
-        "overrides": overrides,
-        "log": messages,
-    }
-
-
-# ------------------------------------------------------------------------------------------------
-
-
-def fmt(x, spec=".3f"):
-    return "-" if x is None else format(x, spec)
-
-
-def pooled(rounds: list[dict], skip: int = 1) -> dict:
-    """Summary over all rounds of one trainer, each round's first ``skip`` steps left out."""
-    times, lengths, tokens, cpu = [], [], [], []
-    for r in rounds:
-        times += r["step_times_s"][skip:]
-        lengths += r["mean_completion_length_per_step"][skip:]
-        tokens += r["gen_tokens_per_step"][skip:]
-        cpu = None if cpu is None or r.get("step_cpu_s") is None else cpu + r["step_cpu_s"][skip:]
-    out = with_tokens(summarize(times, lengths, skip=0), tokens, times, skip=0)
-    if cpu:
-        out["median_cpu_s_per_step"] = statistics.median(cpu)
-        out["mean_cpu_s_per_step"] = statistics.fmean(cpu)
-    # steps during which other processes kept (on average) less than QUIET_CORES cores busy
-    quiet_t, quiet_tok = [], []
-    unknown = 0
-    for r in rounds:
-        oc = r.get("step_others_cores")
-        if oc is None:
-            unknown += len(r["step_times_s"]) - skip
-            continue
-        for i in range(skip, len(r["step_times_s"])):
-            if oc[i] is not None and oc[i] < QUIET_CORES:
-                quiet_t.append(r["step_times_s"][i])
-                quiet_tok.append(r["gen_tokens_per_step"][i])
-    # phase split: "rollout" = sampling + decoding + reward (+ advantages for TRL), "update" = the rest
-    # (over quiet steps when there are any, else over all steps)
-    ro, up, qro, qup = [], [], [], []
-    for r in rounds:
-        ph = r.get("phase_rollout_s")
-        if ph is None:
-            continue
-        oc = r.get("step_others_cores") or [None] * len(ph)
-        for i in range(skip, len(r["step_times_s"])):
-            ro.append(ph[i])
-            up.append(r["step_times_s"][i] - ph[i])
-            if oc[i] is not None and oc[i] < QUIET_CORES:
-                qro.append(ph[i])
-                qup.append(r["step_times_s"][i] - ph[i])
-    if ro:
-        out["phase_basis"] = "quiet steps" if qro else "all steps"
-        out["median_rollout_phase_s"] = statistics.median(qro or ro)
-        out["median_update_phase_s"] = statistics.median(qup or up)
-    out["quiet_steps"] = len(quiet_t)
-    out["contended_steps"] = len(times) - len(quiet_t) - unknown
-    out["steps_without_contention_data"] = unknown
-    if quiet_t:
-        out["quiet_median_s_per_step"] = statistics.median(quiet_t)
-        out["quiet_mean_s_per_step"] = statistics.fmean(quiet_t)
-        out["quiet_gen_tokens_per_s"] = sum(quiet_tok) / sum(quiet_t)
-    return out
 
 
 def cpu_counters():
@@ -578,187 +194,385 @@ def loadavg():
         return None
 
 
+def prompt_schedule(n_items: int, steps: int, per_step: int, seed: int) -> list[list[int]]:
+    """Item indices per step, the same for both trainers: ``steps`` draws of ``per_step`` distinct items."""
+    rng = random.Random(10_000 + seed)
+    return [rng.sample(range(n_items), per_step) for _ in range(steps)]
+
+
+def schedule_digest(schedule: list[list[int]]) -> str:
+    return hashlib.sha256(json.dumps(schedule).encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------------
+# TRL
+
+
+def run_trl(model_dir: Path, items, schedule, s: dict, seed: int, work: Path) -> dict:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grpolab.rewards import safe_score
+
+    G = s["group_size"]
+    order = [items[i] for step in schedule for i in step]  # the dataset in schedule order
+    lengths: list[list[int]] = []  # per generation (= per step here)
+    rewards_seen: list[float] = []
+    mismatches: list[int] = []
+
+    def arith_reward(prompts, completions, completion_ids=None, reference=None, reward_name=None, **kwargs):
+        k = len(lengths)
+        want = [items[i].prompt for i in schedule[k] for _ in range(G)] if k < len(schedule) else None
+        if list(prompts) != want:
+            mismatches.append(k)
+        scores = [safe_score(name, c, ref).score for c, ref, name in zip(completions, reference, reward_name)]
+        lengths.append([len(ids) for ids in completion_ids])  # tokens incl. EOS, like grpolab
+        rewards_seen.append(statistics.fmean(scores))
+        return scores
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.begin = self.counters = None
+            self.durations: list[float] = []
+            self.others: list = []
+            self.gen_calls_at_end: list[int] = []
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.counters = cpu_counters()
+            self.begin = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.durations.append(time.perf_counter() - self.begin)
+            self.others.append(others_cores(self.counters, cpu_counters()))
+            self.gen_calls_at_end.append(len(lengths))
+
+    ds = Dataset.from_dict({
+        "prompt": [it.prompt for it in order],
+        "reference": [it.reference for it in order],
+        "reward_name": [it.reward for it in order],
+    })
+    B = s["prompts_per_step"] * G
+    args = GRPOConfig(
+        output_dir=str(work / "trl_out"),
+        per_device_train_batch_size=B, gradient_accumulation_steps=1, num_generations=G, num_iterations=1,
+        max_completion_length=s["max_new_tokens"], temperature=s["temperature"], top_p=s["top_p"], top_k=0,
+        beta=0.0, loss_type="dapo", epsilon=s["clip_low"], epsilon_high=s["clip_high"], scale_rewards="group",
+        learning_rate=s["lr"], optim="adamw_torch", adam_beta1=s["beta1"], adam_beta2=s["beta2"],
+        weight_decay=0.0, max_grad_norm=s["grad_clip"], lr_scheduler_type="constant", warmup_steps=0,
+        max_steps=len(schedule), report_to="none", save_strategy="no", eval_strategy="no",
+        logging_steps=10**9, log_completions=False, disable_tqdm=True, use_cpu=True, bf16=False, fp16=False,
+        dataloader_num_workers=0, seed=seed, shuffle_dataset=False,
+        activation_checkpointing=s["trl_activation_checkpointing"],
+    )
+    assert args.steps_per_generation == 1 and args.generation_batch_size == B
+    timer = StepTimer()
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=arith_reward, args=args, train_dataset=ds,
+                          callbacks=[timer])
+    rollout_s: list[float] = []
+    orig = trainer._generate_and_score_completions
+
+    def timed(*a, **k):
+        t = time.perf_counter()
+        out = orig(*a, **k)
+        rollout_s.append(time.perf_counter() - t)
+        return out
+
+    trainer._generate_and_score_completions = timed
+    trainer.train()
+    if timer.gen_calls_at_end != list(range(1, len(timer.durations) + 1)):
+        raise RuntimeError(f"expected one generation per timed step, got {timer.gen_calls_at_end}")
+    if mismatches:
+        raise RuntimeError(f"TRL's generation batches {mismatches} did not hold the scheduled prompts")
+    gen = [float(sum(x)) for x in lengths]
+    return {
+        "step_s": timer.durations, "rollout_s": rollout_s,
+        "update_s": [a - b for a, b in zip(timer.durations, rollout_s)],
+        "others_cores": timer.others,
+        "mean_length": [statistics.fmean(x) for x in lengths],
+        "gen_tokens": gen, "trained_tokens": gen,  # TRL runs forward/backward on every row
+        "mean_reward": rewards_seen,
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# grpolab
+
+
+def grpolab_update_fn():
+    """The trainer's update for one rollout batch: the public ``grpolab.train.update`` when it
+    exists, else the loop's ``_update`` (same arguments)."""
+    import grpolab.train as train_pkg
+    import grpolab.train.loop as loop
+
+    fn = getattr(train_pkg, "update", None) or getattr(loop, "update", None)
+    return (fn, "grpolab.train.update") if callable(fn) else (loop._update, "grpolab.train.loop._update")
+
+
+def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool) -> dict:
+    from grpolab import objectives as obj
+    from grpolab.config import load_config
+    from grpolab.models import load_model
+    from grpolab.rewards import score_batch
+    from grpolab.rollout import sample
+    from grpolab.train.loop import seed_everything
+    from grpolab.train.optim import build_optimizer, build_scheduler
+    from grpolab.train.text import decode_responses, encode_prompts
+
+    overrides = {
+        "model.path": str(model_dir), "model.device": "cpu", "sft.enabled": "no", "task.name": "arith",
+        "rollout.prompts_per_step": s["prompts_per_step"], "rollout.group_size": s["group_size"],
+        "rollout.max_new_tokens": s["max_new_tokens"], "rollout.temperature": s["temperature"],
+        "rollout.top_p": s["top_p"], "objective.advantage": "grpo", "objective.ratio": "token",
+        "objective.aggregation": "token", "objective.clip_low": s["clip_low"],
+        "objective.clip_high": s["clip_high"], "objective.dual_clip": "none", "objective.kl_coef": 0.0, "optim.lr": s["lr"],
+        "optim.beta1": s["beta1"], "optim.beta2": s["beta2"], "optim.weight_decay": 0.0,
+        "optim.warmup_steps": 0, "optim.schedule": "constant", "optim.grad_clip": s["grad_clip"],
+        "trainer.steps": len(schedule), "trainer.epochs": 1, "trainer.mini_batches": 1,
+        "trainer.micro_batch_size": 0, "trainer.skip_zero_advantage": "true" if skip else "false",
+        "trainer.seed": seed,
+    }
+    cfg = load_config(overrides={k: str(v) for k, v in overrides.items()})
+    update, update_name = grpolab_update_fn()
+    gen = seed_everything(seed)
+    policy, tok = load_model(model_dir)
+    optimizer = build_optimizer(policy, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
+                                betas=(cfg.optim.beta1, cfg.optim.beta2))
+    scheduler = build_scheduler(optimizer, warmup_steps=0, total_steps=len(schedule), schedule="constant")
+    advantage_fn = obj.get_advantage_estimator("grpo")
+    G = cfg.rollout.group_size
+    out = {k: [] for k in ("step_s", "rollout_s", "update_s", "others_cores", "mean_length", "gen_tokens",
+                           "trained_tokens", "mean_reward")}
+    for step_items in schedule:
+        batch = [items[i] for i in step_items]
+        c0 = cpu_counters()
+        t0 = time.perf_counter()
+        rollout = sample(policy, encode_prompts(tok, [it.prompt for it in batch]), group_size=G,
+                         max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
+                         top_p=cfg.rollout.top_p, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                         generator=gen)
+        completions = decode_responses(tok, rollout.response_ids, rollout.response_mask)
+        results = score_batch([(batch[i // G], c) for i, c in enumerate(completions)],
+                              workers=cfg.rollout.reward_workers)
+        rewards = torch.tensor([r.score for r in results], dtype=torch.float32)
+        adv = advantage_fn(rewards, rollout.group_ids)
+        t1 = time.perf_counter()
+        update(policy, optimizer, scheduler, rollout, adv, None, None, cfg)
+        t2 = time.perf_counter()
+        lengths = rollout.response_mask.sum(-1)
+        out["step_s"].append(t2 - t0)
+        out["rollout_s"].append(t1 - t0)
+        out["update_s"].append(t2 - t1)
+        out["others_cores"].append(others_cores(c0, cpu_counters()))
+        out["mean_length"].append(float(lengths.mean()))
+        out["gen_tokens"].append(float(lengths.sum()))
+        out["trained_tokens"].append(float(lengths[adv != 0].sum()) if skip else float(lengths.sum()))
+        out["mean_reward"].append(float(rewards.mean()))
+    out["update_fn"] = update_name
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# summaries
+
+
+def fmt(x, spec=".3f"):
+    return "-" if x is None else format(x, spec)
+
+
+def pooled(runs: list[dict], skip: int = 1, quiet_only: bool = False) -> dict:
+    """Medians and token rates over all runs of one side, each run's first ``skip`` steps left out."""
+    cols = ("step_s", "rollout_s", "update_s", "mean_length", "gen_tokens", "trained_tokens", "mean_reward")
+    v = {c: [] for c in cols}
+    n_quiet = n_all = 0
+    for r in runs:
+        for i in range(skip, len(r["step_s"])):
+            oc = r["others_cores"][i]
+            quiet = oc is not None and oc < QUIET_CORES
+            n_all += 1
+            n_quiet += quiet
+            if quiet_only and not quiet:
+                continue
+            for c in cols:
+                v[c].append(r[c][i])
+    if not v["step_s"]:
+        return {"steps": 0, "quiet_steps": n_quiet, "all_steps": n_all}
+    return {
+        "steps": len(v["step_s"]), "quiet_steps": n_quiet, "all_steps": n_all,
+        "median_s_per_step": statistics.median(v["step_s"]),
+        "mean_s_per_step": statistics.fmean(v["step_s"]),
+        "median_rollout_s": statistics.median(v["rollout_s"]),
+        "median_update_s": statistics.median(v["update_s"]),
+        "mean_length": statistics.fmean(v["mean_length"]),
+        "mean_reward": statistics.fmean(v["mean_reward"]),
+        "gen_tokens_per_step": statistics.fmean(v["gen_tokens"]),
+        "trained_tokens_per_step": statistics.fmean(v["trained_tokens"]),
+        "s_per_gen_token": sum(v["step_s"]) / sum(v["gen_tokens"]),
+        "rollout_tokens_per_s": sum(v["gen_tokens"]) / sum(v["rollout_s"]),
+        "update_tokens_per_s": sum(v["trained_tokens"]) / sum(v["update_s"]) if sum(v["trained_tokens"]) else None,
+    }
+
+
+def ratios(t: dict, g: dict) -> dict:
+    """TRL / grpolab (>1: grpolab faster) per step, per generated token, rollout and update throughput."""
+    if not t.get("steps") or not g.get("steps"):
+        return {}
+    out = {
+        "s_per_step_median": t["median_s_per_step"] / g["median_s_per_step"],
+        "s_per_step_mean": t["mean_s_per_step"] / g["mean_s_per_step"],
+        "s_per_generated_token": t["s_per_gen_token"] / g["s_per_gen_token"],
+        "rollout_tokens_per_s": g["rollout_tokens_per_s"] / t["rollout_tokens_per_s"],
+        "rollout_s_median": t["median_rollout_s"] / g["median_rollout_s"],
+        "update_s_median": t["median_update_s"] / g["median_update_s"],
+        "mean_length_grpolab_over_trl": g["mean_length"] / t["mean_length"],
+    }
+    if t.get("update_tokens_per_s") and g.get("update_tokens_per_s"):
+        out["update_tokens_per_s"] = g["update_tokens_per_s"] / t["update_tokens_per_s"]
+    return out
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=8, help="optimizer steps per trainer run (the first is warm-up)")
-    p.add_argument("--rounds", type=int, default=2,
-                   help="alternate the trainers this many times (trl, grpolab, trl, ...); steps are pooled")
-    p.add_argument("--order", default="trl,grpolab", help="run order within a round, comma-separated")
-    p.add_argument("--only", choices=("trl", "grpolab"), default=None, help="run one trainer only")
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (prompt schedule, sampling, init order)")
+    p.add_argument("--steps", type=int, default=5, help="optimizer steps per run (the first is warm-up)")
+    p.add_argument("--lr", type=float, default=1e-5, help="AdamW learning rate for both (1e-3 breaks the tiny policy)")
+    p.add_argument("--sides", default=",".join(SIDES), help=f"which trainers, comma-separated, from {SIDES}")
+    p.add_argument("--model", type=Path, default=None,
+                   help="start from this HF model directory (e.g. a warm start from `grpolab sft --out DIR`, "
+                        "so rewards are mixed); default: the untrained tiny model")
     p.add_argument("--trl-checkpointing", action="store_true",
                    help="keep TRL's default activation checkpointing (off by default here: grpolab has none)")
-    p.add_argument("--wait-idle", type=float, default=120.0,
-                   help="before each run wait up to this many seconds for other processes to leave the CPU "
-                        "(< 0.25 cores busy over 2 s); 0 disables")
-    p.add_argument("--model", type=Path, default=None,
-                   help="start both trainers from this HF model directory (e.g. a warm start from "
-                        "`grpolab sft --out DIR`, so rewards are mixed); default: the untrained tiny model")
-    p.add_argument("--grpolab-skip-zero-advantage", choices=("true", "false"), default="true",
-                   help="grpolab's trainer.skip_zero_advantage (exact: rows with A=0 have zero gradient)")
+    p.add_argument("--wait-idle", type=float, default=0.0,
+                   help="before each run wait up to this many seconds for other processes to leave the CPU")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)
     if a.steps < 2:
         p.error("--steps must be >= 2 (step 1 is warm-up)")
-    if a.rounds < 1:
-        p.error("--rounds must be >= 1")
+    if not a.lr > 0:
+        p.error("--lr must be > 0")
+    try:
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+    except ValueError:
+        p.error(f"--seeds must be comma-separated integers, got {a.seeds!r}")
+    sides = [x.strip() for x in a.sides.split(",") if x.strip()]
+    bad = [x for x in sides if x not in SIDES]
+    if bad or not sides or not seeds:
+        p.error(f"--sides must name some of {SIDES} (got {a.sides!r}) and --seeds at least one seed")
 
     s = {
-        "steps": a.steps, "rounds": a.rounds, "warmup_steps_skipped_per_run": 1, "n_items": 256,
+        "steps": a.steps, "seeds": seeds, "warmup_steps_skipped_per_run": 1, "n_items": 256,
         "prompts_per_step": 16, "group_size": 8, "completions_per_step": 128, "max_new_tokens": 48,
         "temperature": 1.0, "top_p": 1.0, "clip_low": 0.2, "clip_high": 0.28, "kl_coef_beta": 0.0,
         "loss": "token-level (TRL loss_type=dapo, grpolab objective.aggregation=token)",
-        "advantage": "group mean/std (TRL scale_rewards=group, grpolab objective.advantage=grpo)",
-        "lr": 1e-3, "optimizer": "AdamW", "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0,
-        "lr_schedule": "constant, no warm-up", "grad_clip": 1.0, "seed": 0, "device": "cpu",
-        "dtype": "float32", "grpolab_n_eval": 64, "task": "arith",
-        "reward": "grpolab.rewards.safe_score(item.reward, completion, item.reference).score",
-        "model": (f"warm-started model from {a.model}" if a.model else
-                  "grpolab tiny Llama (TinyModelConfig defaults), build seed 0, no warm start"),
-        "grpolab_skip_zero_advantage": a.grpolab_skip_zero_advantage,
+        "advantage": "group mean/std (TRL scale_rewards=group, std eps 1e-4; grpolab grpo, std eps 1e-6)",
+        "lr": a.lr, "optimizer": "AdamW", "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.0,
+        "lr_schedule": "constant, no warm-up", "grad_clip": 1.0, "device": "cpu", "dtype": "float32",
+        "task": "arith", "prompt_order": "one seeded schedule per seed, shared by both trainers",
+        "model": f"{a.model}" if a.model else "grpolab tiny Llama (TinyModelConfig defaults), build seed 0",
         "trl_activation_checkpointing": bool(a.trl_checkpointing),
-        "trl_batching": "per_device_train_batch_size=128, gradient_accumulation_steps=1, num_iterations=1 "
-                        "-> steps_per_generation=1, generation_batch_size=128",
-        "grpolab_batching": "trainer.epochs=1, mini_batches=1, micro_batch_size=0 (whole batch)",
+        "length_tolerance_for_verdict": LENGTH_TOLERANCE,
     }
     machine = machine_info()
-    print(f"torch threads: {torch.get_num_threads()} (interop {torch.get_num_interop_threads()}), "
-          f"cpus: {machine['cpu_count']}, load average: {loadavg()}, versions: {machine['versions']}", flush=True)
-
-    result: dict = {"machine": machine, "settings": s, "timed": TIMED, "runs": [], "results": {}, "errors": {}}
-    order = [x.strip() for x in a.order.split(",") if x.strip()]
-    if a.only:
-        order = [a.only]
-    for side in order:
-        if side not in ("trl", "grpolab"):
-            p.error(f"unknown trainer {side!r} in --order")
-    rounds: dict[str, list[dict]] = {side: [] for side in order}
+    print(f"torch threads: {torch.get_num_threads()}, cpus: {machine['cpu_count']}, load average: {loadavg()}, "
+          f"versions: {machine['versions']}", flush=True)
+    result: dict = {"machine": machine, "settings": s, "runs": [], "schedules": {}, "errors": []}
     with tempfile.TemporaryDirectory(prefix="grpolab_vs_trl_") as tmp:
         work = Path(tmp)
         model_dir = work / "model"
         result["model"] = build_checkpoint(model_dir, a.model)
         items, source = load_items(s["n_items"])
         s["task_items_source"] = source
-        for rnd in range(a.rounds):
+        for k, seed in enumerate(seeds):
+            schedule = prompt_schedule(len(items), a.steps, s["prompts_per_step"], seed)
+            result["schedules"][str(seed)] = {"sha256_16": schedule_digest(schedule), "items": schedule}
+            order = sides if k % 2 == 0 else sides[::-1]  # alternate the order between seeds
             for side in order:
-                if side in result["errors"]:
-                    continue
-                print(f"\n=== {side}: round {rnd + 1}/{a.rounds}, {a.steps} steps ===", flush=True)
-                run_work = work / f"{side}_{rnd}"
-                run_work.mkdir()
+                print(f"\n=== seed {seed}: {side}, {a.steps} steps ===", flush=True)
                 idle = wait_for_idle(a.wait_idle) if a.wait_idle > 0 else None
-                if idle is not None:
-                    print(f"waited {idle['waited_s']}s for an idle CPU; other processes then used "
-                          f"{fmt(idle['others_cores'], '.2f')} cores", flush=True)
-                before = loadavg()
-                c0 = cpu_counters()
+                run_work = work / f"{side.replace('+', '_')}_{seed}"
+                run_work.mkdir()
                 t0 = time.perf_counter()
                 try:
                     if side == "trl":
-                        r = run_trl(model_dir, items, s, run_work)
+                        r = run_trl(model_dir, items, schedule, s, seed, run_work)
                     else:
-                        r = run_grpolab(model_dir, s, run_work)
+                        r = run_grpolab(model_dir, items, schedule, s, seed, skip=side == "grpolab+skip")
                 except Exception:
                     tb = traceback.format_exc()
-                    result["errors"][side] = tb
+                    result["errors"].append({"side": side, "seed": seed, "traceback": tb})
                     print(f"{side} FAILED:\n{tb}", file=sys.stderr, flush=True)
                     continue
-                c1 = cpu_counters()
-                r.update(trainer=side, round=rnd, wall_s=time.perf_counter() - t0,
-                         loadavg_before=before, loadavg_after=loadavg(), wait_idle=idle,
-                         others_cores_during_run=others_cores(c0, c1),
-                         own_cpu_s=None if c0 is None or c1 is None else c1[2] - c0[2])
-                rounds[side].append(r)
+                r.update(side=side, seed=seed, wall_s=time.perf_counter() - t0, wait_idle=idle)
                 result["runs"].append(r)
-                print(f"{side}: {r['wall_s']:.1f}s wall (incl. setup/eval), s/step "
-                      f"{[round(x, 3) for x in r['step_times_s']]}, other processes used "
-                      f"{fmt(r['others_cores_during_run'], '.2f')} cores on average during the run", flush=True)
+                print(f"{side}: s/step {[round(x, 3) for x in r['step_s']]}, mean length "
+                      f"{[round(x, 1) for x in r['mean_length']]}, reward {[round(x, 3) for x in r['mean_reward']]}, "
+                      f"other processes' cores {[fmt(x, '.2f') for x in r['others_cores']]}", flush=True)
 
-    res = result["results"]
-    for side, rs in rounds.items():
-        if rs:
-            res[side] = pooled(rs)
-            if side == "trl":
-                between = [x for r in rs for x in r["between_step_ends_s"]]
-                res[side]["between_step_ends_median_s"] = statistics.median(between) if between else None
-    if "trl" in res and "grpolab" in res:
-        t, g = res["trl"], res["grpolab"]
-        result["ratio_trl_over_grpolab"] = {
-            "median_s_per_step": t["median_s_per_step"] / g["median_s_per_step"],
-            "mean_s_per_step": t["mean_s_per_step"] / g["mean_s_per_step"],
-            "gen_tokens_per_s_grpolab_over_trl": g["gen_tokens_per_s"] / t["gen_tokens_per_s"],
-        }
-        if t.get("quiet_steps", 0) >= 2 and g.get("quiet_steps", 0) >= 2:
-            result["ratio_trl_over_grpolab"]["quiet_median_s_per_step"] = (
-                t["quiet_median_s_per_step"] / g["quiet_median_s_per_step"])
-        if "median_cpu_s_per_step" in t and "median_cpu_s_per_step" in g:
-            result["ratio_trl_over_grpolab"]["median_cpu_s_per_step"] = (
-                t["median_cpu_s_per_step"] / g["median_cpu_s_per_step"])
-        # Verdict on the >= 2x target. Oversubscribed CPUs slow the two trainers by wildly different
-        # factors (OpenMP threads spin and wait), so contended steps cannot support a verdict.
-        contended = any(x.get("contended_steps", 0) or x.get("steps_without_contention_data", 0) for x in (t, g))
-        if not contended:
-            basis, ratio = "all summarized steps (no contention measured)", result["ratio_trl_over_grpolab"]["median_s_per_step"]
-        elif t.get("quiet_steps", 0) >= 3 and g.get("quiet_steps", 0) >= 3:
-            basis, ratio = (f"quiet steps only (other processes < {QUIET_CORES} cores; {t['quiet_steps']} TRL, "
-                            f"{g['quiet_steps']} grpolab)"), result["ratio_trl_over_grpolab"]["quiet_median_s_per_step"]
+    res = result["results"] = {side: pooled([r for r in result["runs"] if r["side"] == side]) for side in sides}
+    result["results_quiet_steps"] = {side: pooled([r for r in result["runs"] if r["side"] == side], quiet_only=True)
+                                     for side in sides}
+    result["ratios_trl_over"] = {side: ratios(res.get("trl", {}), res[side]) for side in sides if side != "trl"}
+    per_seed = {}
+    for seed in seeds:
+        t = pooled([r for r in result["runs"] if r["side"] == "trl" and r["seed"] == seed])
+        per_seed[str(seed)] = {side: ratios(t, pooled([r for r in result["runs"] if r["side"] == side and r["seed"] == seed]))
+                               for side in sides if side != "trl"}
+    result["ratios_per_seed"] = per_seed
+
+    # verdict: only at equal work (mean lengths within LENGTH_TOLERANCE), skipping off
+    verdict = {"target": "TRL/grpolab s per step >= 2.0 at equal work, skipping off"}
+    t, g = res.get("trl", {}), res.get("grpolab", {})
+    if t.get("steps") and g.get("steps"):
+        rel = abs(g["mean_length"] - t["mean_length"]) / (0.5 * (g["mean_length"] + t["mean_length"]))
+        verdict["mean_length_trl"], verdict["mean_length_grpolab"] = t["mean_length"], g["mean_length"]
+        verdict["relative_length_difference"] = rel
+        if rel > LENGTH_TOLERANCE:
+            verdict["status"] = (f"no verdict: mean lengths differ by {100 * rel:.1f}% (> {100 * LENGTH_TOLERANCE:.0f}%), "
+                                 "the trainers did not do equal work")
         else:
-            basis, ratio = "inconclusive: too few steps without CPU contention; rerun on an idle machine", None
-        result["verdict"] = {"basis": basis, "median_ratio_trl_over_grpolab": ratio,
-                             "target_2x_met": None if ratio is None else ratio >= 2.0}
-    others = [r["others_cores_during_run"] for r in result["runs"] if r.get("others_cores_during_run") is not None]
-    if others and max(others) > 0.25:
-        result["warning"] = (
-            "other processes used on average " + ", ".join(
-                f"{r['trainer']}#{r['round'] + 1}: {r['others_cores_during_run']:.2f}" for r in result["runs"]
-                if r.get("others_cores_during_run") is not None)
-            + f" CPU cores (of {machine['cpu_count']}) during the runs: timings are contended and noisy")
+            ratio = result["ratios_trl_over"]["grpolab"]["s_per_step_median"]
+            verdict["ratio"] = ratio
+            verdict["met"] = ratio >= 2.0
+            verdict["status"] = f"{'MET' if ratio >= 2.0 else 'NOT met'}: {ratio:.2f}x at equal work"
+        oc = [x for r in result["runs"] for x in r["others_cores"][1:] if x is not None]
+        verdict["others_cores_median"] = statistics.median(oc) if oc else None
+        if oc and statistics.median(oc) >= QUIET_CORES:
+            verdict["warning"] = (f"other processes used a median {statistics.median(oc):.2f} cores during the "
+                                  "steps: timings are contended; the ratio is of contended runs")
+    else:
+        verdict["status"] = "no verdict: TRL or grpolab (skipping off) did not run"
+    result["verdict"] = verdict
 
     # ---- table ----
-    print(f"\nseconds per step, steps 2..{a.steps} of each run ({a.rounds} round(s); step 1 = warm-up); "
-          f"{s['prompts_per_step']} prompts x {s['group_size']} = {s['completions_per_step']} completions, "
-          f"<= {s['max_new_tokens']} tokens; torch threads {machine['torch_num_threads']}, "
-          f"{machine['cpu_count']} CPUs")
-    hdr = (f"{'trainer':<9} {'steps':>5} {'median s/step':>13} {'mean s/step':>11} {'min':>7} {'max':>7} "
-           f"{'mean len':>8} {'gen tok/s':>9} {'median CPU-s/step':>17} {'quiet steps':>11} {'quiet median':>12}")
+    print(f"\nper side, steps 2..{a.steps} of {len(seeds)} seed(s), lr {a.lr:g}; {s['prompts_per_step']} prompts x "
+          f"{s['group_size']} = {s['completions_per_step']} completions, <= {s['max_new_tokens']} tokens; "
+          f"torch threads {machine['torch_num_threads']}, {machine['cpu_count']} CPUs")
+    hdr = (f"{'trainer':<13} {'steps':>5} {'median s/step':>13} {'rollout s':>9} {'update s':>8} {'mean len':>8} "
+           f"{'reward':>6} {'gen tok/step':>12} {'trained tok/step':>16} {'rollout tok/s':>13} {'update tok/s':>12}")
     print(hdr)
     print("-" * len(hdr))
-    for side in ("trl", "grpolab"):
-        if side in res:
-            m = res[side]
-            print(f"{side:<9} {m.get('n_steps_summarized', 0):>5} {fmt(m.get('median_s_per_step')):>13} "
-                  f"{fmt(m.get('mean_s_per_step')):>11} {fmt(m.get('min_s_per_step')):>7} "
-                  f"{fmt(m.get('max_s_per_step')):>7} {fmt(m.get('mean_completion_length'), '.1f'):>8} "
-                  f"{fmt(m.get('gen_tokens_per_s'), '.0f'):>9} {fmt(m.get('median_cpu_s_per_step')):>17} "
-                  f"{m.get('quiet_steps', 0):>11} {fmt(m.get('quiet_median_s_per_step')):>12}")
-        elif side in result["errors"]:
-            print(f"{side:<9} FAILED ({result['errors'][side].strip().splitlines()[-1][:90]})")
-    if all("median_rollout_phase_s" in res.get(x, {}) for x in ("trl", "grpolab")):
-        t, g = res["trl"], res["grpolab"]
-        print(f"phases (median s/step over {t['phase_basis']} / {g['phase_basis']}): rollout = sampling + decoding + reward (+ advantages): "
-              f"TRL {t['median_rollout_phase_s']:.3f} vs grpolab {g['median_rollout_phase_s']:.3f}; "
-              f"update = the rest: TRL {t['median_update_phase_s']:.3f} vs grpolab {g['median_update_phase_s']:.3f}")
-    if res.get("trl", {}).get("between_step_ends_median_s") is not None:
-        print(f"(TRL median time between consecutive on_step_end, i.e. adding the dataloader fetch and "
-              f"log/save bookkeeping: {res['trl']['between_step_ends_median_s']:.3f}s)")
-    if "ratio_trl_over_grpolab" in result:
-        r = result["ratio_trl_over_grpolab"]
-        print(f"ratio TRL/grpolab s/step, all steps: median {r['median_s_per_step']:.2f}x, mean "
-              f"{r['mean_s_per_step']:.2f}x; generated tokens/s grpolab/TRL "
-              f"{r['gen_tokens_per_s_grpolab_over_trl']:.2f}x")
-        if "quiet_median_s_per_step" in r:
-            print(f"ratio TRL/grpolab over quiet steps only (other processes < {QUIET_CORES} cores): median "
-                  f"{r['quiet_median_s_per_step']:.2f}x ({res['trl']['quiet_steps']} TRL, "
-                  f"{res['grpolab']['quiet_steps']} grpolab steps)")
-    if "warning" in result:
-        print("WARNING: " + result["warning"])
-    if "verdict" in result:
-        v = result["verdict"]
-        met = {True: "MET", False: "NOT met", None: "undecided"}[v["target_2x_met"]]
-        print(f"VERDICT (target: grpolab >= 2x faster per step): {met}; median TRL/grpolab "
-              f"{fmt(v['median_ratio_trl_over_grpolab'], '.2f')}x, basis: {v['basis']}")
-    print("timed:")
-    for side, what in TIMED.items():
-        print(f"  {side}: {what}")
+    for side in sides:
+        m = res[side]
+        if not m.get("steps"):
+            print(f"{side:<13} (no steps)")
+            continue
+        print(f"{side:<13} {m['steps']:>5} {m['median_s_per_step']:>13.3f} {m['median_rollout_s']:>9.3f} "
+              f"{m['median_update_s']:>8.3f} {m['mean_length']:>8.1f} {m['mean_reward']:>6.3f} "
+              f"{m['gen_tokens_per_step']:>12.0f} {m['trained_tokens_per_step']:>16.0f} "
+              f"{m['rollout_tokens_per_s']:>13.0f} {fmt(m['update_tokens_per_s'], '.0f'):>12}")
+    for side, r in result["ratios_trl_over"].items():
+        if r:
+            print(f"TRL / {side}: s/step {r['s_per_step_median']:.2f}x (mean {r['s_per_step_mean']:.2f}x), "
+                  f"s per generated token {r['s_per_generated_token']:.2f}x, rollout tokens/s "
+                  f"{r['rollout_tokens_per_s']:.2f}x, update tokens/s {fmt(r.get('update_tokens_per_s'), '.2f')}x; "
+                  f"lengths {side}/TRL {r['mean_length_grpolab_over_trl']:.3f}")
+    for seed, rs in per_seed.items():
+        print(f"  seed {seed}: " + "; ".join(f"{side} {fmt(r.get('s_per_step_median'), '.2f')}x s/step, lengths "
+                                             f"{fmt(r.get('mean_length_grpolab_over_trl'), '.3f')}"
+                                             for side, r in rs.items() if r))
+    if "warning" in verdict:
+        print("WARNING: " + verdict["warning"])
+    print(f"VERDICT ({verdict['target']}): {verdict['status']}")
     atomic_write_json(a.out, result)
     print(f"wrote {a.out}")
     return 1 if result["errors"] else 0
