@@ -431,6 +431,32 @@ def ratios(t: dict, g: dict) -> dict:
     return out
 
 
+def equal_work_verdict(res: dict, ratio_by_side: dict, runs: list[dict]) -> dict:
+    """The >= 2x verdict, given only at equal work: TRL's and grpolab's (skipping off) mean
+    completion lengths within ``LENGTH_TOLERANCE`` of their mean."""
+    verdict = {"target": "TRL/grpolab s per step >= 2.0 at equal work, skipping off"}
+    t, g = res.get("trl", {}), res.get("grpolab", {})
+    if not (t.get("steps") and g.get("steps")):
+        verdict["status"] = "no verdict: TRL or grpolab (skipping off) did not run"
+        return verdict
+    rel = abs(g["mean_length"] - t["mean_length"]) / (0.5 * (g["mean_length"] + t["mean_length"]))
+    verdict.update(mean_length_trl=t["mean_length"], mean_length_grpolab=g["mean_length"],
+                   relative_length_difference=rel)
+    if rel > LENGTH_TOLERANCE:
+        verdict["status"] = (f"no verdict: mean lengths differ by {100 * rel:.1f}% (> {100 * LENGTH_TOLERANCE:.0f}%), "
+                             "the trainers did not do equal work")
+    else:
+        ratio = ratio_by_side["grpolab"]["s_per_step_median"]
+        verdict.update(ratio=ratio, met=ratio >= 2.0)
+        verdict["status"] = f"{'MET' if ratio >= 2.0 else 'NOT met'}: {ratio:.2f}x at equal work"
+    oc = [x for r in runs for x in r["others_cores"][1:] if x is not None]
+    verdict["others_cores_median"] = statistics.median(oc) if oc else None
+    if oc and statistics.median(oc) >= QUIET_CORES:
+        verdict["warning"] = (f"other processes used a median {statistics.median(oc):.2f} cores during the "
+                              "steps: timings are contended; the ratio is of contended runs")
+    return verdict
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (prompt schedule, sampling, init order)")
@@ -519,29 +545,7 @@ def main(argv=None) -> int:
                                for side in sides if side != "trl"}
     result["ratios_per_seed"] = per_seed
 
-    # verdict: only at equal work (mean lengths within LENGTH_TOLERANCE), skipping off
-    verdict = {"target": "TRL/grpolab s per step >= 2.0 at equal work, skipping off"}
-    t, g = res.get("trl", {}), res.get("grpolab", {})
-    if t.get("steps") and g.get("steps"):
-        rel = abs(g["mean_length"] - t["mean_length"]) / (0.5 * (g["mean_length"] + t["mean_length"]))
-        verdict["mean_length_trl"], verdict["mean_length_grpolab"] = t["mean_length"], g["mean_length"]
-        verdict["relative_length_difference"] = rel
-        if rel > LENGTH_TOLERANCE:
-            verdict["status"] = (f"no verdict: mean lengths differ by {100 * rel:.1f}% (> {100 * LENGTH_TOLERANCE:.0f}%), "
-                                 "the trainers did not do equal work")
-        else:
-            ratio = result["ratios_trl_over"]["grpolab"]["s_per_step_median"]
-            verdict["ratio"] = ratio
-            verdict["met"] = ratio >= 2.0
-            verdict["status"] = f"{'MET' if ratio >= 2.0 else 'NOT met'}: {ratio:.2f}x at equal work"
-        oc = [x for r in result["runs"] for x in r["others_cores"][1:] if x is not None]
-        verdict["others_cores_median"] = statistics.median(oc) if oc else None
-        if oc and statistics.median(oc) >= QUIET_CORES:
-            verdict["warning"] = (f"other processes used a median {statistics.median(oc):.2f} cores during the "
-                                  "steps: timings are contended; the ratio is of contended runs")
-    else:
-        verdict["status"] = "no verdict: TRL or grpolab (skipping off) did not run"
-    result["verdict"] = verdict
+    result["verdict"] = verdict = equal_work_verdict(res, result["ratios_trl_over"], result["runs"])
 
     # ---- table ----
     print(f"\nper side, steps 2..{a.steps} of {len(seeds)} seed(s), lr {a.lr:g}; {s['prompts_per_step']} prompts x "
