@@ -24,8 +24,10 @@ tokens as the no-cache reference). The prefill still goes through the model's ow
 When it is used: :func:`fused_decoder` returns ``None`` -- and the sampler keeps calling the HF
 forward -- for anything it does not reproduce exactly: non-Llama architectures, biases in the
 projections, activations other than SiLU, sliding windows, RoPE types whose tables depend on the
-sequence length, wrapped or replaced sub-modules (e.g. PEFT adapters), and models with forward
-hooks registered (hooks would silently not run).
+sequence length, half-precision weights, wrapped or replaced sub-modules (e.g. PEFT adapters), and
+models with forward hooks registered (hooks would silently not run); and for models above
+``MAX_FUSED_PARAMS`` (50 M), where the weight copy costs memory and the saved per-op overhead is
+negligible. :func:`why_not_fused` says which.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ __all__ = ["FusedLlamaDecoder", "fused_decoder", "why_not_fused"]
 
 #: RoPE types whose cos/sin depend on the position only (a table built once is exact)
 _STATIC_ROPE = ("default", "linear", "llama3")
+#: larger models keep the HF forward: the fused weights are a copy (made once per ``sample`` call),
+#: and at that size the per-op overhead the fusion removes is small next to the matmuls
+MAX_FUSED_PARAMS = 50_000_000
 
 
 def _rope_type(config) -> str:
@@ -65,6 +70,14 @@ def why_not_fused(model: torch.nn.Module) -> str | None:
         return f"RoPE type {_rope_type(cfg)!r} depends on the sequence length"
     if getattr(cfg, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return f"attention implementation {cfg._attn_implementation!r}"
+    dtype = model.lm_head.weight.dtype
+    if dtype not in (torch.float32, torch.float64):
+        # HF's RMSNorm normalises in float32 and rounds back; folding the norm weight into a
+        # half-precision projection would round differently
+        return f"weights are {dtype}, not float32/float64"
+    n_params = sum(p.numel() for p in model.parameters())
+    if n_params > MAX_FUSED_PARAMS:
+        return f"{n_params:,} parameters > MAX_FUSED_PARAMS={MAX_FUSED_PARAMS:,} (the fused weights are a copy)"
     inner = model.model
     for i, layer in enumerate(inner.layers):
         at, mlp = layer.self_attn, layer.mlp
