@@ -45,6 +45,12 @@ Run::
 
     python benchmarks/vs_trl.py [--model DIR] [--seeds 0,1,2] [--steps 5] [--lr 1e-5]
                                 [--sides trl,grpolab,grpolab+skip] [--wait-idle 0] [--out PATH]
+    python benchmarks/vs_trl.py --fixed-batch [--seeds 0,1,2] [--steps 4]
+
+``--fixed-batch`` removes sampling differences entirely: per seed, grpolab samples one batch from the
+starting model once; then TRL's own training step (its ``_generate_and_score_completions`` replaced,
+on the instance, by one returning that batch with TRL's advantages) and grpolab's update (skipping
+off) each run ``--steps`` times on it; the update seconds are compared (first step = warm-up).
 
 It prints a table and writes ``benchmarks/results/vs_trl.json`` (atomically) with the machine, all
 settings, the prompt schedules' digests and every step's timings, lengths and rewards.
@@ -208,10 +214,29 @@ def schedule_digest(schedule: list[list[int]]) -> str:
 # TRL
 
 
+def trl_args(s: dict, steps: int, seed: int, work: Path):
+    """TRL's config for the benchmark: one generation batch of B completions = one optimizer step."""
+    from trl import GRPOConfig
+
+    B = s["prompts_per_step"] * s["group_size"]
+    return GRPOConfig(
+        output_dir=str(work / "trl_out"),
+        per_device_train_batch_size=B, gradient_accumulation_steps=1, num_generations=s["group_size"],
+        num_iterations=1, max_completion_length=s["max_new_tokens"], temperature=s["temperature"],
+        top_p=s["top_p"], top_k=0, beta=0.0, loss_type="dapo", epsilon=s["clip_low"], epsilon_high=s["clip_high"],
+        scale_rewards="group", learning_rate=s["lr"], optim="adamw_torch", adam_beta1=s["beta1"],
+        adam_beta2=s["beta2"], weight_decay=0.0, max_grad_norm=s["grad_clip"], lr_scheduler_type="constant",
+        warmup_steps=0, max_steps=steps, report_to="none", save_strategy="no", eval_strategy="no",
+        logging_steps=10**9, log_completions=False, disable_tqdm=True, use_cpu=True, bf16=False, fp16=False,
+        dataloader_num_workers=0, seed=seed, shuffle_dataset=False,
+        activation_checkpointing=s["trl_activation_checkpointing"],
+    )
+
+
 def run_trl(model_dir: Path, items, schedule, s: dict, seed: int, work: Path) -> dict:
     from datasets import Dataset
     from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from grpolab.rewards import safe_score
 
@@ -253,18 +278,7 @@ def run_trl(model_dir: Path, items, schedule, s: dict, seed: int, work: Path) ->
         "reward_name": [it.reward for it in order],
     })
     B = s["prompts_per_step"] * G
-    args = GRPOConfig(
-        output_dir=str(work / "trl_out"),
-        per_device_train_batch_size=B, gradient_accumulation_steps=1, num_generations=G, num_iterations=1,
-        max_completion_length=s["max_new_tokens"], temperature=s["temperature"], top_p=s["top_p"], top_k=0,
-        beta=0.0, loss_type="dapo", epsilon=s["clip_low"], epsilon_high=s["clip_high"], scale_rewards="group",
-        learning_rate=s["lr"], optim="adamw_torch", adam_beta1=s["beta1"], adam_beta2=s["beta2"],
-        weight_decay=0.0, max_grad_norm=s["grad_clip"], lr_scheduler_type="constant", warmup_steps=0,
-        max_steps=len(schedule), report_to="none", save_strategy="no", eval_strategy="no",
-        logging_steps=10**9, log_completions=False, disable_tqdm=True, use_cpu=True, bf16=False, fp16=False,
-        dataloader_num_workers=0, seed=seed, shuffle_dataset=False,
-        activation_checkpointing=s["trl_activation_checkpointing"],
-    )
+    args = trl_args(s, len(schedule), seed, work)
     assert args.steps_per_generation == 1 and args.generation_batch_size == B
     timer = StepTimer()
     trainer = GRPOTrainer(model=str(model_dir), reward_funcs=arith_reward, args=args, train_dataset=ds,
@@ -309,15 +323,12 @@ def grpolab_update_fn():
     return (fn, "grpolab.train.update") if callable(fn) else (loop._update, "grpolab.train.loop._update")
 
 
-def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool) -> dict:
-    from grpolab import objectives as obj
+def grpolab_setup(model_dir: Path, s: dict, seed: int, skip: bool, steps: int):
+    """Config, update function, generator, policy, tokenizer, optimizer and scheduler as ``train`` builds them."""
     from grpolab.config import load_config
     from grpolab.models import load_model
-    from grpolab.rewards import score_batch
-    from grpolab.rollout import sample
     from grpolab.train.loop import seed_everything
     from grpolab.train.optim import build_optimizer, build_scheduler
-    from grpolab.train.text import decode_responses, encode_prompts
 
     overrides = {
         "model.path": str(model_dir), "model.device": "cpu", "sft.enabled": "no", "task.name": "arith",
@@ -328,7 +339,7 @@ def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool
         "objective.clip_high": s["clip_high"], "objective.dual_clip": "none", "objective.kl_coef": 0.0, "optim.lr": s["lr"],
         "optim.beta1": s["beta1"], "optim.beta2": s["beta2"], "optim.weight_decay": 0.0,
         "optim.warmup_steps": 0, "optim.schedule": "constant", "optim.grad_clip": s["grad_clip"],
-        "trainer.steps": len(schedule), "trainer.epochs": 1, "trainer.mini_batches": 1,
+        "trainer.steps": steps, "trainer.epochs": 1, "trainer.mini_batches": 1,
         "trainer.micro_batch_size": 0, "trainer.skip_zero_advantage": "true" if skip else "false",
         "trainer.seed": seed,
     }
@@ -338,7 +349,18 @@ def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool
     policy, tok = load_model(model_dir)
     optimizer = build_optimizer(policy, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
                                 betas=(cfg.optim.beta1, cfg.optim.beta2))
-    scheduler = build_scheduler(optimizer, warmup_steps=0, total_steps=len(schedule), schedule="constant")
+    scheduler = build_scheduler(optimizer, warmup_steps=0, total_steps=steps, schedule="constant")
+    return cfg, update, update_name, gen, policy, tok, optimizer, scheduler
+
+
+def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool) -> dict:
+    from grpolab import objectives as obj
+    from grpolab.rewards import score_batch
+    from grpolab.rollout import sample
+    from grpolab.train.text import decode_responses, encode_prompts
+
+    cfg, update, update_name, gen, policy, tok, optimizer, scheduler = grpolab_setup(
+        model_dir, s, seed, skip, len(schedule))
     advantage_fn = obj.get_advantage_estimator("grpo")
     G = cfg.rollout.group_size
     out = {k: [] for k in ("step_s", "rollout_s", "update_s", "others_cores", "mean_length", "gen_tokens",
@@ -370,6 +392,113 @@ def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool
         out["mean_reward"].append(float(rewards.mean()))
     out["update_fn"] = update_name
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# fixed batch: both trainers' update on the same completions (no sampling differences at all)
+
+
+def fixed_batch(model_dir: Path, items, step_items: list[int], s: dict, seed: int):
+    """One batch sampled once by grpolab from the starting model: ``(rollout, rewards [B], batch items)``."""
+    from grpolab.models import load_model
+    from grpolab.rewards import score_batch
+    from grpolab.rollout import sample
+    from grpolab.train.text import decode_responses, encode_prompts
+
+    policy, tok = load_model(model_dir)
+    batch = [items[i] for i in step_items]
+    G = s["group_size"]
+    rollout = sample(policy, encode_prompts(tok, [it.prompt for it in batch]), group_size=G,
+                     max_new_tokens=s["max_new_tokens"], temperature=s["temperature"], top_p=s["top_p"],
+                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                     generator=torch.Generator().manual_seed(seed))
+    completions = decode_responses(tok, rollout.response_ids, rollout.response_mask)
+    rewards = torch.tensor([r.score for r in score_batch([(batch[i // G], c) for i, c in enumerate(completions)])])
+    return rollout, rewards, batch
+
+
+def run_fixed_trl(model_dir: Path, rollout, rewards, batch, s: dict, seed: int, steps: int, work: Path) -> dict:
+    """TRL's own training step ``steps`` times on the fixed batch: ``_generate_and_score_completions``
+    is replaced (instance attribute) by one that returns the fixed batch with TRL's advantages."""
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOTrainer
+    from trl.trainer.utils import nanstd
+
+    G = s["group_size"]
+    grouped = rewards.view(-1, G)
+    adv = (rewards - grouped.mean(1).repeat_interleave(G)) / (nanstd(grouped, dim=1).repeat_interleave(G) + 1e-4)
+    mask = rollout.response_mask.long()
+    prepared = {"prompt_ids": rollout.prompt_ids, "prompt_mask": rollout.prompt_mask,
+                "completion_ids": rollout.response_ids, "completion_mask": mask, "advantages": adv,
+                "num_items_in_batch": mask.sum()}
+    durations: list[float] = []
+
+    class StepTimer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.begin = time.perf_counter()
+
+        def on_step_end(self, args, state, control, **kwargs):
+            durations.append(time.perf_counter() - self.begin)
+
+    ds = Dataset.from_dict({"prompt": [it.prompt for it in batch for _ in range(steps)]})
+    trainer = GRPOTrainer(model=str(model_dir), reward_funcs=lambda completions, **k: [0.0] * len(completions),
+                          args=trl_args(s, steps, seed, work), train_dataset=ds, callbacks=[StepTimer()])
+    trainer._generate_and_score_completions = lambda generation_batch: {
+        k: v.clone() if torch.is_tensor(v) else v for k, v in prepared.items()}
+    trainer.train()
+    return {"update_s": durations}
+
+
+def run_fixed_grpolab(model_dir: Path, rollout, rewards, s: dict, seed: int, steps: int) -> dict:
+    """grpolab's update ``steps`` times on the fixed batch (skipping off), with grpolab's advantages."""
+    from grpolab import objectives as obj
+
+    cfg, update, update_name, _, policy, _, optimizer, scheduler = grpolab_setup(model_dir, s, seed, False, steps)
+    adv = obj.get_advantage_estimator("grpo")(rewards, rollout.group_ids)
+    durations = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        update(policy, optimizer, scheduler, rollout, adv, None, None, cfg)
+        durations.append(time.perf_counter() - t0)
+    return {"update_s": durations, "update_fn": update_name}
+
+
+def main_fixed(a, s: dict, seeds: list[int], machine: dict) -> int:
+    """``--fixed-batch``: per seed one batch, both trainers' update timed on it, interleaved."""
+    result: dict = {"machine": machine, "settings": dict(s, mode="fixed batch: update only, same completions"),
+                    "runs": []}
+    with tempfile.TemporaryDirectory(prefix="grpolab_vs_trl_fixed_") as tmp:
+        work = Path(tmp)
+        model_dir = work / "model"
+        result["model"] = build_checkpoint(model_dir, a.model)
+        items, _ = load_items(s["n_items"])
+        for k, seed in enumerate(seeds):
+            step_items = prompt_schedule(len(items), 1, s["prompts_per_step"], seed)[0]
+            rollout, rewards, batch = fixed_batch(model_dir, items, step_items, s, seed)
+            tokens = float(rollout.response_mask.sum())
+            for side in (("trl", "grpolab") if k % 2 == 0 else ("grpolab", "trl")):
+                c0 = cpu_counters()
+                if side == "trl":
+                    run_work = work / f"trl_{seed}"
+                    run_work.mkdir()
+                    r = run_fixed_trl(model_dir, rollout, rewards, batch, s, seed, a.steps, run_work)
+                else:
+                    r = run_fixed_grpolab(model_dir, rollout, rewards, s, seed, a.steps)
+                r.update(side=side, seed=seed, completion_tokens=tokens, others_cores=others_cores(c0, cpu_counters()))
+                result["runs"].append(r)
+                print(f"seed {seed} {side}: update s {[round(x, 3) for x in r['update_s']]} on {tokens:.0f} "
+                      f"completion tokens", flush=True)
+    med = {side: statistics.median([x for r in result["runs"] if r["side"] == side for x in r["update_s"][1:]])
+           for side in ("trl", "grpolab")}
+    result["median_update_s"] = med
+    result["ratio_trl_over_grpolab_update"] = med["trl"] / med["grpolab"]
+    print(f"fixed batch, update only ({len(seeds)} seeds x {a.steps - 1} timed steps): median TRL {med['trl']:.3f} s, "
+          f"grpolab {med['grpolab']:.3f} s, TRL/grpolab {result['ratio_trl_over_grpolab_update']:.2f}x")
+    out = a.out if a.out != DEFAULT_OUT else DEFAULT_OUT.with_name("vs_trl_fixed_batch.json")
+    atomic_write_json(out, result)
+    print(f"wrote {out}")
+    return 0
 
 
 # ------------------------------------------------------------------------------------------------
@@ -470,6 +599,8 @@ def main(argv=None) -> int:
                    help="keep TRL's default activation checkpointing (off by default here: grpolab has none)")
     p.add_argument("--wait-idle", type=float, default=0.0,
                    help="before each run wait up to this many seconds for other processes to leave the CPU")
+    p.add_argument("--fixed-batch", action="store_true",
+                   help="time only the update, both trainers on the same fixed batch of completions per seed")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = p.parse_args(argv)
     if a.steps < 2:
@@ -501,6 +632,8 @@ def main(argv=None) -> int:
     machine = machine_info()
     print(f"torch threads: {torch.get_num_threads()}, cpus: {machine['cpu_count']}, load average: {loadavg()}, "
           f"versions: {machine['versions']}", flush=True)
+    if a.fixed_batch:
+        return main_fixed(a, s, seeds, machine)
     result: dict = {"machine": machine, "settings": s, "runs": [], "schedules": {}, "errors": []}
     with tempfile.TemporaryDirectory(prefix="grpolab_vs_trl_") as tmp:
         work = Path(tmp)
