@@ -28,7 +28,7 @@ What is timed (evaluation, checkpointing and logging are outside both timers):
   (``--trl-checkpointing`` keeps it).
 * grpolab: the calls of one step of ``grpolab.train.train``, made here so the prompts can follow the
   shared schedule: ``sample`` -> ``decode_responses`` -> ``score_batch`` -> advantage estimator (the
-  "rollout" phase), then the loop's update (forward + backward, grad clip, AdamW, scheduler: the
+  "rollout" phase), then ``grpolab.train.update`` (forward + backward, grad clip, AdamW, scheduler: the
   "update" phase). Being on-policy with one optimizer step it skips the old-log-prob pass too.
   ``grpolab`` has ``trainer.skip_zero_advantage`` off (every row goes through forward/backward,
   like TRL: the equal-work comparison); ``grpolab+skip`` has it on (rows whose advantage is exactly
@@ -314,13 +314,15 @@ def run_trl(model_dir: Path, items, schedule, s: dict, seed: int, work: Path) ->
 
 
 def grpolab_update_fn():
-    """The trainer's update for one rollout batch: the public ``grpolab.train.update`` when it
-    exists, else the loop's ``_update`` (same arguments)."""
-    import grpolab.train as train_pkg
-    import grpolab.train.loop as loop
+    """The trainer's public update for one rollout batch, called as ``train`` calls it:
+    ``fn(policy, optimizer, scheduler, rollout, advantages, cfg)``."""
+    from grpolab.train import Experience, UpdateSpec, update
 
-    fn = getattr(train_pkg, "update", None) or getattr(loop, "update", None)
-    return (fn, "grpolab.train.update") if callable(fn) else (loop._update, "grpolab.train.loop._update")
+    def fn(policy, optimizer, scheduler, rollout, advantages, cfg):
+        return update(policy, optimizer, scheduler, Experience.from_rollout(rollout, advantages),
+                      UpdateSpec.from_config(cfg))
+
+    return fn, "grpolab.train.update"
 
 
 def grpolab_setup(model_dir: Path, s: dict, seed: int, skip: bool, steps: int):
@@ -379,7 +381,7 @@ def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool
         rewards = torch.tensor([r.score for r in results], dtype=torch.float32)
         adv = advantage_fn(rewards, rollout.group_ids)
         t1 = time.perf_counter()
-        update(policy, optimizer, scheduler, rollout, adv, None, None, cfg)
+        update(policy, optimizer, scheduler, rollout, adv, cfg)
         t2 = time.perf_counter()
         lengths = rollout.response_mask.sum(-1)
         out["step_s"].append(t2 - t0)
@@ -459,7 +461,7 @@ def run_fixed_grpolab(model_dir: Path, rollout, rewards, s: dict, seed: int, ste
     durations = []
     for _ in range(steps):
         t0 = time.perf_counter()
-        update(policy, optimizer, scheduler, rollout, adv, None, None, cfg)
+        update(policy, optimizer, scheduler, rollout, adv, cfg)
         durations.append(time.perf_counter() - t0)
     return {"update_s": durations, "update_fn": update_name}
 
