@@ -70,9 +70,25 @@ def isolated(sandbox_pool):
     from grpolab.rewards import run_sandboxed
 
     assert _wait_no_processes(uid) == [], "a sandboxed process outlived its call"
-    r = run_sandboxed("import os; print(len(os.listdir('/tmp/sandbox')))", pool=pool,
+    r = run_sandboxed("import os; print(os.getcwd(), os.listdir('/tmp'))", pool=pool,
                       mode="forkserver")
-    assert r.stdout == "1\n", f"working directories left behind: {r.stdout!r} {r.stderr!r}"
+    assert r.stdout == "/tmp []\n", f"files left behind: {r.stdout!r} {r.stderr!r}"
+
+
+@pytest.fixture
+def host_dir():
+    """A world-readable folder on the host outside every directory the sandbox makes private
+    (not under /tmp, /var/tmp, /dev/shm, /run), removed afterwards."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    d = Path(tempfile.mkdtemp(prefix=".sbx-host-", dir=Path(__file__).resolve().parent))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -13,19 +13,20 @@ completion; an unclosed fence takes the rest of the text; no fence -> the whole 
 
 Score: fraction of tests that ran without raising (``all_or_nothing=True``: 1.0 only when all
 pass). A program that raises (or exits non-zero) before the tests scores 0; ``sys.exit(0)`` /
-``exit()`` in the program ends the program part and the tests still run. Everything runs in ONE
-sandboxed process (:func:`grpolab.rewards.run_sandboxed`), so ``timeout_s`` covers program and
-tests together; tests that did not report before a timeout count as failed.
+``exit()`` at the program's top level ends the program part and the tests still run. Everything
+runs in ONE sandboxed call (:func:`grpolab.rewards.run_sandboxed`), so ``timeout_s`` covers
+program and tests together; tests that did not report before a timeout count as failed.
 
-How results come back: the harness prints one marker line per test, prefixed by a random nonce,
-on a private duplicate of stdout. A program that exits early, kills its own process, closes the
-descriptor or floods the output simply gets no markers -> failed (fail-closed); replacing
-``builtins.exec`` / ``compile`` / ``enumerate`` or ``os.write`` does not reach the harness, which
-holds its own references; only the original process reports, so a program that forks copies
-to try several answers gets no credit from the copies. The nonce is in
-the harness source, so a program that *introspects the harness* (frames, ``gc``) could forge
-markers, and a program can always return objects whose ``__eq__`` is always true: the sandbox
-protects the machine, not the reward's integrity against a deliberately adversarial policy.
+Reward integrity (details: :mod:`grpolab.rewards._code_harness`, ``docs/rewards.md``): the
+sandboxed call splits into a **solver** process, which runs the program and answers calls, and a
+**judge** process, which runs the tests. The tests reach the judge on a private channel only
+after the split, so they are in no memory the program ever had (no reading them from frames or
+``gc``); every value crosses as JSON plain data and is rebuilt by the judge, so a test's ``==``
+compares real ints, strs, lists... that the program cannot patch (no always-equal objects, no
+``__eq__`` on subclasses, no patched ``AssertionError``/``builtins``/``sys.exit``/``os._exit``
+reaching the judge); objects that are not plain data come back as handles that refuse to be
+compared; only the judge holds the real stdout, so printed look-alike markers are only stderr;
+if the program's process ends, every test not yet run fails.
 """
 
 from __future__ import annotations
@@ -89,49 +90,13 @@ def parse_code_reference(reference: Any) -> dict[str, Any]:
     return {"tests": tests, "stdin": stdin, "setup": setup}
 
 
-def build_harness(program: str, tests: list[str], nonce: str, setup: str = "") -> str:
-    """The Python source that runs ``setup``, ``program``, then each test, reporting markers."""
-    # The harness keeps its own references to exec, compile, enumerate, os.write, ...: a program
-    # that replaces builtins.exec or os.write cannot turn failing tests into passes that way.
-    return f"""
-import os as _h_os, sys as _h_sys, traceback as _h_tb
-_h_fd = _h_os.dup(1)
-_h_exec, _h_compile, _h_write, _h_str, _h_type = exec, compile, _h_os.write, str, type
-_h_enum, _h_repr = enumerate, repr
-_h_enc = str.encode
-_h_getpid = _h_os.getpid
-_h_pid = _h_getpid()
-def _h_mark(i, status, what=""):
-    if _h_getpid() != _h_pid:
-        return  # a forked copy of the program: only the original process reports
-    try:
-        _h_sys.stdout.flush()
-    except BaseException:
-        pass
-    line = "\\n{nonce}:%d:%s:%s\\n" % (i, status, _h_str.replace(what[:200], "\\n", " "))
-    _h_write(_h_fd, _h_enc(line))
-_h_g = {{"__name__": "__main__", "__builtins__": __builtins__}}
-try:
-    _h_exec(_h_compile({setup!r}, "setup.py", "exec"), _h_g)
-    _h_exec(_h_compile({program!r}, "solution.py", "exec"), _h_g)
-    _h_ok = True
-except SystemExit as _h_e:
-    _h_ok = _h_e.code in (None, 0)
-    if not _h_ok:
-        _h_mark(-1, "EXIT", _h_repr(_h_e.code))
-except BaseException as _h_e:
-    _h_ok = False
-    _h_tb.print_exc()
-    _h_mark(-1, "ERROR", _h_type(_h_e).__name__ + ": " + _h_str(_h_e))
-if _h_ok:
-    _h_mark(-1, "LOADED")
-    for _h_i, _h_t in _h_enum({tests!r}):
-        try:
-            _h_exec(_h_compile(_h_t, "test_%d.py" % _h_i, "exec"), _h_g)
-            _h_mark(_h_i, "PASS")
-        except BaseException as _h_e:
-            _h_mark(_h_i, "FAIL", _h_type(_h_e).__name__ + ": " + _h_str(_h_e))
-"""
+def build_harness(program: str, nonce: str, setup: str = "") -> str:
+    """The sandboxed source: the preloaded judge/solver harness run on ``program``.
+
+    The tests are not in it: they go as ``private_input`` (see :func:`code_reward`).
+    """
+    return ("import _grpolab_code_harness as _h\n"
+            f"_h.main({program!r}, {setup!r}, {nonce!r})\n")
 
 
 def _reason_from(failures: list[str]) -> str:
@@ -170,8 +135,9 @@ def code_reward(
         raise ValueError("the code reference has no tests; give at least one assert snippet")
     nonce = secrets.token_hex(16)
     result = run_sandboxed(
-        build_harness(program, tests, nonce, ref["setup"]),
+        build_harness(program, nonce, ref["setup"]),
         stdin=ref["stdin"],
+        private_input=json.dumps({"tests": tests}),
         timeout_s=timeout_s,
         memory_mb=memory_mb,
         max_output_bytes=max_output_bytes,
@@ -220,4 +186,6 @@ def code_reward(
     }
     if result.reason == "sandbox_error":
         info["error"] = f"SandboxError: {result.detail}"
+    elif not loaded and "No module named '_grpolab_code_harness'" in result.stderr:
+        info["error"] = "the sandbox server did not preload the code harness"
     return RewardResult(value, info)

@@ -51,6 +51,11 @@ __all__ = [
 ]
 
 SERVER_SCRIPT = Path(__file__).with_name("_sandbox_server.py")
+#: Standard-library-only modules every server imports before isolating itself (as
+#: ``_grpolab<stem>``): the code verifier's harness, so that programs need not compile it.
+PRELOAD = (Path(__file__).with_name("_code_harness.py"),)
+#: File descriptor on which a program reads its ``private_input``.
+PRIVATE_FD = 3
 #: Size of each server's private tmpfs (/tmp, /var/tmp, /dev/shm each), in MB.
 SERVER_DISK_MB = 256
 #: Extra seconds the client waits for a server's reply beyond the program's own time limit.
@@ -162,7 +167,8 @@ class ForkServer:
         only): for tests of the degraded mode, never for untrusted code. ``launcher``
         replaces ``[sys.executable]`` (e.g. ``["setpriv", "--reuid", "4242", ...,
         "/usr/bin/python3"]`` to test the unprivileged path)."""
-        args = [*(launcher or [sys.executable]), "-I", str(SERVER_SCRIPT), str(int(disk_mb))]
+        args = [*(launcher or [sys.executable]), "-I", str(SERVER_SCRIPT), str(int(disk_mb)),
+                *(f"--preload={p}" for p in PRELOAD)]
         if not isolate:
             args.append("--no-isolation")
         self.proc = subprocess.Popen(
@@ -219,12 +225,15 @@ class ForkServer:
                 continue
             return json.loads(buf[:need])
 
-    def run(self, source: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
+    def run(self, source: str, stdin: str, limits: SandboxLimits,
+            private_input: str = "") -> SandboxResult:
         req = limits.request()
         req["source"] = source
         req["stdin"] = stdin
+        private = private_input.encode()
+        req["private_len"] = len(private)
         try:
-            self.proc.stdin.write(_pack(req))
+            self.proc.stdin.write(_pack(req) + private)
             self.proc.stdin.flush()
         except OSError as exc:
             raise SandboxError(f"sandbox server is gone: {exc}") from exc
@@ -303,13 +312,14 @@ class ForkServerPool:
         self._lock = threading.Lock()
         self.closed = False
 
-    def run(self, source: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
+    def run(self, source: str, stdin: str, limits: SandboxLimits,
+            private_input: str = "") -> SandboxResult:
         if self.closed:
             raise SandboxError("the fork-server pool is shut down")
         server = self._idle.get()
         try:
             server = self._revive(server)
-            result = server.run(source, stdin, limits)
+            result = server.run(source, stdin, limits, private_input)
             result.mode = "forkserver"
             return result
         except BaseException:
@@ -425,6 +435,7 @@ def run_sandboxed(
     source: str,
     *,
     stdin: str = "",
+    private_input: str = "",
     timeout_s: float = 5.0,
     memory_mb: int = 512,
     cpu_s: float | None = None,
@@ -440,6 +451,11 @@ def run_sandboxed(
     Args:
         source: a Python program (run as ``__main__``).
         stdin: text fed to its standard input.
+        private_input: text the program can read from file descriptor 3
+            (:data:`PRIVATE_FD`), delivered only *after* its process started: it is not in
+            the memory the program starts with, so a process the program forks before reading
+            it (the code verifier's untrusted solver) can never find it. Written by the server
+            as the program reads; at most what fits in memory.
         timeout_s, memory_mb, cpu_s, file_size_mb, max_processes, max_open_files,
         max_output_bytes: limits, see :class:`SandboxLimits`.
         mode: "auto" (fork-server pool, falling back to a fresh interpreter if the pool fails),
@@ -459,6 +475,8 @@ def run_sandboxed(
         raise TypeError(f"source must be a str, got {type(source).__name__}")
     if not isinstance(stdin, str):
         raise TypeError(f"stdin must be a str, got {type(stdin).__name__}")
+    if not isinstance(private_input, str):
+        raise TypeError(f"private_input must be a str, got {type(private_input).__name__}")
     if mode not in ("auto", "forkserver", "fresh"):
         raise ValueError(f"mode must be 'auto', 'forkserver' or 'fresh', got {mode!r}")
     limits = SandboxLimits(
@@ -469,9 +487,10 @@ def run_sandboxed(
     # JSON cannot carry lone surrogates; replace them rather than fail.
     source = source.encode("utf-8", "replace").decode("utf-8")
     stdin = stdin.encode("utf-8", "replace").decode("utf-8")
+    private_input = private_input.encode("utf-8", "replace").decode("utf-8")
     if mode in ("auto", "forkserver"):
         try:
-            return (pool or default_pool()).run(source, stdin, limits)
+            return (pool or default_pool()).run(source, stdin, limits, private_input)
         except SandboxError as exc:
             if mode == "forkserver":
                 raise
@@ -481,7 +500,7 @@ def run_sandboxed(
     try:
         server = ForkServer()
         try:
-            result = server.run(source, stdin, limits)
+            result = server.run(source, stdin, limits, private_input)
         finally:
             server.close()
         result.mode = "fresh"
