@@ -45,8 +45,12 @@ __all__ = [
     "SandboxLimits",
     "SandboxResult",
     "default_pool",
+    "SandboxIsolation",
+    "isolation_of",
+    "isolation_required",
     "run_sandboxed",
     "sandbox_features",
+    "sandbox_isolation",
     "shutdown_pool",
 ]
 
@@ -426,6 +430,73 @@ if hasattr(os, "register_at_fork"):
 def sandbox_features() -> tuple[str, ...]:
     """Isolation features a sandbox server gets on this machine (starts the default pool)."""
     return default_pool().features()
+
+
+#: Features every fully isolated server has, in both modes (root, or an ordinary user).
+REQUIRED_FEATURES = ("netns", "mountns", "readonly_fs", "private_dirs", "pidns", "ipcns",
+                     "nocaps", "seccomp")
+#: Setting this environment variable to 1 turns degraded isolation into an error (CI).
+REQUIRE_ENV = "GRPOLAB_REQUIRE_SANDBOX"
+
+
+def isolation_required() -> bool:
+    """Whether ``GRPOLAB_REQUIRE_SANDBOX`` asks for full isolation (set and not "0")."""
+    return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0")
+
+
+@dataclass(frozen=True)
+class SandboxIsolation:
+    """The isolation sandboxed programs get here (what the trainer records).
+
+    Attributes:
+        features: features in force (see :class:`SandboxResult`).
+        missing: required features that are not (``"uid|userns"``: programs share the caller's
+            uid without a user namespace).
+        degraded: ``missing`` is not empty.
+        description: one line for a log, e.g. ``"sandbox isolation: full (...)"`` or
+            ``"sandbox isolation DEGRADED: missing seccomp, nocaps (...)"``.
+        notes: the server's own reasons (``ForkServer.notes``).
+    """
+
+    features: tuple[str, ...]
+    missing: tuple[str, ...]
+    degraded: bool
+    description: str
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"features": list(self.features), "missing": list(self.missing),
+                "degraded": self.degraded, "description": self.description,
+                "notes": list(self.notes)}
+
+
+def isolation_of(features, notes=()) -> SandboxIsolation:
+    """The :class:`SandboxIsolation` for a server's ``features`` (pure; see
+    :func:`sandbox_isolation`)."""
+    features = tuple(features)
+    missing = [f for f in REQUIRED_FEATURES if f not in features]
+    if "uid" not in features and "userns" not in features:
+        missing.append("uid|userns")
+    mode = ("root: programs under a uid of their own" if "uid" in features else
+            "unprivileged: programs in a user namespace" if "userns" in features else
+            "no namespaces")
+    if missing:
+        why = "; ".join(notes) if notes else "no reason given"
+        desc = (f"sandbox isolation DEGRADED: missing {', '.join(missing)} ({mode}; {why}); "
+                "untrusted code is less contained, see docs/rewards.md")
+    else:
+        desc = f"sandbox isolation: full ({mode}; {', '.join(features)})"
+    return SandboxIsolation(features, tuple(missing), bool(missing), desc, tuple(notes))
+
+
+def sandbox_isolation(pool: ForkServerPool | None = None) -> SandboxIsolation:
+    """The isolation of ``pool``'s servers (default: the process-wide pool; starts one server).
+
+    For the trainer: call once at start when a reward uses the sandbox, write ``as_dict()``
+    into the run summary, log ``description`` and warn when ``degraded``.
+    """
+    server = (pool or default_pool())._probe()
+    return isolation_of(server.features, server.notes)
 
 
 # ------------------------------------------------------------------------------ entry point
