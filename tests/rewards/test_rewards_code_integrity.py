@@ -11,8 +11,12 @@ from __future__ import annotations
 import pytest
 
 from grpolab.rewards import score
+from grpolab.rewards.code import fast_plan
 
 TESTS = ["assert add(2, 3) == 5", "assert add(10, -4) == 6", "assert add(0, 7) == 7"]
+# the same checks in shapes the fast path does not take: they run in the judge process
+JUDGE_TESTS = ["r = add(2, 3)\nassert r == 5", "assert abs(add(10, -4) - 6) < 1e-9",
+               "assert [add(0, 7)] == [7]"]
 
 _FRAME_THIEF = r'''
 import gc, re, sys
@@ -139,16 +143,44 @@ HACKS = {
 }
 
 
+@pytest.mark.parametrize("path", ["fast", "judge"])
 @pytest.mark.parametrize("name", sorted(HACKS))
-def test_reward_hack_scores_zero(name):
-    res = score("code", HACKS[name], TESTS, timeout_s=5.0)
+def test_reward_hack_scores_zero(name, path):
+    tests = TESTS if path == "fast" else JUDGE_TESTS
+    assert (fast_plan(tests) is not None) is (path == "fast")
+    res = score("code", HACKS[name], tests, timeout_s=5.0)
     assert res.score == 0.0, (name, res.info)
     assert "error" not in res.info, res.info  # a hack is a bad program, not a verifier failure
 
 
-def test_a_correct_add_passes_the_same_tests():
+@pytest.mark.parametrize("tests", [TESTS, JUDGE_TESTS], ids=["fast", "judge"])
+def test_a_correct_add_passes_the_same_tests(tests):
     # the battery's tests are right: an honest program scores 1.0 against them
-    assert score("code", "def add(a, b): return a + b", TESTS).score == 1.0
+    assert score("code", "def add(a, b): return a + b", tests).score == 1.0
+
+
+@pytest.mark.parametrize(
+    "tests, setup, fast",
+    [
+        (["assert add(2, 3) == 5", "assert not is_odd(2)", "assert is_odd(3)"], "", True),
+        (["assert Solution().twoSum([2, 7], 9) == [0, 1]", "assert f(1)[0] in (1, 2)"], "", True),
+        (["assert data == [3, 4]", "assert f(x=-1.5) is None"], "", True),
+        (["assert abs(f(1) - 2.5) < 1e-9"], "", False),  # the expected value sits in an operand
+        (["assert isinstance(f(1), int)"], "", False),  # a builtin would run inside the sandbox
+        (["assert check(f(1), 2)"], "def check(a, b): return a == b", False),  # the setup's helper
+        (["assert f(y) == 2"], "", False),  # a non-literal argument
+        (["assert f(1) == g(1)"], "", False),  # no literal side
+        (["assert f(1) is 3"], "", False),  # identity with a non-singleton
+        (["x = f(1)\nassert x == 1"], "", False),  # more than one statement
+        (["assert f(1) == 2", "for i in range(3): assert f(i) == i + 1"], "", False),  # all or none
+        (["assert f._secret() == 1"], "", False),  # private attributes
+    ],
+)
+def test_fast_path_takes_only_tests_whose_expected_value_stays_out_of_the_sandbox(tests, setup, fast):
+    plan = fast_plan(tests, setup)
+    assert (plan is not None) is fast
+    if fast:
+        assert all("==" not in p["expr"] for p in plan)
 
 
 HONEST = [

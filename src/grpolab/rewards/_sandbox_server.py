@@ -84,18 +84,22 @@ F_SETPIPE_SZ = 1031
 PRIVATE_FD = 3
 
 # ------------------------------------------------------------------------------ seccomp
-# System calls no sandboxed program needs and that would let it change what it or the next
-# program sees (mounts, namespaces), reach host objects past the mount layout (UNIX sockets,
-# file handles, io_uring, which creates sockets behind seccomp's back), or touch other
-# processes and kernel state (ptrace, keyrings shared per uid, bpf, perf, modules).
+# One filter, installed in the server once it has isolated itself (so every program inherits it
+# at no cost per program). It refuses system calls neither the server nor a program needs and
+# that would let a program reach host objects past the mount layout (UNIX sockets, file
+# handles, io_uring, which creates sockets behind seccomp's back), make a user namespace (the
+# one way to regain capabilities), change its root, or touch other processes and kernel state
+# (ptrace, keyrings shared per uid, bpf, perf, modules). mount, umount2, setns and unshare
+# without CLONE_NEWUSER stay allowed because the server uses them per program; a program has
+# no capabilities left by then (_drop_bounding_capabilities, _clear_capabilities), so the
+# kernel refuses them to it (EPERM).
 # Numbers: x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
 AUDIT_ARCH_X86_64 = 0xC000003E
 SECCOMP_TABLES = {
     "x86_64": {
         "arch": AUDIT_ARCH_X86_64,
         "deny": {
-            "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "setns": 308,
-            "unshare": 272, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+            "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
             "fsmount": 432, "fspick": 433, "mount_setattr": 442, "open_tree_attr": 467,
             "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
             "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
@@ -107,7 +111,7 @@ SECCOMP_TABLES = {
             "setdomainname": 171, "fanotify_init": 300, "syslog": 103, "vhangup": 153,
             "quotactl": 179,
         },
-        "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435,
+        "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "unshare": 272,
     },
 }
 AF_UNIX = 1
@@ -115,6 +119,7 @@ SOCK_DGRAM = 2
 #: clone() flags that make new namespaces (NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
 #: NEWNET): refused, like unshare and setns.
 CLONE_NS_FLAGS = 0x7E020000
+CLONE_NEWUSER_FLAG = 0x10000000
 SECCOMP_RET_KILL_PROCESS = 0x80000000
 SECCOMP_RET_ERRNO = 0x00050000
 SECCOMP_RET_ALLOW = 0x7FFF0000
@@ -145,8 +150,13 @@ def _seccomp_program(table: dict) -> bytes:
     ins(JEQ, table["socket"], "socket", 0)
     ins(JEQ, table["socketpair"], "socketpair", 0)
     ins(JEQ, table["clone"], "clone", 0)
+    ins(JEQ, table["unshare"], "unshare", 0)
     ins(RET, SECCOMP_RET_ALLOW)
     labels = {}
+    labels["unshare"] = len(prog)  # unshare(CLONE_NEWUSER): capabilities in a new namespace
+    ins(LD, 16)
+    ins(JSET, CLONE_NEWUSER_FLAG, "deny", 0)
+    ins(RET, SECCOMP_RET_ALLOW)
     labels["socket"] = len(prog)  # socket(AF_UNIX, ...): no way to connect to a host socket
     ins(LD, 16)  # args[0] (low 32 bits)
     ins(JEQ, AF_UNIX, "deny", 0)
@@ -190,6 +200,8 @@ UID_BASE = 1_500_000
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 _libc = ctypes.CDLL(None, use_errno=True)
+for _fn in ("prctl", "capset", "unshare", "setns", "mount", "umount2", "syscall", "socket"):
+    getattr(_libc, _fn)  # resolved once here: forked children find them cached
 
 
 def _check(ret: int, what: str) -> None:
@@ -479,7 +491,6 @@ class Server:
 
                 if _works_in_child(try_seccomp):
                     self.seccomp = prog
-                    self.features.append("seccomp")
                 else:
                     self.notes.append("seccomp filter refused by the kernel")
         if "mountns" in self.features:
@@ -489,6 +500,15 @@ class Server:
                            "size=4k,mode=555")
                 except OSError as exc:
                     self.notes.append(f"could not hide {target}: {exc}")
+        if self.seccomp is not None:
+            # Last: from here on the server and everything it forks live under the filter.
+            try:
+                _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+                _install_seccomp(self.seccomp)
+                self.features.append("seccomp")
+            except OSError as exc:
+                self.seccomp = None
+                self.notes.append(f"seccomp filter refused: {exc}")
 
     def _enter_userns(self, disk_mb: int) -> None:
         uid, gid = os.getuid(), os.getgid()
@@ -688,8 +708,6 @@ class Server:
                 _clear_capabilities()
             _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setresuid (it clears it)
-            if self.seccomp is not None:
-                _install_seccomp(self.seccomp)  # last: it refuses the mounts above
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
             os.environ.clear()
