@@ -44,6 +44,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "rewards.json"
 PROGRAM = "print(6 * 7)"
 CODE = "def f(x):\n    return x + 1\n"
 TESTS = ["assert f(1) == 2"]
+#: The same check in a shape the code verifier's fast path does not take (the judge process).
+JUDGE_TESTS = ["r = f(1)\nassert r == 2"]
 
 
 def rate(n: int, fn) -> float:
@@ -60,9 +62,9 @@ def sandbox_many(n: int, threads: int, mode: str) -> None:
         list(ex.map(one, range(n)))
 
 
-def code_batch(n: int, mode: str, threads: int) -> None:
+def code_batch(n: int, mode: str, threads: int, tests: list[str] = TESTS) -> None:
     if mode == "forkserver":
-        out = score_batch([("code", CODE, TESTS)] * n)
+        out = score_batch([("code", CODE, tests)] * n)
     else:
         with ThreadPoolExecutor(threads) as ex:
             out = list(ex.map(lambda _: safe_score("code", CODE, TESTS, mode="fresh"), range(n)))
@@ -96,9 +98,11 @@ def worker(n: int) -> dict:
     c1 = cpu_seconds(pids)
     code = rate(n, lambda: code_batch(n, "forkserver", pool.size))
     c2 = cpu_seconds(pids)
-    return {"trivial_per_s": trivial, "code_per_s": code,
+    judge = rate(n, lambda: code_batch(n, "forkserver", pool.size, JUDGE_TESTS))
+    c3 = cpu_seconds(pids)
+    return {"trivial_per_s": trivial, "code_per_s": code, "code_judge_per_s": judge,
             "trivial_cpu_ms": (c1 - c0) / n * 1000, "code_cpu_ms": (c2 - c1) / n * 1000,
-            "isolation": list(pool.features())}
+            "code_judge_cpu_ms": (c3 - c2) / n * 1000, "isolation": list(pool.features())}
 
 
 def before_after(args) -> None:
@@ -117,12 +121,15 @@ def before_after(args) -> None:
                                  env=env, capture_output=True, text=True, check=True)
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
     load_after = os.getloadavg()
-    keys = ("trivial_per_s", "code_per_s", "trivial_cpu_ms", "code_cpu_ms")
+    keys = ("trivial_per_s", "code_per_s", "code_judge_per_s", "trivial_cpu_ms", "code_cpu_ms",
+            "code_judge_cpu_ms")
     med = {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in runs.items()}
     print(f"{'fork server, ' + str(args.n_code) + ' programs/round':<44}  {'before':>9}  "
           f"{'after':>9}  after/before")
     labels = {"trivial_per_s": "run_sandboxed trivial program (items/s)",
               "code_per_s": "code verifier, score_batch (items/s)",
+              "code_judge_per_s": "code verifier, multi-statement test (items/s)",
+              "code_judge_cpu_ms": "CPU per multi-statement code item (ms)",
               "trivial_cpu_ms": "CPU per trivial program (ms)",
               "code_cpu_ms": "CPU per code-verifier item (ms)"}
     for k in keys:
