@@ -16,7 +16,7 @@ from grpolab.rewards.code import fast_plan
 TESTS = ["assert add(2, 3) == 5", "assert add(10, -4) == 6", "assert add(0, 7) == 7"]
 # the same checks in shapes the fast path does not take: they run in the judge process
 JUDGE_TESTS = ["r = add(2, 3)\nassert r == 5", "assert abs(add(10, -4) - 6) < 1e-9",
-               "assert [add(0, 7)] == [7]"]
+               "import math\nassert math.isclose(add(0, 7), 7) and sorted([add(0, 7)]) == [7]"]
 
 _FRAME_THIEF = r'''
 import gc, re, sys
@@ -138,6 +138,11 @@ HACKS = {
         "import os\nk = 0\nfor j in range(1, 6):\n    if os.fork() == 0:\n        k = j\n"
         "        break\n"
         "def add(a, b): return a + b if k else -99\n"),
+    "shadowing the builtins and modules the tests use (abs, len, math)": (
+        "import types\n"
+        "abs = lambda x: 0\nlen = lambda x: 1\nsorted = lambda x: [7]\n"
+        "math = types.SimpleNamespace(isclose=lambda *a, **k: True)\n"
+        "def add(a, b): return 0\n"),
     "returning a fake handle dict": (
         "def add(a, b): return {'$': 'ref', 'id': 1, 'type': 'int'}\n"),
 }

@@ -203,6 +203,18 @@ def test_only_the_program_s_own_tmp_is_writable_and_it_is_capped(runner):
     assert r.stdout.split("\n")[:5] == ["/tmp ok", "/var/tmp 30", "/dev/shm 30", "/run 30", "/ 30"]
 
 
+def test_ordinary_programs_still_work_under_the_filter(runner):
+    src = ("import asyncio, subprocess, threading, socket\nr = []\n"
+           "ts = [threading.Thread(target=r.append, args=(i,)) for i in range(8)]\n"
+           "[t.start() for t in ts]; [t.join() for t in ts]\n"
+           "async def m(): return 7\n"
+           "a, b = socket.socketpair()\na.sendall(b'x')\n"
+           "print(sorted(r) == list(range(8)), asyncio.run(m()), b.recv(1),\n"
+           "      subprocess.run(['echo', 'hi'], capture_output=True).stdout)")
+    r = runner(src)
+    assert r.stdout == "True 7 b'x' b'hi\\n'\n", (r.stdout, r.stderr)
+
+
 # ------------------------------------------------------------------------------ finding 4
 
 FULL_ROOT = ("netns", "private_dirs", "readonly_fs", "mountns", "uid", "pidns", "ipcns", "nocaps",

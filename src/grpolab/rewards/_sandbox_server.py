@@ -1,19 +1,24 @@
 """The sandbox fork server: a standalone script (no grpolab imports) run as its own process.
 
-Started by :mod:`grpolab.rewards.sandbox` as ``python -I _sandbox_server.py``. At start it isolates
-*itself* once (as root: a new network namespace, so it and every child see only a downed
-loopback; a new mount namespace with fresh size-capped tmpfs over /tmp, /var/tmp and /dev/shm and
-empty read-only tmpfs over /proc and /sys), then serves requests one at a time over its
-stdin/stdout: 4-byte big-endian length + a JSON object each way.
+Started by :mod:`grpolab.rewards.sandbox` as ``python -I _sandbox_server.py DISK_MB
+[--preload=PATH]...``. At start it isolates *itself* once (as root, or as an ordinary user inside
+a new user namespace): a new network namespace, so it and every child see only a downed
+loopback; a new mount namespace with the whole tree read-only, empty private tmpfs over /tmp,
+/var/tmp, /dev/shm, /run and every other world-writable directory near the top of the tree
+(:func:`_private_dirs`), empty read-only tmpfs over /proc and /sys; last, a seccomp filter
+(:func:`_seccomp_program`) that it and every child live under. Then it serves requests one at a
+time over its stdin/stdout: 4-byte big-endian length + a JSON object each way (a request's
+``private_len`` raw bytes follow its JSON and are read only after the child is forked).
 
 Per request it forks ONE child into a fresh PID namespace (the child is PID 1 there, so when it
-exits the kernel kills everything it left behind), in a fresh working directory under the private
-/tmp. Before running the untrusted source with ``exec`` the child applies: a new session, rlimits
-(CPU, address space, file size, open files, process count, no core files), an unprivileged uid/gid
-of its own (root only; this is what makes RLIMIT_NPROC bite and the other users' files
-unreachable), no_new_privs, a scrubbed environment and closed inherited file descriptors. The
-server supervises: wall-clock deadline, output caps, SIGKILL of the whole namespace, reaping, and
-removal of the working directory.
+exits the kernel kills everything it left behind). Before running the untrusted source with
+``exec`` the child applies: a new session, rlimits (CPU, address space, file size, open files,
+process count, no core files), its own IPC namespace, its own mount namespace with a fresh
+size-capped tmpfs on /tmp as working directory, an empty capability bounding/ambient set,
+an unprivileged uid/gid of its own (root only; this is what makes RLIMIT_NPROC bite and the
+other users' files unreachable), cleared capability sets, no_new_privs, a scrubbed environment
+and closed inherited file descriptors. The server supervises: wall-clock deadline, output caps,
+SIGKILL of the whole namespace, reaping.
 
 Nothing here trusts the child: its output is only counted and decoded.
 """
@@ -899,7 +904,7 @@ class Server:
 
 def _preload(path: str) -> None:
     """Import a standard-library-only helper module from ``path`` before isolating, as
-    ``_grpolab_<file stem>`` (children then find it compiled and imported)."""
+    ``"_grpolab" + file stem`` (children then find it compiled and imported)."""
     import importlib.util
 
     name = "_grpolab" + os.path.splitext(os.path.basename(path))[0]

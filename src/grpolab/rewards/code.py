@@ -37,6 +37,7 @@ import json
 import operator
 import re
 import secrets
+import sys
 from typing import Any
 
 from grpolab.rewards._code_harness import NO_COMPARE, decode
@@ -155,7 +156,7 @@ def fast_plan(tests: list[str], setup: str = "") -> list[dict] | None:
     setup_names = _bound_names(setup)
     if setup_names is None:
         return None
-    foreign = set(dir(builtins)) | setup_names
+    foreign = set(dir(builtins)) | set(sys.stdlib_module_names) | setup_names
     plan = []
     for test in tests:
         try:

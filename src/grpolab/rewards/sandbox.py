@@ -4,21 +4,27 @@ How it works (details and what it does NOT protect against: ``docs/rewards.md``)
 
 * A pool of **fork servers** (:class:`ForkServerPool`, one per CPU by default) -- pre-started
   ``python -I`` processes running :mod:`grpolab.rewards._sandbox_server`. Each server isolates
-  itself once at start (root: its own network namespace with only a downed loopback; its own
-  mount namespace with private size-capped tmpfs on /tmp, /var/tmp, /dev/shm and empty /proc,
-  /sys), then forks one child per program. The child becomes PID 1 of a fresh PID namespace
-  (when it exits, the kernel kills everything it spawned), gets a fresh working directory, a
-  new session, rlimits (CPU, address space, file size, open files, process count, no core), an
-  unprivileged uid of its own, no_new_privs and an empty environment, then ``exec``s the source.
-  The server kills the namespace at the wall-clock deadline or when stdout/stderr exceed their
-  cap, reaps the child and deletes the directory. A fork costs ~1-2 ms instead of the ~80 ms of
-  a fresh interpreter.
+  itself once at start (root, or an ordinary user through a user namespace): its own network
+  namespace with only a downed loopback; its own mount namespace with the whole tree read-only,
+  empty private tmpfs over /tmp, /var/tmp, /dev/shm, /run and every other world-writable
+  directory near the top of the tree, empty /proc and /sys; then a seccomp filter that refuses
+  AF_UNIX sockets (no host UNIX socket can be reached, wherever it lives), user namespaces,
+  namespace-making clones, pivot_root/chroot, io_uring, ptrace and more. Then it forks one child
+  per program. The child becomes PID 1 of a fresh PID namespace (when it exits, the kernel kills
+  everything it spawned), gets its own IPC and mount namespace with a fresh size-capped tmpfs on
+  /tmp as working directory, a new session, rlimits (CPU, address space, file size, open files,
+  process count, no core), no capabilities at all (bounding, ambient, effective, permitted),
+  an unprivileged uid of its own (root only), no_new_privs and an empty environment, then
+  ``exec``s the source. The server kills the namespace at the wall-clock deadline or when
+  stdout/stderr exceed their cap and reaps the child. A fork costs ~1-2 ms instead of the ~80 ms
+  of a fresh interpreter.
 * **Fresh mode** (``mode="fresh"``, and the fallback when a pool server cannot be used): a
   one-shot server process per program -- the same isolation code, plus an interpreter start.
 
 Limits are per call (:class:`SandboxLimits`); isolation features actually in force are listed
-in ``SandboxResult.isolation`` (``netns``, ``mountns``, ``readonly_fs``, ``pidns``, ``ipcns``,
-``uid``; fewer when not root and unprivileged user namespaces are disabled).
+in ``SandboxResult.isolation`` (``netns``, ``mountns``, ``readonly_fs``, ``private_dirs``,
+``pidns``, ``ipcns``, ``nocaps``, ``seccomp``, and ``uid`` (root) or ``userns`` (an ordinary
+user); fewer on a degraded platform: :func:`sandbox_isolation` says which are missing).
 """
 
 from __future__ import annotations
@@ -133,8 +139,8 @@ class SandboxResult:
         duration_s: wall time seen by the server (from request to reaped child).
         cpu_s: user + system CPU of the program (and the children it waited for).
         mode: "forkserver" or "fresh".
-        isolation: isolation features in force ("netns", "mountns", "readonly_fs", "pidns",
-            "ipcns", "uid", "userns").
+        isolation: isolation features in force ("netns", "mountns", "readonly_fs",
+            "private_dirs", "pidns", "ipcns", "nocaps", "seccomp", "uid", "userns").
     """
 
     returncode: int
