@@ -148,8 +148,8 @@ for flag, name in ((0x10000000, "user"), (0x20000, "mount"), (0x40000000, "net")
     out["clone new" + name] = "OK" if pid > 0 else os.strerror(ctypes.get_errno())
     if pid > 0:
         os.waitpid(pid, 0)
-fd = os.open("/", os.O_RDONLY)
-attempt("setns", libc.setns(fd, 0))
+pidfd = os.pidfd_open(os.getpid())  # a real namespace handle (there is no /proc/self/ns)
+attempt("setns", libc.setns(pidfd, 0x20000 | 0x40000000))  # its mount + net namespaces
 attempt("x32 getpid", 0 if libc.syscall(0x40000000 + 39) > 0 else -1)
 attempt("io_uring_setup", 0 if libc.syscall(425, 1, ctypes.create_string_buffer(120)) >= 0 else -1)
 hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
@@ -159,21 +159,35 @@ out["caps"] = list(data)
 out["bounding"] = [c for c in range(41) if libc.prctl(23, c, 0, 0, 0) == 1]  # PR_CAPBSET_READ
 out["no_new_privs"] = libc.prctl(39, 0, 0, 0, 0)
 out["seccomp"] = libc.prctl(21, 0, 0, 0, 0)
-# leave traces for the next program: environment, cwd, a module on sys.path, a daemon
+# leave traces for the next program: environment, cwd, a module on sys.path, a daemon, an
+# abstract socket name (bound on a stream pair: the one AF_UNIX socket a program may make)
+pair = socket.socketpair()
+try:
+    pair[0].bind("\0grpolab-sbx-planted")
+    out["abstract bind"] = "bound"
+except OSError as e:
+    out["abstract bind"] = "refused " + str(e.errno)
 os.environ["PLANTED"] = "1"
 os.putenv("PLANTED", "1")
 os.chdir("/")
 subprocess.Popen([sys.executable, "-c",
                   "import time, os\ntime.sleep(1)\nopen(os.path.join(%r, 'late'), 'w').write('x')" % here],
-                 start_new_session=True)
+                 start_new_session=True, pass_fds=(pair[0].fileno(),))
 print(json.dumps(out))
 '''
 
 CHECK = r'''
-import json, os, sys
+import json, os, socket, sys
 sys.path.insert(0, os.getcwd())
 import json as j2
+pair = socket.socketpair()
+try:
+    pair[0].bind("\0grpolab-sbx-planted")
+    abstract = "free"
+except OSError as e:
+    abstract = "taken" if e.errno == 98 else "refused %d" % e.errno
 print(json.dumps({"proc": os.listdir("/proc"), "sys": os.listdir("/sys"), "tmp": os.listdir("/tmp"),
+                  "abstract": abstract,
                   "cwd": os.getcwd(), "planted_env": "PLANTED" in os.environ,
                   "json_planted": hasattr(j2, "PLANTED"), "json_file": j2.__file__}))
 '''
@@ -183,8 +197,8 @@ def test_a_program_cannot_mount_unshare_or_setns_and_leaves_nothing_for_the_next
     r = runner(TAMPER)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
-    refused = {k: v for k, v in out.items() if isinstance(v, str)}
-    assert refused and all(v != "OK" for v in refused.values()), refused
+    refused = {k: v for k, v in out.items() if isinstance(v, str) and k != "abstract bind"}
+    assert len(refused) == 21 and set(refused.values()) == {"Operation not permitted"}, refused
     assert out["caps"] == [0] * 6 and out["bounding"] == []  # no capabilities at all
     assert out["no_new_privs"] == 1 and out["seccomp"] == 2  # filter mode
     import time
@@ -194,6 +208,7 @@ def test_a_program_cannot_mount_unshare_or_setns_and_leaves_nothing_for_the_next
     assert nxt["proc"] == [] and nxt["sys"] == []  # still covered
     assert nxt["tmp"] == [] and nxt["cwd"] == "/tmp"  # a fresh /tmp; no planted module
     assert not nxt["planted_env"] and not nxt["json_planted"]
+    assert nxt["abstract"] != "taken"  # whatever the first program bound died with it
 
 
 def test_only_the_program_s_own_tmp_is_writable_and_it_is_capped(runner):
