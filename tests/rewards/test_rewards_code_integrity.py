@@ -155,6 +155,7 @@ def test_reward_hack_scores_zero(name, path):
     assert (fast_plan(tests) is not None) is (path == "fast")
     res = score("code", HACKS[name], tests, timeout_s=5.0)
     assert res.score == 0.0, (name, res.info)
+    assert res.info["harness"] == path
     assert "error" not in res.info, res.info  # a hack is a bad program, not a verifier failure
 
 

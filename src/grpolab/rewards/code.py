@@ -17,16 +17,20 @@ pass). A program that raises (or exits non-zero) before the tests scores 0; ``sy
 runs in ONE sandboxed call (:func:`grpolab.rewards.run_sandboxed`), so ``timeout_s`` covers
 program and tests together; tests that did not report before a timeout count as failed.
 
-Reward integrity (details: :mod:`grpolab.rewards._code_harness`, ``docs/rewards.md``): the
-sandboxed call splits into a **solver** process, which runs the program and answers calls, and a
-**judge** process, which runs the tests. The tests reach the judge on a private channel only
-after the split, so they are in no memory the program ever had (no reading them from frames or
-``gc``); every value crosses as JSON plain data and is rebuilt by the judge, so a test's ``==``
-compares real ints, strs, lists... that the program cannot patch (no always-equal objects, no
-``__eq__`` on subclasses, no patched ``AssertionError``/``builtins``/``sys.exit``/``os._exit``
-reaching the judge); objects that are not plain data come back as handles that refuse to be
-compared; only the judge holds the real stdout, so printed look-alike markers are only stderr;
-if the program's process ends, every test not yet run fails.
+Reward integrity (details: :mod:`grpolab.rewards._code_harness`, ``docs/rewards.md``): no value
+the program produces vouches for itself. **Fast path** (:func:`fast_plan`; every test is
+``assert <program side> <op> <literal>``, e.g. ``assert add(2, 3) == 5``): only the program side
+enters the sandbox, one process reports its value as JSON plain data, and the comparison with
+the literal runs here, in the verifier. **Judge path** (any other test): the sandboxed call
+splits into a **solver** process, which runs the program and answers calls, and a **judge**
+process, which runs the tests; the tests reach the judge on a private channel only after the
+split, so they are in no memory the program ever had (no reading them from frames or ``gc``).
+On both paths values cross as plain data rebuilt by a process the program cannot reach, so a
+test's ``==`` compares real ints, strs, lists... (no always-equal objects, no ``__eq__`` on
+subclasses, no patched ``AssertionError``/``builtins``/``sys.exit``/``os._exit`` reaching the
+comparison); objects that are not plain data come back as handles that refuse to be compared;
+printed look-alike markers are worthless; if the program's process ends, every test not yet
+reported fails.
 """
 
 from __future__ import annotations
@@ -253,7 +257,7 @@ def code_reward(
     """Run the program and the tests in the sandbox; score = fraction passed (see module doc).
 
     ``info``: ``passed``, ``total``, ``loaded`` (the program ran to its end), ``method`` (code
-    extraction), ``failures`` (first few "i: ErrorType: message"), ``reason`` / ``returncode`` /
+    extraction), ``harness`` ("fast" or "judge", see the module doc), ``failures`` (first few "i: ErrorType: message"), ``reason`` / ``returncode`` /
     ``timed_out`` from the sandbox, ``stderr`` (tail); ``error`` only when the sandbox itself
     failed (a verifier failure, counted by the trainer), never for a bad program.
     """
@@ -326,6 +330,7 @@ def code_reward(
         "total": total,
         "loaded": loaded,
         "method": method,
+        "harness": "fast" if plan is not None else "judge",
         "failures": failures,
         "reason": result.reason or _reason_from(failures),
         "returncode": result.returncode,
