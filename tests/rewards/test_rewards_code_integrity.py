@@ -221,6 +221,12 @@ HONEST = [
     ("import math\ndef f(x): return math.sqrt(x)", ["assert f(16) == 4.0", "assert math.floor(f(17)) == 4"]),
     ("def f(x): return x", ["assert f([1, [2, {3: 'x'}]]) == [1, [2, {3: 'x'}]]"]),
     ("def f(*a, **k): return [a, sorted(k.items())]", ["assert f(1, 2, z=3) == [(1, 2), [('z', 3)]]"]),
+    ("def nat():\n    i = 0\n    while True:\n        yield i\n        i += 1",  # infinite generator
+     ["g = nat()\nassert next(g) == 0 and next(g) == 1",
+      "import itertools\nassert list(itertools.islice(nat(), 5)) == [0, 1, 2, 3, 4]"]),
+    ("MEMO = list(range(300_000))\ndef f(i): return MEMO[i]",  # a big table stays in the solver
+     ["x = f(7)\nassert x == 7", "assert len(MEMO) == 300_000 and MEMO[5] == 5",
+      "assert sum(1 for _ in MEMO) == 300_000"]),
 ]
 
 

@@ -34,6 +34,9 @@ import traceback
 
 MAX_MESSAGE = 64 << 20
 MAX_DEPTH = 200
+#: Module-level values of the program up to this JSON size are copied into the judge; bigger ones
+#: become handles.
+MAX_GLOBAL_COPY = 1 << 20
 #: Builtin types a solver value is converted to (subclasses included), in MRO lookup order.
 _PLAIN_TAGS = {tuple: "tuple", dict: "dict", set: "set", frozenset: "frozenset",
                bytes: "bytes", bytearray: "bytearray", complex: "complex"}
@@ -208,13 +211,25 @@ def _solver(rfd: int, wfd: int, program: str, setup: str) -> None:
                     bases = [c.__name__ for c in v.__mro__ if getattr(builtins, c.__name__, None) is c]
                     names[k] = {"kind": "exception", "name": v.__name__, "bases": bases}
                 else:
-                    names[k] = {"kind": "value", "value": encode(v, ref)}
+                    enc = encode(v, ref)
+                    if type(enc) in (list, dict) and len(json.dumps(enc)) > MAX_GLOBAL_COPY:
+                        enc = ref(v)  # a big table: a handle (len, indexing, iteration remote)
+                    names[k] = {"kind": "value", "value": enc}
             except BaseException:  # noqa: BLE001
                 names[k] = {"kind": "value", "value": ref(v)}
     _send(wfd, dict(status, names=names))
     if not status["loaded"]:
         os._exit(0)
-    ops = {"len": len, "str": str, "iter": iter, "next": next,
+    def nextn(it, n):
+        out = []
+        for _ in range(max(1, min(int(n), 1024))):
+            try:
+                out.append(next(it))
+            except StopIteration:
+                break
+        return out
+
+    ops = {"len": len, "str": str, "iter": iter, "next": next, "nextn": nextn,
            "getitem": lambda o, k: o[k], "contains": lambda o, k: k in o,
            "setitem": lambda o, k, v: o.__setitem__(k, v), "delitem": lambda o, k: o.__delitem__(k)}
     while True:
@@ -373,7 +388,7 @@ class Remote:
         it = self._do("iter")
         if type(it) is not Remote:
             return builtins.iter(it)
-        return it
+        return _Chunks(object.__getattribute__(it, "_chan"), object.__getattribute__(it, "_rid"))
 
     def __next__(self):
         return self._do("next")
@@ -392,6 +407,31 @@ class Remote:
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
     __hash__ = __bool__ = _refuse
+
+
+class _Chunks:
+    """Iteration over a program's iterator in growing chunks (1, 2, 4, ... 1024 items per round
+    trip): ``for x in obj`` and ``list(obj)`` without one round trip per item. ``next(obj)`` on a
+    handle itself still takes exactly one item."""
+
+    def __init__(self, chan: _Channel, rid) -> None:
+        self.chan, self.rid, self.buf, self.n, self.done = chan, rid, [], 1, False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.buf:
+            if self.done:
+                raise StopIteration
+            reply = self.chan.request({"op": "nextn", "id": self.rid,
+                                       "args": [self.n]})
+            self.buf = list(reversed(self.chan.value(reply.get("ok"))))
+            self.done = len(self.buf) < self.n
+            self.n = min(2 * self.n, 1024)
+            if not self.buf:
+                raise StopIteration
+        return self.buf.pop()
 
 
 def _judge(chan: _Channel, setup: str, nonce: str, out_fd: int) -> None:
