@@ -18,6 +18,11 @@ the children they reaped, from /proc), turned into programs/s for 2 otherwise id
 
 Run:  python benchmarks/rewards.py [--rounds 3] [--n-code 400] [--n-fresh 24]
 Writes benchmarks/results/rewards.json (atomically).
+
+Before/after:  python benchmarks/rewards.py --before /path/to/old/src [--rounds 5]
+measures only the fork-server rows (trivial program, code verifier) for the grpolab under
+``--before`` and for this one, each round in a fresh subprocess per side, sides alternating, and
+prints the medians and after/before ratios; writes benchmarks/results/rewards_before_after.json.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ RESULTS = Path(__file__).resolve().parent / "results" / "rewards.json"
 PROGRAM = "print(6 * 7)"
 CODE = "def f(x):\n    return x + 1\n"
 TESTS = ["assert f(1) == 2"]
+#: The same check in a shape the code verifier's fast path does not take (the judge process).
+JUDGE_TESTS = ["r = f(1)\nassert r == 2"]
 
 
 def rate(n: int, fn) -> float:
@@ -55,9 +62,9 @@ def sandbox_many(n: int, threads: int, mode: str) -> None:
         list(ex.map(one, range(n)))
 
 
-def code_batch(n: int, mode: str, threads: int) -> None:
+def code_batch(n: int, mode: str, threads: int, tests: list[str] = TESTS) -> None:
     if mode == "forkserver":
-        out = score_batch([("code", CODE, TESTS)] * n)
+        out = score_batch([("code", CODE, tests)] * n)
     else:
         with ThreadPoolExecutor(threads) as ex:
             out = list(ex.map(lambda _: safe_score("code", CODE, TESTS, mode="fresh"), range(n)))
@@ -79,6 +86,68 @@ def cpu_seconds(server_pids: list[int]) -> float:
     return total
 
 
+def worker(n: int) -> dict:
+    """One round of the fork-server rows in this process (for ``--before``)."""
+    pool = default_pool()
+    pool.warm_up()
+    sandbox_many(20, pool.size, "forkserver")  # warm
+    code_batch(20, "forkserver", pool.size)
+    pids = [srv.proc.pid for srv in pool._all]
+    c0 = cpu_seconds(pids)
+    trivial = rate(n, lambda: sandbox_many(n, pool.size, "forkserver"))
+    c1 = cpu_seconds(pids)
+    code = rate(n, lambda: code_batch(n, "forkserver", pool.size))
+    c2 = cpu_seconds(pids)
+    judge = rate(n, lambda: code_batch(n, "forkserver", pool.size, JUDGE_TESTS))
+    c3 = cpu_seconds(pids)
+    return {"trivial_per_s": trivial, "code_per_s": code, "code_judge_per_s": judge,
+            "trivial_cpu_ms": (c1 - c0) / n * 1000, "code_cpu_ms": (c2 - c1) / n * 1000,
+            "code_judge_cpu_ms": (c3 - c2) / n * 1000, "isolation": list(pool.features())}
+
+
+def before_after(args) -> None:
+    import json
+    import subprocess
+    import sys
+
+    here = str(Path(__file__).resolve().parents[1] / "src")
+    sides = {"before": str(Path(args.before).resolve()), "after": here}
+    runs: dict[str, list[dict]] = {k: [] for k in sides}
+    load_before = os.getloadavg()
+    for _ in range(args.rounds):
+        for name, src in sides.items():
+            env = dict(os.environ, PYTHONPATH=src)
+            out = subprocess.run([sys.executable, __file__, "--worker", "--n-code", str(args.n_code)],
+                                 env=env, capture_output=True, text=True, check=True)
+            runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
+    load_after = os.getloadavg()
+    keys = ("trivial_per_s", "code_per_s", "code_judge_per_s", "trivial_cpu_ms", "code_cpu_ms",
+            "code_judge_cpu_ms")
+    med = {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in runs.items()}
+    print(f"{'fork server, ' + str(args.n_code) + ' programs/round':<44}  {'before':>9}  "
+          f"{'after':>9}  after/before")
+    labels = {"trivial_per_s": "run_sandboxed trivial program (items/s)",
+              "code_per_s": "code verifier, score_batch (items/s)",
+              "code_judge_per_s": "code verifier, multi-statement test (items/s)",
+              "code_judge_cpu_ms": "CPU per multi-statement code item (ms)",
+              "trivial_cpu_ms": "CPU per trivial program (ms)",
+              "code_cpu_ms": "CPU per code-verifier item (ms)"}
+    for k in keys:
+        b, a = med["before"][k], med["after"][k]
+        print(f"{labels[k]:<44}  {b:9.2f}  {a:9.2f}  x{a / b:.3f}")
+    for n in sides:
+        print(f"{n}: {sides[n]} isolation={runs[n][0]['isolation']}")
+    print(f"rounds={args.rounds} cpus={os.cpu_count()} load average before={load_before[0]:.1f} "
+          f"after={load_after[0]:.1f}")
+    path = RESULTS.with_name("rewards_before_after.json")
+    atomic_write_json(path, {"median": med, "rounds": runs, "sides": sides,
+                             "config": {"rounds": args.rounds, "n_code": args.n_code},
+                             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                                         "load_average_before": load_before,
+                                         "load_average_after": load_after}})
+    print(f"wrote {path}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -86,7 +155,18 @@ def main() -> None:
     ap.add_argument("--n-fresh", type=int, default=24, help="programs per fresh-mode round")
     ap.add_argument("--n-math", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=None, help="callers (default: pool size)")
+    ap.add_argument("--before", default=None,
+                    help="src folder of an older grpolab: before/after fork-server rows only")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.worker:
+        import json
+
+        print(json.dumps(worker(args.n_code)))
+        return
+    if args.before:
+        before_after(args)
+        return
 
     pool = default_pool()
     pool.warm_up()

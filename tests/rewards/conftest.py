@@ -44,6 +44,22 @@ def _wait_no_processes(uid: int, timeout_s: float = 3.0) -> list[tuple[int, str]
         time.sleep(0.05)
 
 
+def missing_isolation(what: str) -> None:
+    """Skip the test for a missing isolation feature -- or fail it under GRPOLAB_REQUIRE_SANDBOX=1
+    (CI: a machine where isolation silently degrades must not pass)."""
+    from grpolab.rewards.sandbox import isolation_required
+
+    if isolation_required():
+        pytest.fail(f"{what} (GRPOLAB_REQUIRE_SANDBOX is set: missing isolation is a failure)")
+    pytest.skip(what)
+
+
+@pytest.fixture
+def require_isolation():
+    """``fn(what)``: skip, or fail under GRPOLAB_REQUIRE_SANDBOX=1 (see :func:`missing_isolation`)."""
+    return missing_isolation
+
+
 @pytest.fixture(scope="session")
 def sandbox_pool():
     """A one-server pool private to these tests (its uid identifies its programs' processes)."""
@@ -58,11 +74,16 @@ def sandbox_pool():
 @pytest.fixture
 def isolated(sandbox_pool):
     """The private pool, skipping when this machine cannot give the full isolation."""
+    from grpolab.rewards.sandbox import REQUIRED_FEATURES
+
     pool, feats = sandbox_pool
-    missing = {"netns", "pidns", "uid", "mountns", "readonly_fs"} - set(feats)
+    if os.geteuid() != 0:
+        pytest.skip("these tests audit programs by their sandbox uid: they need root (the "
+                    "unprivileged mode has its own tests in test_sandbox_hardening.py)")
+    missing = ({"uid", *REQUIRED_FEATURES}) - set(feats)
     if missing:
-        pytest.skip(f"sandbox isolation {sorted(missing)} unavailable here (needs root and "
-                    "Linux namespaces); features: {feats}")
+        missing_isolation(f"sandbox isolation {sorted(missing)} unavailable here; features: "
+                          f"{feats}; notes: {pool._probe().notes}")
     pool.features()  # makes sure its one server is alive (an earlier test may have killed it)
     (uid,) = pool.sandbox_uids()
     yield pool, uid
@@ -70,9 +91,59 @@ def isolated(sandbox_pool):
     from grpolab.rewards import run_sandboxed
 
     assert _wait_no_processes(uid) == [], "a sandboxed process outlived its call"
-    r = run_sandboxed("import os; print(len(os.listdir('/tmp/sandbox')))", pool=pool,
+    r = run_sandboxed("import os; print(os.getcwd(), os.listdir('/tmp'))", pool=pool,
                       mode="forkserver")
-    assert r.stdout == "1\n", f"working directories left behind: {r.stdout!r} {r.stderr!r}"
+    assert r.stdout == "/tmp []\n", f"files left behind: {r.stdout!r} {r.stderr!r}"
+
+
+UNPRIVILEGED_UID = 4242
+
+
+@pytest.fixture(scope="module")
+def unprivileged_server():
+    """``(server, uid)``: a fork server as an ordinary user -- started as uid 4242 with the system
+    Python through ``setpriv`` when we are root (as a non-root user trains), else our own uid.
+    Skips (fails under GRPOLAB_REQUIRE_SANDBOX=1) when it cannot isolate itself fully."""
+    import shutil
+
+    from grpolab.rewards import sandbox as sandbox_mod
+
+    if os.geteuid() == 0:
+        py = "/usr/bin/python3"
+        if not shutil.which("setpriv") or not os.access(py, os.X_OK):
+            missing_isolation("needs setpriv and /usr/bin/python3 to start a server as another user")
+        launcher = ["setpriv", "--reuid", str(UNPRIVILEGED_UID), "--regid",
+                    str(UNPRIVILEGED_UID), "--clear-groups", py]
+        uid = UNPRIVILEGED_UID
+    else:
+        launcher, uid = None, os.getuid()
+    try:
+        server = sandbox_mod.ForkServer(launcher=launcher, disk_mb=32)
+    except sandbox_mod.SandboxError as exc:
+        missing_isolation(f"an unprivileged sandbox server would not start: {exc}")
+    missing = ({"userns", *sandbox_mod.REQUIRED_FEATURES}) - set(server.features)
+    if missing:
+        notes = server.notes
+        server.close()
+        missing_isolation(f"unprivileged isolation {sorted(missing)} unavailable: {notes}")
+    yield server, uid
+    server.close()
+
+
+@pytest.fixture
+def host_dir():
+    """A world-readable folder on the host outside every directory the sandbox makes private
+    (not under /tmp, /var/tmp, /dev/shm, /run), removed afterwards."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    d = Path(tempfile.mkdtemp(prefix=".sbx-host-", dir=Path(__file__).resolve().parent))
+    d.chmod(0o755)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ Registry: :func:`register_reward`, :func:`get_reward`, :func:`list_rewards`; sco
   credit (:mod:`grpolab.rewards.json_schema`).
 
 The ``math`` reward also uses ``math-verify`` (LaTeX, sets, intervals, expressions) when it is
-installed. Sandbox: :func:`run_sandboxed` (:mod:`grpolab.rewards.sandbox`). Batches:
+installed. Sandbox: :func:`run_sandboxed` (:mod:`grpolab.rewards.sandbox`); the isolation in
+force: :func:`sandbox_isolation`. Batches:
 :func:`score_batch` (:mod:`grpolab.rewards.batch`). Guide: ``docs/rewards.md``.
 """
 
@@ -45,10 +46,14 @@ from grpolab.rewards.reasoning_gym import import_reasoning_gym, reasoning_gym_re
 from grpolab.rewards.sandbox import (
     ForkServerPool,
     SandboxError,
+    SandboxIsolation,
     SandboxLimits,
     SandboxResult,
+    isolation_of,
+    isolation_required,
     run_sandboxed,
     sandbox_features,
+    sandbox_isolation,
     shutdown_pool,
 )
 from grpolab.rewards.code import code_reward, extract_code
@@ -60,6 +65,7 @@ __all__ = [
     "Extraction",
     "ForkServerPool",
     "SandboxError",
+    "SandboxIsolation",
     "SandboxLimits",
     "SandboxResult",
     "ScoreRequest",
@@ -68,8 +74,11 @@ __all__ = [
     "extract_json",
     "extract_sql",
     "json_schema_reward",
+    "isolation_of",
+    "isolation_required",
     "run_sandboxed",
     "sandbox_features",
+    "sandbox_isolation",
     "score_batch",
     "shutdown_pool",
     "sql_reward",

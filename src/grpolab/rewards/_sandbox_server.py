@@ -1,19 +1,24 @@
 """The sandbox fork server: a standalone script (no grpolab imports) run as its own process.
 
-Started by :mod:`grpolab.rewards.sandbox` as ``python -I _sandbox_server.py``. At start it isolates
-*itself* once (as root: a new network namespace, so it and every child see only a downed
-loopback; a new mount namespace with fresh size-capped tmpfs over /tmp, /var/tmp and /dev/shm and
-empty read-only tmpfs over /proc and /sys), then serves requests one at a time over its
-stdin/stdout: 4-byte big-endian length + a JSON object each way.
+Started by :mod:`grpolab.rewards.sandbox` as ``python -I _sandbox_server.py DISK_MB
+[--preload=PATH]...``. At start it isolates *itself* once (as root, or as an ordinary user inside
+a new user namespace): a new network namespace, so it and every child see only a downed
+loopback; a new mount namespace with the whole tree read-only, empty private tmpfs over /tmp,
+/var/tmp, /dev/shm, /run and every other world-writable directory near the top of the tree
+(:func:`_private_dirs`), empty read-only tmpfs over /proc and /sys; last, a seccomp filter
+(:func:`_seccomp_program`) that it and every child live under. Then it serves requests one at a
+time over its stdin/stdout: 4-byte big-endian length + a JSON object each way (a request's
+``private_len`` raw bytes follow its JSON and are read only after the child is forked).
 
 Per request it forks ONE child into a fresh PID namespace (the child is PID 1 there, so when it
-exits the kernel kills everything it left behind), in a fresh working directory under the private
-/tmp. Before running the untrusted source with ``exec`` the child applies: a new session, rlimits
-(CPU, address space, file size, open files, process count, no core files), an unprivileged uid/gid
-of its own (root only; this is what makes RLIMIT_NPROC bite and the other users' files
-unreachable), no_new_privs, a scrubbed environment and closed inherited file descriptors. The
-server supervises: wall-clock deadline, output caps, SIGKILL of the whole namespace, reaping, and
-removal of the working directory.
+exits the kernel kills everything it left behind). Before running the untrusted source with
+``exec`` the child applies: a new session, rlimits (CPU, address space, file size, open files,
+process count, no core files), its own IPC namespace, its own mount namespace with a fresh
+size-capped tmpfs on /tmp as working directory, an empty capability bounding/ambient set,
+an unprivileged uid/gid of its own (root only; this is what makes RLIMIT_NPROC bite and the
+other users' files unreachable), cleared capability sets, no_new_privs, a scrubbed environment
+and closed inherited file descriptors. The server supervises: wall-clock deadline, output caps,
+SIGKILL of the whole namespace, reaping.
 
 Nothing here trusts the child: its output is only counted and decoded.
 """
@@ -71,12 +76,137 @@ AT_RECURSIVE = 0x8000
 SYS_mount_setattr = 442  # x86_64 and aarch64 share the new syscall numbers
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_PDEATHSIG = 1
+PR_CAPBSET_DROP = 24
+PR_SET_SECUREBITS = 28
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+SECBIT_NOROOT_AND_LOCKED = 0x03  # exec never grants capabilities to uid 0, locked
+LINUX_CAPABILITY_VERSION_3 = 0x20080522
+F_SETPIPE_SZ = 1031
+#: fd on which a program receives its private input (only when the request has one).
+PRIVATE_FD = 3
+
+# ------------------------------------------------------------------------------ seccomp
+# One filter, installed in the server once it has isolated itself (so every program inherits it
+# at no cost per program). It refuses system calls neither the server nor a program needs and
+# that would let a program reach host objects past the mount layout (UNIX sockets, file
+# handles, io_uring, which creates sockets behind seccomp's back), make a user namespace (the
+# one way to regain capabilities), change its root, or touch other processes and kernel state
+# (ptrace, keyrings shared per uid, bpf, perf, modules). mount, umount2, setns and unshare
+# without CLONE_NEWUSER stay allowed because the server uses them per program; a program has
+# no capabilities left by then (_drop_bounding_capabilities, _clear_capabilities), so the
+# kernel refuses them to it (EPERM).
+# Numbers: x86_64 (arch/x86/entry/syscalls/syscall_64.tbl).
+AUDIT_ARCH_X86_64 = 0xC000003E
+SECCOMP_TABLES = {
+    "x86_64": {
+        "arch": AUDIT_ARCH_X86_64,
+        "deny": {
+            "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431,
+            "fsmount": 432, "fspick": 433, "mount_setattr": 442, "open_tree_attr": 467,
+            "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311,
+            "pidfd_getfd": 438, "keyctl": 250, "add_key": 248, "request_key": 249, "bpf": 321,
+            "perf_event_open": 298, "userfaultfd": 323, "kexec_load": 246,
+            "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+            "delete_module": 176, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
+            "name_to_handle_at": 303, "open_by_handle_at": 304, "sethostname": 170,
+            "setdomainname": 171, "fanotify_init": 300, "syslog": 103, "vhangup": 153,
+            "quotactl": 179,
+        },
+        "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "unshare": 272,
+    },
+}
+AF_UNIX = 1
+SOCK_DGRAM = 2
+#: clone() flags that make new namespaces (NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
+#: NEWNET): refused, like unshare and setns.
+CLONE_NS_FLAGS = 0x7E020000
+CLONE_NEWUSER_FLAG = 0x10000000
+SECCOMP_RET_KILL_PROCESS = 0x80000000
+SECCOMP_RET_ERRNO = 0x00050000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+EPERM = 1
+ENOSYS = 38
+
+
+def _seccomp_program(table: dict) -> bytes:
+    """The classic-BPF filter (struct sock_filter[]) for ``table``, assembled with labels.
+
+    Denied calls return EPERM; clone3 returns ENOSYS (its flags live in memory a filter cannot
+    read, so the C library falls back to clone, whose flags it can); another architecture's
+    calls (i386, x32) kill the process.
+    """
+    LD, JEQ, JGE, JSET, AND, RET = 0x20, 0x15, 0x35, 0x45, 0x54, 0x06
+    prog: list[tuple] = []  # (code, jt_label_or_0, jf_label_or_0, k)
+
+    def ins(code, k=0, jt=0, jf=0):
+        prog.append((code, jt, jf, k))
+
+    ins(LD, 4)  # seccomp_data.arch
+    ins(JEQ, table["arch"], 0, "kill")
+    ins(LD, 0)  # seccomp_data.nr
+    ins(JGE, 0x40000000, "deny", 0)  # x32 system calls
+    for nr in sorted(table["deny"].values()):
+        ins(JEQ, nr, "deny", 0)
+    ins(JEQ, table["clone3"], "nosys", 0)
+    ins(JEQ, table["socket"], "socket", 0)
+    ins(JEQ, table["socketpair"], "socketpair", 0)
+    ins(JEQ, table["clone"], "clone", 0)
+    ins(JEQ, table["unshare"], "unshare", 0)
+    ins(RET, SECCOMP_RET_ALLOW)
+    labels = {}
+    labels["unshare"] = len(prog)  # unshare(CLONE_NEWUSER): capabilities in a new namespace
+    ins(LD, 16)
+    ins(JSET, CLONE_NEWUSER_FLAG, "deny", 0)
+    ins(RET, SECCOMP_RET_ALLOW)
+    labels["socket"] = len(prog)  # socket(AF_UNIX, ...): no way to connect to a host socket
+    ins(LD, 16)  # args[0] (low 32 bits)
+    ins(JEQ, AF_UNIX, "deny", 0)
+    ins(RET, SECCOMP_RET_ALLOW)
+    labels["socketpair"] = len(prog)  # a datagram pair could still sendto() a host path
+    ins(LD, 16)
+    ins(JEQ, AF_UNIX, 0, "allow")
+    ins(LD, 24)  # args[1]: type, without SOCK_NONBLOCK / SOCK_CLOEXEC
+    ins(AND, 0xF)
+    ins(JEQ, SOCK_DGRAM, "deny", 0)
+    labels["allow"] = len(prog)
+    ins(RET, SECCOMP_RET_ALLOW)
+    labels["clone"] = len(prog)
+    ins(LD, 16)  # flags (x86_64 and arm64: first argument)
+    ins(JSET, CLONE_NS_FLAGS, "deny", 0)
+    ins(RET, SECCOMP_RET_ALLOW)
+    labels["deny"] = len(prog)
+    ins(RET, SECCOMP_RET_ERRNO | EPERM)
+    labels["nosys"] = len(prog)
+    ins(RET, SECCOMP_RET_ERRNO | ENOSYS)
+    labels["kill"] = len(prog)
+    ins(RET, SECCOMP_RET_KILL_PROCESS)
+    out = bytearray()
+    for pc, (code, jt, jf, k) in enumerate(prog):
+        offs = []
+        for j in (jt, jf):
+            if isinstance(j, str):
+                j = labels[j] - pc - 1
+                if not 0 <= j < 256:
+                    raise ValueError("seccomp jump out of range")
+            offs.append(j)
+        out += struct.pack("=HBBI", code, offs[0], offs[1], k)
+    return bytes(out)
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 # uids handed to sandboxed children: UID_BASE + the server's pid (unique among live servers).
 UID_BASE = 1_500_000
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 _libc = ctypes.CDLL(None, use_errno=True)
+for _fn in ("prctl", "capset", "unshare", "setns", "mount", "umount2", "syscall", "socket"):
+    getattr(_libc, _fn)  # resolved once here: forked children find them cached
 
 
 def _check(ret: int, what: str) -> None:
@@ -147,6 +277,94 @@ def _blocked_ancestors(also: tuple[str, ...] = ()) -> dict[str, set[str]]:
     return targets
 
 
+#: Always covered by an empty private tmpfs (when they exist): the usual world-writable and
+#: socket-bearing places of a Linux host.
+PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run", "/var/run", "/var/lock",
+                "/run/lock", "/run/user")
+
+
+def _private_dirs() -> list[str]:
+    """Directories to cover with an empty tmpfs: :data:`PRIVATE_DIRS`, every world-writable
+    directory in the first two levels of the tree (``/X``, ``/X/Y``; not /proc, /sys) and every
+    world-writable mount point. Symlinks resolved; none nested inside another."""
+    found = set()
+    for d in PRIVATE_DIRS:
+        if os.path.isdir(d):
+            found.add(os.path.realpath(d))
+
+    def world_writable(path: str) -> bool:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            return False
+        return (st.st_mode & 0o170000) == 0o040000 and bool(st.st_mode & 0o002)
+
+    try:
+        top = [e for e in os.scandir("/") if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        top = []
+    for e in top:
+        if e.path in ("/proc", "/sys"):
+            continue
+        if world_writable(e.path):
+            found.add(e.path)
+            continue
+        try:
+            for e2 in os.scandir(e.path):
+                if e2.is_dir(follow_symlinks=False) and world_writable(e2.path):
+                    found.add(e2.path)
+        except OSError:
+            pass
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                mp = line.split()[4].encode().decode("unicode_escape")
+                if not mp.startswith(("/proc", "/sys")) and world_writable(mp):
+                    found.add(mp)
+    except (OSError, IndexError, UnicodeDecodeError):
+        pass
+    found.discard("/")
+    out = []
+    for d in sorted(found, key=len):
+        if not any(d.startswith(p + "/") for p in out):
+            out.append(d)
+    return out
+
+
+def _cap_last_cap() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63  # dropping an unknown capability number fails harmlessly (EINVAL)
+
+
+def _drop_bounding_capabilities(last_cap: int) -> None:
+    """Empty the bounding and ambient sets and lock 'uid 0 gets no capabilities on exec' (needs
+    CAP_SETPCAP: before a uid switch)."""
+    for cap in range(last_cap + 1):
+        if _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 and ctypes.get_errno() != 22:
+            _check(-1, f"PR_CAPBSET_DROP {cap}")
+    _check(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient caps")
+    if _libc.prctl(PR_SET_SECUREBITS, SECBIT_NOROOT_AND_LOCKED, 0, 0, 0) != 0:
+        # Already without CAP_SETPCAP (a non-root uid): nothing to lock, exec cannot add any.
+        pass
+
+
+def _clear_capabilities() -> None:
+    """Clear the effective, permitted and inheritable sets (capset)."""
+    header = (ctypes.c_uint32 * 2)(LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} words, all 0
+    _check(_libc.capset(ctypes.byref(header), ctypes.byref(data)), "capset")
+
+
+def _install_seccomp(prog: bytes) -> None:
+    """Install the filter (needs no_new_privs first); ``prog`` stays alive in the caller."""
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    fprog = _SockFprog(len(prog) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
+
+
 def _works_in_child(fn) -> bool:
     """Whether ``fn()`` runs without raising in a forked throwaway child (exit status 0)."""
     pid = os.fork()
@@ -161,14 +379,21 @@ def _works_in_child(fn) -> bool:
 
 
 class Server:
-    def __init__(self, disk_mb: int, isolate: bool = True) -> None:
+    def __init__(self, disk_mb: int, isolate: bool = True, rfd: int = 0) -> None:
         self.features: list[str] = []
         self.notes: list[str] = []
         self.uid: int | None = None
         self.pidns: str | None = None  # "setns", "intermediate" or None (see below)
         self.pidns_fd: int | None = None
         self.work_root = tempfile.gettempdir()
+        self.disk_mb = int(disk_mb)
+        self.rfd = rfd  # the protocol's input (private input is read from it after the fork)
         self.ipcns = False
+        self.prog_mountns = False  # each program in its own mount namespace + fresh /tmp
+        self.nocaps = False
+        self.seccomp: bytes | None = None
+        self.last_cap = _cap_last_cap()  # before /proc is hidden
+        self.private_dirs: list[str] = []
         if not isolate:
             self.notes.append("isolation disabled (--no-isolation): rlimits only")
         else:
@@ -233,12 +458,46 @@ class Server:
                     self.notes.append("no pid namespace")
             # IPC namespaces (System V shared memory, semaphores, POSIX message queues): one per
             # program, so nothing it creates outlives it. Probe in a throwaway child.
-            self.ipcns = False
             if _works_in_child(lambda: _unshare(CLONE_NEWIPC)):
                 self.ipcns = True
                 self.features.append("ipcns")
             else:
                 self.notes.append("no ipc namespace")
+            # One mount namespace per program (a copy of ours, with a fresh tmpfs on /tmp):
+            # whatever a program mounts, writes or leaves there dies with it.
+            if "mountns" in self.features:
+                if _works_in_child(self._program_mounts):
+                    self.prog_mountns = True
+                else:
+                    self.notes.append("no per-program mount namespace")
+            # No capabilities left for the program (root: already none after the uid switch;
+            # in a user namespace the program would otherwise hold them all there).
+            def drop_all() -> None:
+                _drop_bounding_capabilities(self.last_cap)
+                _clear_capabilities()
+
+            if _works_in_child(drop_all):
+                self.nocaps = True
+                self.features.append("nocaps")
+            else:
+                self.notes.append("could not drop capabilities")
+            table = SECCOMP_TABLES.get(os.uname().machine)
+            if table is None:
+                self.notes.append(f"no seccomp filter: no system-call table for "
+                                  f"{os.uname().machine} (only {sorted(SECCOMP_TABLES)})")
+            else:
+                prog = _seccomp_program(table)
+
+                def try_seccomp() -> None:
+                    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+                    _install_seccomp(prog)
+                    if _libc.socket(AF_UNIX, 1, 0) >= 0:  # the filter must refuse this
+                        raise OSError("seccomp filter did not apply")
+
+                if _works_in_child(try_seccomp):
+                    self.seccomp = prog
+                else:
+                    self.notes.append("seccomp filter refused by the kernel")
         if "mountns" in self.features:
             for target in ("/proc", "/sys"):
                 try:  # hide the host's processes and devices (after opening /proc/self/ns/pid)
@@ -246,6 +505,15 @@ class Server:
                            "size=4k,mode=555")
                 except OSError as exc:
                     self.notes.append(f"could not hide {target}: {exc}")
+        if self.seccomp is not None:
+            # Last: from here on the server and everything it forks live under the filter.
+            try:
+                _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+                _install_seccomp(self.seccomp)
+                self.features.append("seccomp")
+            except OSError as exc:
+                self.seccomp = None
+                self.notes.append(f"seccomp filter refused: {exc}")
 
     def _enter_userns(self, disk_mb: int) -> None:
         uid, gid = os.getuid(), os.getgid()
@@ -260,17 +528,24 @@ class Server:
         self._mounts(disk_mb)
 
     def _mounts(self, disk_mb: int) -> None:
-        """In our private mount namespace: the whole tree read-only, /tmp a fresh tmpfs, the
-        Python installation reachable for the unprivileged uid, a size-capped work area."""
+        """In our private mount namespace: the whole tree read-only; every world-writable or
+        socket-bearing directory (:func:`_private_dirs`) covered by an empty tmpfs; the Python
+        installation reachable for the unprivileged uid."""
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-        # Replace /tmp and every non-world-traversable ancestor of a path the interpreter needs
-        # (say /root, mode 0700) by an empty tmpfs into which only the needed subtrees are
-        # bind-mounted back.
-        targets = _blocked_ancestors(also=("/tmp",))
-        targets.setdefault("/tmp", set())
-        hold = "/dev/shm"
+        # Cover each private directory, and every non-world-traversable ancestor of a path the
+        # interpreter needs (say /root, mode 0700), by an empty tmpfs into which only the
+        # needed subtrees are bind-mounted back. The subtrees wait on a tmpfs over /proc
+        # meanwhile (nothing here reads /proc; it is uncovered again afterwards).
+        private = _private_dirs()
+        targets = _blocked_ancestors(also=tuple(private))
+        for d in private:
+            targets.setdefault(d, set())
+        hold = "/proc"
         _mount("tmpfs", hold, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=700")
+        covered = []
         for anc in sorted(targets, key=len):
+            if not os.path.isdir(anc) or os.path.islink(anc):
+                continue  # hidden by an earlier cover
             children = sorted(targets[anc])
             held = []
             for child in children:
@@ -290,8 +565,13 @@ class Server:
                 else:
                     open(target, "w").close()
                 _mount(dst, target, None, MS_MOVE, None)
+            covered.append(anc)
+        _check(_libc.umount2(hold.encode(), ctypes.c_int(MNT_DETACH)), "umount the hold")
+        self.private_dirs = [d for d in private if d in covered]
+        if "/tmp" in self.private_dirs:
+            self.features.append("private_dirs")
+            self.notes.append("private: " + " ".join(self.private_dirs))
         os.mkdir("/tmp/sandbox", 0o755)
-        _check(_libc.umount2(hold.encode(), ctypes.c_int(MNT_DETACH)), "umount /dev/shm")
         # Everything read-only, recursively (mount_setattr, Linux >= 5.12).
         attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
         ret = _libc.syscall(ctypes.c_long(SYS_mount_setattr), ctypes.c_int(AT_FDCWD), b"/",
@@ -306,44 +586,75 @@ class Server:
         self.work_root = "/tmp/sandbox"
         self.features.append("mountns")
 
+    def _program_mounts(self, uid: int | None = None) -> str:
+        """In a forked child: its own mount namespace and a fresh, size-capped tmpfs on /tmp
+        (owned by the program's uid); returns the working directory."""
+        _unshare(CLONE_NEWNS)
+        owner = f",uid={uid},gid={uid}" if uid is not None else ""
+        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+               f"size={self.disk_mb}m,mode=700{owner}")
+        return "/tmp"
+
     # -------------------------------------------------------------------------- one request
 
     def handle(self, req: dict) -> dict:
         t0 = time.monotonic()
+        if self.prog_mountns:
+            return self._run(req, None, t0)  # the child makes its own /tmp
         workdir = tempfile.mkdtemp(prefix="sbx-", dir=self.work_root)
         try:
             return self._run(req, workdir, t0)
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _run(self, req: dict, workdir: str, t0: float) -> dict:
+    def _run(self, req: dict, workdir: str | None, t0: float) -> dict:
         uid = self.uid
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        os.chmod(workdir, 0o700)
-        stdin_path = os.path.join(workdir, ".stdin")
-        stdin_fd = os.open(stdin_path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        if workdir is not None:
+            if uid is not None:
+                os.chown(workdir, uid, uid)
+            os.chmod(workdir, 0o700)
+        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         os.write(stdin_fd, req.get("stdin", "").encode())
         os.lseek(stdin_fd, 0, os.SEEK_SET)
-        os.unlink(stdin_path)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        n_private = int(req.get("private_len", 0))
+        priv_r = priv_w = None
+        if n_private:
+            priv_r, priv_w = os.pipe()
+            os.set_blocking(priv_w, False)
         if self.pidns == "setns":
             _unshare(CLONE_NEWPID)  # the next child is PID 1 of a new namespace
         try:
             pid = os.fork()
             if pid == 0:
+                fds = (stdin_fd, out_w, err_w, priv_r)
                 if self.pidns == "intermediate":
-                    self._intermediate(req, workdir, stdin_fd, out_w, err_w, uid)
-                self._child(req, workdir, stdin_fd, out_w, err_w, uid)  # never returns
+                    self._intermediate(req, workdir, fds, uid)
+                self._child(req, workdir, fds, uid)  # never returns
         finally:
             if self.pidns == "setns":
                 _setns(self.pidns_fd, CLONE_NEWPID)  # back to ours for the next unshare
-        for fd in (stdin_fd, out_w, err_w):
-            os.close(fd)
-        return self._supervise(req, pid, out_r, err_r, t0)
+        for fd in (stdin_fd, out_w, err_w, priv_r):
+            if fd is not None:
+                os.close(fd)
+        # The private input is read only now, after the fork: it never was in the memory the
+        # program started with (nor in a later program's: the buffer is zeroed after use).
+        private = bytearray(n_private)
+        view = memoryview(private)
+        got = 0
+        while got < n_private:
+            n = os.readv(self.rfd, [view[got:]])
+            if n == 0:
+                raise EOFError
+            got += n
+        try:
+            return self._supervise(req, pid, out_r, err_r, t0, priv_w, private)
+        finally:
+            view[:] = bytes(n_private)
+            view.release()
 
-    def _intermediate(self, req, workdir, stdin_fd, out_w, err_w, uid) -> None:
+    def _intermediate(self, req, workdir, fds, uid) -> None:
         """Fork the program as PID 1 of a new namespace, wait, exit with its status."""
         try:
             os.setpgid(0, 0)
@@ -351,7 +662,7 @@ class Server:
             _unshare(CLONE_NEWPID)
             inner = os.fork()
             if inner == 0:
-                self._child(req, workdir, stdin_fd, out_w, err_w, uid)  # never returns
+                self._child(req, workdir, fds, uid)  # never returns
             os.closerange(3, 65536)  # the pipes: EOF must come when the program's side closes
             _, status = os.waitpid(inner, 0)
             if os.WIFSIGNALED(status):
@@ -363,15 +674,18 @@ class Server:
         except BaseException:  # noqa: BLE001
             os._exit(125)
 
-    def _child(self, req, workdir, stdin_fd, out_w, err_w, uid) -> None:
+    def _child(self, req, workdir, fds, uid) -> None:
+        stdin_fd, out_w, err_w, priv_r = fds
         try:
             os.setsid()
             os.dup2(stdin_fd, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
-            os.closerange(3, 65536)
-            os.chdir(workdir)
-            os.umask(0o077)
+            if priv_r is not None:
+                os.dup2(priv_r, PRIVATE_FD)
+                os.closerange(PRIVATE_FD + 1, 65536)
+            else:
+                os.closerange(3, 65536)
             cpu = max(1, int(math.ceil(req["cpu_s"])))
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             mem = int(req["memory_mb"]) * 1024 * 1024
@@ -385,11 +699,19 @@ class Server:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             if self.ipcns:
                 _unshare(CLONE_NEWIPC)
+            if self.prog_mountns:
+                workdir = self._program_mounts(uid)
+            os.chdir(workdir)
+            os.umask(0o077)
+            if self.nocaps:
+                _drop_bounding_capabilities(self.last_cap)  # needs CAP_SETPCAP: first
             if uid is not None:
                 os.setgroups([])
                 os.setresgid(uid, uid, uid)
                 os.setresuid(uid, uid, uid)
-            _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            if self.nocaps:
+                _clear_capabilities()
+            _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
             _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # after setresuid (it clears it)
             for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
@@ -402,6 +724,7 @@ class Server:
                               buffering=1)
             sys.argv = ["program.py"]
             source = req["source"]
+            req.clear()
         except BaseException:  # noqa: BLE001 - setup failed: never run the code unconfined
             try:
                 os.write(2, traceback.format_exc().encode(errors="replace"))
@@ -435,7 +758,8 @@ class Server:
                 pass
         os._exit(code)
 
-    def _supervise(self, req: dict, pid: int, out_r: int, err_r: int, t0: float) -> dict:
+    def _supervise(self, req: dict, pid: int, out_r: int, err_r: int, t0: float,
+                   priv_w: int | None = None, private: bytearray | None = None) -> dict:
         deadline = t0 + float(req["timeout_s"])
         cap = int(req["max_output_bytes"])
         bufs = {out_r: bytearray(), err_r: bytearray()}
@@ -453,6 +777,16 @@ class Server:
             poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
         if pidfd is not None:
             poller.register(pidfd, select.POLLIN)
+        priv_off = 0
+        if priv_w is not None:
+            poller.register(priv_w, select.POLLOUT)
+
+        def close_private() -> None:
+            nonlocal priv_w
+            if priv_w is not None:
+                poller.unregister(priv_w)
+                os.close(priv_w)
+                priv_w = None
 
         def kill() -> None:
             for fn in (lambda: os.kill(pid, signal.SIGKILL), lambda: os.killpg(pid, signal.SIGKILL)):
@@ -493,6 +827,16 @@ class Server:
                 if fd == pidfd:
                     poller.unregister(pidfd)
                     continue
+                if fd == priv_w:
+                    try:
+                        priv_off += os.write(priv_w, memoryview(private)[priv_off:])
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the program closed its end: it does not want it
+                        priv_off = len(private)
+                    if priv_off >= len(private):
+                        close_private()
+                    continue
                 chunk = os.read(fd, 65536)
                 if not chunk:
                     poller.unregister(fd)
@@ -507,6 +851,7 @@ class Server:
                     detail = f"{'stdout' if fd == out_r else 'stderr'} exceeded {cap} bytes"
                     killed_by_us = True
                     kill()
+        close_private()
         if status is None:
             kill()
             _, status, rusage = os.wait4(pid, 0)
@@ -557,6 +902,18 @@ class Server:
         }
 
 
+def _preload(path: str) -> None:
+    """Import a standard-library-only helper module from ``path`` before isolating, as
+    ``"_grpolab" + file stem`` (children then find it compiled and imported)."""
+    import importlib.util
+
+    name = "_grpolab" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+
+
 def main() -> None:
     # Protocol on private copies of stdin/stdout; the standard fds become /dev/null.
     rfd = os.dup(0)
@@ -570,7 +927,10 @@ def main() -> None:
     # current program (whose own limits bound the wait).
     disk_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 256
     try:
-        server = Server(disk_mb, isolate="--no-isolation" not in sys.argv[2:])
+        for arg in sys.argv[2:]:
+            if arg.startswith("--preload="):
+                _preload(arg.split("=", 1)[1])
+        server = Server(disk_mb, isolate="--no-isolation" not in sys.argv[2:], rfd=rfd)
     except BaseException as exc:  # noqa: BLE001
         _send(wfd, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         return

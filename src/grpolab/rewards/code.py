@@ -13,32 +13,44 @@ completion; an unclosed fence takes the rest of the text; no fence -> the whole 
 
 Score: fraction of tests that ran without raising (``all_or_nothing=True``: 1.0 only when all
 pass). A program that raises (or exits non-zero) before the tests scores 0; ``sys.exit(0)`` /
-``exit()`` in the program ends the program part and the tests still run. Everything runs in ONE
-sandboxed process (:func:`grpolab.rewards.run_sandboxed`), so ``timeout_s`` covers program and
-tests together; tests that did not report before a timeout count as failed.
+``exit()`` at the program's top level ends the program part and the tests still run. Everything
+runs in ONE sandboxed call (:func:`grpolab.rewards.run_sandboxed`), so ``timeout_s`` covers
+program and tests together; tests that did not report before a timeout count as failed.
 
-How results come back: the harness prints one marker line per test, prefixed by a random nonce,
-on a private duplicate of stdout. A program that exits early, kills its own process, closes the
-descriptor or floods the output simply gets no markers -> failed (fail-closed); replacing
-``builtins.exec`` / ``compile`` / ``enumerate`` or ``os.write`` does not reach the harness, which
-holds its own references; only the original process reports, so a program that forks copies
-to try several answers gets no credit from the copies. The nonce is in
-the harness source, so a program that *introspects the harness* (frames, ``gc``) could forge
-markers, and a program can always return objects whose ``__eq__`` is always true: the sandbox
-protects the machine, not the reward's integrity against a deliberately adversarial policy.
+Reward integrity (details: :mod:`grpolab.rewards._code_harness`, ``docs/rewards.md``): no value
+the program produces vouches for itself. **Fast path** (:func:`fast_plan`; every test is
+``assert <program side> <op> <literal>``, e.g. ``assert add(2, 3) == 5``): only the program side
+enters the sandbox, one process reports its value as JSON plain data, and the comparison with
+the literal runs here, in the verifier. **Judge path** (any other test): the sandboxed call
+splits into a **solver** process, which runs the program and answers calls, and a **judge**
+process, which runs the tests; the tests reach the judge on a private channel only after the
+split, so they are in no memory the program ever had (no reading them from frames or ``gc``).
+On both paths values cross as plain data rebuilt by a process the program cannot reach, so a
+test's ``==`` compares real ints, strs, lists... (no always-equal objects, no ``__eq__`` on
+subclasses, no patched ``AssertionError``/``builtins``/``sys.exit``/``os._exit`` reaching the
+comparison); objects that are not plain data come back as handles that refuse to be compared;
+printed look-alike markers are worthless; if the program's process ends, every test not yet
+reported fails.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import json
+import operator
 import re
 import secrets
+import sys
 from typing import Any
+
+from grpolab.rewards._code_harness import NO_COMPARE, decode
 
 from grpolab.rewards.base import RewardResult, register_reward
 from grpolab.rewards.sandbox import run_sandboxed
 
-__all__ = ["build_harness", "code_reward", "extract_code", "parse_code_reference"]
+__all__ = ["build_fast_harness", "build_harness", "code_reward", "extract_code", "fast_plan",
+           "parse_code_reference"]
 
 _FENCE_RE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
@@ -89,49 +101,135 @@ def parse_code_reference(reference: Any) -> dict[str, Any]:
     return {"tests": tests, "stdin": stdin, "setup": setup}
 
 
-def build_harness(program: str, tests: list[str], nonce: str, setup: str = "") -> str:
-    """The Python source that runs ``setup``, ``program``, then each test, reporting markers."""
-    # The harness keeps its own references to exec, compile, enumerate, os.write, ...: a program
-    # that replaces builtins.exec or os.write cannot turn failing tests into passes that way.
-    return f"""
-import os as _h_os, sys as _h_sys, traceback as _h_tb
-_h_fd = _h_os.dup(1)
-_h_exec, _h_compile, _h_write, _h_str, _h_type = exec, compile, _h_os.write, str, type
-_h_enum, _h_repr = enumerate, repr
-_h_enc = str.encode
-_h_getpid = _h_os.getpid
-_h_pid = _h_getpid()
-def _h_mark(i, status, what=""):
-    if _h_getpid() != _h_pid:
-        return  # a forked copy of the program: only the original process reports
+_OPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+        ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+        ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b}
+_NO_LITERAL = object()
+
+
+def _literal(node: ast.AST) -> Any:
     try:
-        _h_sys.stdout.flush()
-    except BaseException:
-        pass
-    line = "\\n{nonce}:%d:%s:%s\\n" % (i, status, _h_str.replace(what[:200], "\\n", " "))
-    _h_write(_h_fd, _h_enc(line))
-_h_g = {{"__name__": "__main__", "__builtins__": __builtins__}}
-try:
-    _h_exec(_h_compile({setup!r}, "setup.py", "exec"), _h_g)
-    _h_exec(_h_compile({program!r}, "solution.py", "exec"), _h_g)
-    _h_ok = True
-except SystemExit as _h_e:
-    _h_ok = _h_e.code in (None, 0)
-    if not _h_ok:
-        _h_mark(-1, "EXIT", _h_repr(_h_e.code))
-except BaseException as _h_e:
-    _h_ok = False
-    _h_tb.print_exc()
-    _h_mark(-1, "ERROR", _h_type(_h_e).__name__ + ": " + _h_str(_h_e))
-if _h_ok:
-    _h_mark(-1, "LOADED")
-    for _h_i, _h_t in _h_enum({tests!r}):
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return _NO_LITERAL
+
+
+def _bound_names(source: str) -> set[str] | None:
+    """Names a snippet binds at its top level (None when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _program_side(node: ast.AST, foreign: set[str]) -> bool:
+    """Whether ``node`` is computed by the program alone: a name the program defines (not a
+    builtin, not the setup's), with attribute access, indexing by literals and calls with
+    literal arguments on top. No operators: they could carry the expected value into the
+    sandbox (``abs(f(x) - 2.5) < 1e-9`` goes through the judge instead)."""
+    if isinstance(node, ast.Name):
+        return node.id not in foreign and not node.id.startswith("_")
+    if isinstance(node, ast.Attribute):
+        return not node.attr.startswith("_") and _program_side(node.value, foreign)
+    if isinstance(node, ast.Subscript):
+        return _literal(node.slice) is not _NO_LITERAL and _program_side(node.value, foreign)
+    if isinstance(node, ast.Call):
+        return (_program_side(node.func, foreign)
+                and all(not isinstance(a, ast.Starred) and _literal(a) is not _NO_LITERAL
+                        for a in node.args)
+                and all(k.arg is not None and _literal(k.value) is not _NO_LITERAL
+                        for k in node.keywords))
+    return False
+
+
+def fast_plan(tests: list[str], setup: str = "") -> list[dict] | None:
+    """Per test ``{"expr", "check"}`` when EVERY test is ``assert <program side> <op> <literal>``
+    (or ``assert <program side>`` / ``assert not <program side>``); else None (the judge).
+
+    ``expr`` (the program side, source text) is all that enters the sandbox; ``check(value)``
+    runs here, on the plain data the program's value was decoded into."""
+    setup_names = _bound_names(setup)
+    if setup_names is None:
+        return None
+    foreign = set(dir(builtins)) | set(sys.stdlib_module_names) | setup_names
+    plan = []
+    for test in tests:
         try:
-            _h_exec(_h_compile(_h_t, "test_%d.py" % _h_i, "exec"), _h_g)
-            _h_mark(_h_i, "PASS")
-        except BaseException as _h_e:
-            _h_mark(_h_i, "FAIL", _h_type(_h_e).__name__ + ": " + _h_str(_h_e))
-"""
+            tree = ast.parse(test)
+        except SyntaxError:
+            return None
+        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assert):
+            return None
+        node = tree.body[0].test
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _OPS:
+            op = _OPS[type(node.ops[0])]
+            left, right = node.left, node.comparators[0]
+            lit_l, lit_r = _literal(left), _literal(right)
+            if isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+                if not any(x is not _NO_LITERAL and x in (None, True, False) and type(x) in
+                           (type(None), bool) for x in (lit_l, lit_r)):
+                    return None
+            if lit_r is not _NO_LITERAL and lit_l is _NO_LITERAL and _program_side(left, foreign):
+                expr, check = left, (lambda v, op=op, e=lit_r: op(v, e))
+            elif lit_l is not _NO_LITERAL and lit_r is _NO_LITERAL and _program_side(right, foreign):
+                expr, check = right, (lambda v, op=op, e=lit_l: op(e, v))
+            else:
+                return None
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not) and _program_side(
+                node.operand, foreign):
+            expr, check = node.operand, (lambda v: not v)
+        elif _program_side(node, foreign):
+            expr, check = node, (lambda v: bool(v))
+        else:
+            return None
+        plan.append({"expr": ast.unparse(expr), "check": check})
+    return plan
+
+
+class _Opaque:
+    """A non-plain value the program returned (fast path): it refuses to be compared."""
+
+    def __init__(self, type_name: str) -> None:
+        self.type_name = type_name
+
+    def _refuse(self, *_a):
+        raise TypeError(NO_COMPARE.format(self.type_name))
+
+    __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __contains__ = _refuse
+    __hash__ = None
+
+
+def _fast_check(check, payload: str) -> str:
+    """"" when ``check`` holds for the decoded value, else the failure ("ErrorType: message")."""
+    try:
+        value = decode(json.loads(payload), lambda _i, t: _Opaque(t))
+        return "" if check(value) else "AssertionError: "
+    except Exception as exc:  # noqa: BLE001 - a malformed report or an opaque value: failed
+        return f"{type(exc).__name__}: {exc}"
+
+
+def build_fast_harness(program: str, nonce: str, setup: str, exprs: list[str]) -> str:
+    """The sandboxed source of the fast path (see :func:`fast_plan`)."""
+    return ("import _grpolab_code_harness as _h\n"
+            f"_h.fast_main({program!r}, {setup!r}, {nonce!r}, {exprs!r})\n")
+
+
+def build_harness(program: str, nonce: str, setup: str = "") -> str:
+    """The sandboxed source: the preloaded judge/solver harness run on ``program``.
+
+    The tests are not in it: they go as ``private_input`` (see :func:`code_reward`).
+    """
+    return ("import _grpolab_code_harness as _h\n"
+            f"_h.main({program!r}, {setup!r}, {nonce!r})\n")
 
 
 def _reason_from(failures: list[str]) -> str:
@@ -159,7 +257,7 @@ def code_reward(
     """Run the program and the tests in the sandbox; score = fraction passed (see module doc).
 
     ``info``: ``passed``, ``total``, ``loaded`` (the program ran to its end), ``method`` (code
-    extraction), ``failures`` (first few "i: ErrorType: message"), ``reason`` / ``returncode`` /
+    extraction), ``harness`` ("fast" or "judge", see the module doc), ``failures`` (first few "i: ErrorType: message"), ``reason`` / ``returncode`` /
     ``timed_out`` from the sandbox, ``stderr`` (tail); ``error`` only when the sandbox itself
     failed (a verifier failure, counted by the trainer), never for a bad program.
     """
@@ -169,9 +267,16 @@ def code_reward(
     if not tests:
         raise ValueError("the code reference has no tests; give at least one assert snippet")
     nonce = secrets.token_hex(16)
+    plan = fast_plan(tests, ref["setup"])
+    if plan is not None:
+        source = build_fast_harness(program, nonce, ref["setup"], [p["expr"] for p in plan])
+        private = ""
+    else:
+        source, private = build_harness(program, nonce, ref["setup"]), json.dumps({"tests": tests})
     result = run_sandboxed(
-        build_harness(program, tests, nonce, ref["setup"]),
+        source,
         stdin=ref["stdin"],
+        private_input=private,
         timeout_s=timeout_s,
         memory_mb=memory_mb,
         max_output_bytes=max_output_bytes,
@@ -180,6 +285,7 @@ def code_reward(
     passed: set[int] = set()
     failures: list[str] = []
     loaded = False
+    reports: dict[int, list[tuple[str, str]]] = {}
     prefix = nonce + ":"
     for line in result.stdout.splitlines():
         if not line.startswith(prefix):
@@ -197,10 +303,22 @@ def code_reward(
             if status in ("ERROR", "EXIT"):
                 failures.append(f"program: {what}")
         elif 0 <= i < len(tests):
-            if status == "PASS":
-                passed.add(i)
-            elif len(failures) < 5:
-                failures.append(f"{i}: {what}")
+            reports.setdefault(i, []).append((status, what))
+    for i in sorted(reports):
+        if len(reports[i]) != 1:
+            why = "more than one report for this test"  # forged or from a forked copy
+        else:
+            status, what = reports[i][0]
+            if plan is not None and status == "VALUE":
+                why = _fast_check(plan[i]["check"], what)
+            elif plan is None and status == "PASS":
+                why = ""
+            else:
+                why = what or status
+        if not why:
+            passed.add(i)
+        elif len(failures) < 5:
+            failures.append(f"{i}: {why}")
     total = len(tests)
     n_pass = len(passed) if loaded else 0
     if all_or_nothing:
@@ -212,6 +330,7 @@ def code_reward(
         "total": total,
         "loaded": loaded,
         "method": method,
+        "harness": "fast" if plan is not None else "judge",
         "failures": failures,
         "reason": result.reason or _reason_from(failures),
         "returncode": result.returncode,
@@ -220,4 +339,6 @@ def code_reward(
     }
     if result.reason == "sandbox_error":
         info["error"] = f"SandboxError: {result.detail}"
+    elif not loaded and "No module named '_grpolab_code_harness'" in result.stderr:
+        info["error"] = "the sandbox server did not preload the code harness"
     return RewardResult(value, info)

@@ -4,21 +4,27 @@ How it works (details and what it does NOT protect against: ``docs/rewards.md``)
 
 * A pool of **fork servers** (:class:`ForkServerPool`, one per CPU by default) -- pre-started
   ``python -I`` processes running :mod:`grpolab.rewards._sandbox_server`. Each server isolates
-  itself once at start (root: its own network namespace with only a downed loopback; its own
-  mount namespace with private size-capped tmpfs on /tmp, /var/tmp, /dev/shm and empty /proc,
-  /sys), then forks one child per program. The child becomes PID 1 of a fresh PID namespace
-  (when it exits, the kernel kills everything it spawned), gets a fresh working directory, a
-  new session, rlimits (CPU, address space, file size, open files, process count, no core), an
-  unprivileged uid of its own, no_new_privs and an empty environment, then ``exec``s the source.
-  The server kills the namespace at the wall-clock deadline or when stdout/stderr exceed their
-  cap, reaps the child and deletes the directory. A fork costs ~1-2 ms instead of the ~80 ms of
-  a fresh interpreter.
+  itself once at start (root, or an ordinary user through a user namespace): its own network
+  namespace with only a downed loopback; its own mount namespace with the whole tree read-only,
+  empty private tmpfs over /tmp, /var/tmp, /dev/shm, /run and every other world-writable
+  directory near the top of the tree, empty /proc and /sys; then a seccomp filter that refuses
+  AF_UNIX sockets (no host UNIX socket can be reached, wherever it lives), user namespaces,
+  namespace-making clones, pivot_root/chroot, io_uring, ptrace and more. Then it forks one child
+  per program. The child becomes PID 1 of a fresh PID namespace (when it exits, the kernel kills
+  everything it spawned), gets its own IPC and mount namespace with a fresh size-capped tmpfs on
+  /tmp as working directory, a new session, rlimits (CPU, address space, file size, open files,
+  process count, no core), no capabilities at all (bounding, ambient, effective, permitted),
+  an unprivileged uid of its own (root only), no_new_privs and an empty environment, then
+  ``exec``s the source. The server kills the namespace at the wall-clock deadline or when
+  stdout/stderr exceed their cap and reaps the child. A fork costs ~1-2 ms instead of the ~80 ms
+  of a fresh interpreter.
 * **Fresh mode** (``mode="fresh"``, and the fallback when a pool server cannot be used): a
   one-shot server process per program -- the same isolation code, plus an interpreter start.
 
 Limits are per call (:class:`SandboxLimits`); isolation features actually in force are listed
-in ``SandboxResult.isolation`` (``netns``, ``mountns``, ``readonly_fs``, ``pidns``, ``ipcns``,
-``uid``; fewer when not root and unprivileged user namespaces are disabled).
+in ``SandboxResult.isolation`` (``netns``, ``mountns``, ``readonly_fs``, ``private_dirs``,
+``pidns``, ``ipcns``, ``nocaps``, ``seccomp``, and ``uid`` (root) or ``userns`` (an ordinary
+user); fewer on a degraded platform: :func:`sandbox_isolation` says which are missing).
 """
 
 from __future__ import annotations
@@ -45,12 +51,21 @@ __all__ = [
     "SandboxLimits",
     "SandboxResult",
     "default_pool",
+    "SandboxIsolation",
+    "isolation_of",
+    "isolation_required",
     "run_sandboxed",
     "sandbox_features",
+    "sandbox_isolation",
     "shutdown_pool",
 ]
 
 SERVER_SCRIPT = Path(__file__).with_name("_sandbox_server.py")
+#: Standard-library-only modules every server imports before isolating itself (as
+#: ``_grpolab<stem>``): the code verifier's harness, so that programs need not compile it.
+PRELOAD = (Path(__file__).with_name("_code_harness.py"),)
+#: File descriptor on which a program reads its ``private_input``.
+PRIVATE_FD = 3
 #: Size of each server's private tmpfs (/tmp, /var/tmp, /dev/shm each), in MB.
 SERVER_DISK_MB = 256
 #: Extra seconds the client waits for a server's reply beyond the program's own time limit.
@@ -124,8 +139,8 @@ class SandboxResult:
         duration_s: wall time seen by the server (from request to reaped child).
         cpu_s: user + system CPU of the program (and the children it waited for).
         mode: "forkserver" or "fresh".
-        isolation: isolation features in force ("netns", "mountns", "readonly_fs", "pidns",
-            "ipcns", "uid", "userns").
+        isolation: isolation features in force ("netns", "mountns", "readonly_fs",
+            "private_dirs", "pidns", "ipcns", "nocaps", "seccomp", "uid", "userns").
     """
 
     returncode: int
@@ -162,7 +177,8 @@ class ForkServer:
         only): for tests of the degraded mode, never for untrusted code. ``launcher``
         replaces ``[sys.executable]`` (e.g. ``["setpriv", "--reuid", "4242", ...,
         "/usr/bin/python3"]`` to test the unprivileged path)."""
-        args = [*(launcher or [sys.executable]), "-I", str(SERVER_SCRIPT), str(int(disk_mb))]
+        args = [*(launcher or [sys.executable]), "-I", str(SERVER_SCRIPT), str(int(disk_mb)),
+                *(f"--preload={p}" for p in PRELOAD)]
         if not isolate:
             args.append("--no-isolation")
         self.proc = subprocess.Popen(
@@ -219,12 +235,15 @@ class ForkServer:
                 continue
             return json.loads(buf[:need])
 
-    def run(self, source: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
+    def run(self, source: str, stdin: str, limits: SandboxLimits,
+            private_input: str = "") -> SandboxResult:
         req = limits.request()
         req["source"] = source
         req["stdin"] = stdin
+        private = private_input.encode()
+        req["private_len"] = len(private)
         try:
-            self.proc.stdin.write(_pack(req))
+            self.proc.stdin.write(_pack(req) + private)
             self.proc.stdin.flush()
         except OSError as exc:
             raise SandboxError(f"sandbox server is gone: {exc}") from exc
@@ -303,13 +322,14 @@ class ForkServerPool:
         self._lock = threading.Lock()
         self.closed = False
 
-    def run(self, source: str, stdin: str, limits: SandboxLimits) -> SandboxResult:
+    def run(self, source: str, stdin: str, limits: SandboxLimits,
+            private_input: str = "") -> SandboxResult:
         if self.closed:
             raise SandboxError("the fork-server pool is shut down")
         server = self._idle.get()
         try:
             server = self._revive(server)
-            result = server.run(source, stdin, limits)
+            result = server.run(source, stdin, limits, private_input)
             result.mode = "forkserver"
             return result
         except BaseException:
@@ -418,6 +438,73 @@ def sandbox_features() -> tuple[str, ...]:
     return default_pool().features()
 
 
+#: Features every fully isolated server has, in both modes (root, or an ordinary user).
+REQUIRED_FEATURES = ("netns", "mountns", "readonly_fs", "private_dirs", "pidns", "ipcns",
+                     "nocaps", "seccomp")
+#: Setting this environment variable to 1 turns degraded isolation into an error (CI).
+REQUIRE_ENV = "GRPOLAB_REQUIRE_SANDBOX"
+
+
+def isolation_required() -> bool:
+    """Whether ``GRPOLAB_REQUIRE_SANDBOX`` asks for full isolation (set and not "0")."""
+    return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0")
+
+
+@dataclass(frozen=True)
+class SandboxIsolation:
+    """The isolation sandboxed programs get here (what the trainer records).
+
+    Attributes:
+        features: features in force (see :class:`SandboxResult`).
+        missing: required features that are not (``"uid|userns"``: programs share the caller's
+            uid without a user namespace).
+        degraded: ``missing`` is not empty.
+        description: one line for a log, e.g. ``"sandbox isolation: full (...)"`` or
+            ``"sandbox isolation DEGRADED: missing seccomp, nocaps (...)"``.
+        notes: the server's own reasons (``ForkServer.notes``).
+    """
+
+    features: tuple[str, ...]
+    missing: tuple[str, ...]
+    degraded: bool
+    description: str
+    notes: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"features": list(self.features), "missing": list(self.missing),
+                "degraded": self.degraded, "description": self.description,
+                "notes": list(self.notes)}
+
+
+def isolation_of(features, notes=()) -> SandboxIsolation:
+    """The :class:`SandboxIsolation` for a server's ``features`` (pure; see
+    :func:`sandbox_isolation`)."""
+    features = tuple(features)
+    missing = [f for f in REQUIRED_FEATURES if f not in features]
+    if "uid" not in features and "userns" not in features:
+        missing.append("uid|userns")
+    mode = ("root: programs under a uid of their own" if "uid" in features else
+            "unprivileged: programs in a user namespace" if "userns" in features else
+            "no namespaces")
+    if missing:
+        why = "; ".join(notes) if notes else "no reason given"
+        desc = (f"sandbox isolation DEGRADED: missing {', '.join(missing)} ({mode}; {why}); "
+                "untrusted code is less contained, see docs/rewards.md")
+    else:
+        desc = f"sandbox isolation: full ({mode}; {', '.join(features)})"
+    return SandboxIsolation(features, tuple(missing), bool(missing), desc, tuple(notes))
+
+
+def sandbox_isolation(pool: ForkServerPool | None = None) -> SandboxIsolation:
+    """The isolation of ``pool``'s servers (default: the process-wide pool; starts one server).
+
+    For the trainer: call once at start when a reward uses the sandbox, write ``as_dict()``
+    into the run summary, log ``description`` and warn when ``degraded``.
+    """
+    server = (pool or default_pool())._probe()
+    return isolation_of(server.features, server.notes)
+
+
 # ------------------------------------------------------------------------------ entry point
 
 
@@ -425,6 +512,7 @@ def run_sandboxed(
     source: str,
     *,
     stdin: str = "",
+    private_input: str = "",
     timeout_s: float = 5.0,
     memory_mb: int = 512,
     cpu_s: float | None = None,
@@ -440,6 +528,11 @@ def run_sandboxed(
     Args:
         source: a Python program (run as ``__main__``).
         stdin: text fed to its standard input.
+        private_input: text the program can read from file descriptor 3
+            (:data:`PRIVATE_FD`), delivered only *after* its process started: it is not in
+            the memory the program starts with, so a process the program forks before reading
+            it (the code verifier's untrusted solver) can never find it. Written by the server
+            as the program reads; at most what fits in memory.
         timeout_s, memory_mb, cpu_s, file_size_mb, max_processes, max_open_files,
         max_output_bytes: limits, see :class:`SandboxLimits`.
         mode: "auto" (fork-server pool, falling back to a fresh interpreter if the pool fails),
@@ -459,6 +552,8 @@ def run_sandboxed(
         raise TypeError(f"source must be a str, got {type(source).__name__}")
     if not isinstance(stdin, str):
         raise TypeError(f"stdin must be a str, got {type(stdin).__name__}")
+    if not isinstance(private_input, str):
+        raise TypeError(f"private_input must be a str, got {type(private_input).__name__}")
     if mode not in ("auto", "forkserver", "fresh"):
         raise ValueError(f"mode must be 'auto', 'forkserver' or 'fresh', got {mode!r}")
     limits = SandboxLimits(
@@ -469,9 +564,10 @@ def run_sandboxed(
     # JSON cannot carry lone surrogates; replace them rather than fail.
     source = source.encode("utf-8", "replace").decode("utf-8")
     stdin = stdin.encode("utf-8", "replace").decode("utf-8")
+    private_input = private_input.encode("utf-8", "replace").decode("utf-8")
     if mode in ("auto", "forkserver"):
         try:
-            return (pool or default_pool()).run(source, stdin, limits)
+            return (pool or default_pool()).run(source, stdin, limits, private_input)
         except SandboxError as exc:
             if mode == "forkserver":
                 raise
@@ -481,7 +577,7 @@ def run_sandboxed(
     try:
         server = ForkServer()
         try:
-            result = server.run(source, stdin, limits)
+            result = server.run(source, stdin, limits, private_input)
         finally:
             server.close()
         result.mode = "fresh"

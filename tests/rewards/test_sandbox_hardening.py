@@ -1,0 +1,287 @@
+"""Issue 14's findings, tried as an attacker would, in both modes: root (a pool of servers that
+switch each program to a uid of its own) and an ordinary user (a server started as uid 4242, in
+a user namespace). Each test here failed on the main branch before the fix:
+
+1. host UNIX sockets in /var/tmp, /dev/shm, /run accepted connections from inside;
+2. without root a program held every capability in the server's user namespace and shared its
+   mount namespace: it could unmount /proc and /tmp and plant a module for the next program;
+4. a missing isolation feature was a skip, and nothing reported the isolation in force.
+(Finding 3, reward hacking, is tests/rewards/test_rewards_code_integrity.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+
+import pytest
+
+from grpolab.rewards import SandboxLimits, run_sandboxed
+from grpolab.rewards.sandbox import ForkServerPool
+
+LIMITS = SandboxLimits(timeout_s=5.0)
+
+
+@pytest.fixture(params=["root", "unprivileged"])
+def runner(request):
+    """``run(source) -> SandboxResult`` on one server of the given mode (programs in sequence)."""
+    if request.param == "root":
+        pool, uid = request.getfixturevalue("isolated")
+        return lambda src: run_sandboxed(src, pool=pool, mode="forkserver", timeout_s=5.0)
+    server, uid = request.getfixturevalue("unprivileged_server")
+    return lambda src: server.run(src, "", LIMITS)
+
+
+# ------------------------------------------------------------------------------ finding 1
+
+PROBE_SOCKETS = r'''
+import json, os, socket, sys
+paths = json.loads(sys.argv_paths)
+out = {}
+for p in paths:
+    r = {"exists": os.path.exists(p)}
+    for kind in ("stream", "dgram", "dgram_pair"):
+        try:
+            if kind == "dgram_pair":
+                a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+                a.sendto(b"hello", p + ".dg")
+            else:
+                s = socket.socket(socket.AF_UNIX,
+                                  socket.SOCK_STREAM if kind == "stream" else socket.SOCK_DGRAM)
+                if kind == "stream":
+                    s.settimeout(1)
+                    s.connect(p)
+                    s.sendall(b"hello")
+                else:
+                    s.sendto(b"hello", p + ".dg")
+            r[kind] = "SENT"
+        except OSError as e:
+            r[kind] = type(e).__name__ + ":" + str(e.errno)
+    out[p] = r
+for d in ("/tmp", "/var/tmp", "/dev/shm", "/run"):
+    out["ls " + d] = sorted(os.listdir(d)) if os.path.isdir(d) else None
+print(json.dumps(out))
+'''
+
+
+def test_host_unix_sockets_are_unreachable_in_both_modes(runner, host_dir):
+    tag = uuid.uuid4().hex[:12]
+    dirs = ["/var/tmp", "/dev/shm", "/run", "/tmp", str(host_dir)]
+    listeners, paths = [], []
+    try:
+        for d in dirs:
+            path = os.path.join(d, f"grpolab-sbx-{tag}.sock")
+            st = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            st.bind(path)
+            st.listen(4)
+            st.settimeout(0.3)
+            dg = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            dg.bind(path + ".dg")
+            dg.settimeout(0.3)
+            for p in (path, path + ".dg"):
+                os.chmod(p, 0o777)  # anyone may connect -- except a sandboxed program
+            listeners += [st, dg]
+            paths.append(path)
+        abstract = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        abstract.bind(f"\0grpolab-sbx-{tag}")
+        abstract.listen(4)
+        abstract.settimeout(0.3)
+        listeners.append(abstract)
+        src = (f"import sys\nsys.argv_paths = {json.dumps(json.dumps(paths + ['@']))}\n"
+               + PROBE_SOCKETS.replace('p + ".dg"', '(p + ".dg" if p != "@" else "\\0x")')
+               .replace("s.connect(p)", f"s.connect(p if p != '@' else '\\0grpolab-sbx-{tag}')"))
+        r = runner(src)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        for p in paths + ["@"]:
+            assert "SENT" not in out[p].values(), (p, out[p])
+        for p, d in zip(paths, dirs):
+            # private places show nothing of the host; elsewhere the socket file is visible but
+            # dead to a program (seccomp: no AF_UNIX socket, no datagram pair)
+            assert out[p]["exists"] is (d == str(host_dir)), (p, out[p])
+        for d in ("/tmp", "/var/tmp", "/dev/shm", "/run"):
+            assert out["ls " + d] in ([], None), (d, out["ls " + d])
+        for s in listeners:  # nothing ever arrived
+            with pytest.raises((socket.timeout, BlockingIOError)):
+                if s.type == socket.SOCK_STREAM:
+                    s.accept()
+                else:
+                    s.recv(16)
+    finally:
+        for s in listeners:
+            s.close()
+        for p in paths:
+            for q in (p, p + ".dg"):
+                if os.path.exists(q):
+                    os.unlink(q)
+
+
+# ------------------------------------------------------------------------------ finding 2
+
+TAMPER = r'''
+import ctypes, json, os, socket, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+def attempt(name, ret):
+    out[name] = "OK" if ret == 0 else os.strerror(ctypes.get_errno())
+attempt("umount2 /proc", libc.umount2(b"/proc", 2))
+attempt("umount2 /tmp", libc.umount2(b"/tmp", 2))
+attempt("umount2 /sys", libc.umount2(b"/sys", 2))
+attempt("mount tmpfs /var/tmp", libc.mount(b"tmpfs", b"/var/tmp", b"tmpfs", 0, None))
+here = os.getcwd()
+open("json.py", "w").write("PLANTED = True\n")
+attempt("bind over json", libc.mount(os.path.abspath("json.py").encode(), json.__file__.encode(),
+                                     None, 4096, None))
+attempt("remount / rw", libc.mount(None, b"/", None, 32 | 4096 | 0x4000, None))  # MS_REMOUNT|BIND|REC
+os.mkdir("newroot"); os.mkdir("newroot/old")
+attempt("pivot_root", libc.syscall(155, os.path.abspath("newroot").encode(),
+                                   os.path.abspath("newroot/old").encode()))
+attempt("chroot", libc.chroot(here.encode()))
+for flag, name in ((0x10000000, "user"), (0x20000, "mount"), (0x40000000, "net"),
+                   (0x20000000, "pid"), (0x04000000, "uts")):
+    attempt("unshare " + name, libc.unshare(flag))
+    pid = libc.syscall(56, flag | 17, 0, 0, 0, 0)  # raw clone(flags | SIGCHLD)
+    if pid == 0:
+        os._exit(0)
+    out["clone new" + name] = "OK" if pid > 0 else os.strerror(ctypes.get_errno())
+    if pid > 0:
+        os.waitpid(pid, 0)
+pidfd = os.pidfd_open(os.getpid())  # a real namespace handle (there is no /proc/self/ns)
+attempt("setns", libc.setns(pidfd, 0x20000 | 0x40000000))  # its mount + net namespaces
+attempt("x32 getpid", 0 if libc.syscall(0x40000000 + 39) > 0 else -1)
+attempt("io_uring_setup", 0 if libc.syscall(425, 1, ctypes.create_string_buffer(120)) >= 0 else -1)
+hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+data = (ctypes.c_uint32 * 6)()
+libc.capget(hdr, data)
+out["caps"] = list(data)
+out["bounding"] = [c for c in range(41) if libc.prctl(23, c, 0, 0, 0) == 1]  # PR_CAPBSET_READ
+out["no_new_privs"] = libc.prctl(39, 0, 0, 0, 0)
+out["seccomp"] = libc.prctl(21, 0, 0, 0, 0)
+# leave traces for the next program: environment, cwd, a module on sys.path, a daemon, an
+# abstract socket name (bound on a stream pair: the one AF_UNIX socket a program may make)
+pair = socket.socketpair()
+try:
+    pair[0].bind("\0grpolab-sbx-planted")
+    out["abstract bind"] = "bound"
+except OSError as e:
+    out["abstract bind"] = "refused " + str(e.errno)
+os.environ["PLANTED"] = "1"
+os.putenv("PLANTED", "1")
+os.chdir("/")
+subprocess.Popen([sys.executable, "-c",
+                  "import time, os\ntime.sleep(1)\nopen(os.path.join(%r, 'late'), 'w').write('x')" % here],
+                 start_new_session=True, pass_fds=(pair[0].fileno(),))
+print(json.dumps(out))
+'''
+
+CHECK = r'''
+import json, os, socket, sys
+sys.path.insert(0, os.getcwd())
+import json as j2
+pair = socket.socketpair()
+try:
+    pair[0].bind("\0grpolab-sbx-planted")
+    abstract = "free"
+except OSError as e:
+    abstract = "taken" if e.errno == 98 else "refused %d" % e.errno
+print(json.dumps({"proc": os.listdir("/proc"), "sys": os.listdir("/sys"), "tmp": os.listdir("/tmp"),
+                  "abstract": abstract,
+                  "cwd": os.getcwd(), "planted_env": "PLANTED" in os.environ,
+                  "json_planted": hasattr(j2, "PLANTED"), "json_file": j2.__file__}))
+'''
+
+
+def test_a_program_cannot_mount_unshare_or_setns_and_leaves_nothing_for_the_next(runner):
+    r = runner(TAMPER)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    refused = {k: v for k, v in out.items() if isinstance(v, str) and k != "abstract bind"}
+    assert len(refused) == 21 and set(refused.values()) == {"Operation not permitted"}, refused
+    assert out["caps"] == [0] * 6 and out["bounding"] == []  # no capabilities at all
+    assert out["no_new_privs"] == 1 and out["seccomp"] == 2  # filter mode
+    import time
+
+    time.sleep(1.2)  # the daemon would have written /tmp/late by now, had it survived
+    nxt = json.loads(runner(CHECK).stdout)
+    assert nxt["proc"] == [] and nxt["sys"] == []  # still covered
+    assert nxt["tmp"] == [] and nxt["cwd"] == "/tmp"  # a fresh /tmp; no planted module
+    assert not nxt["planted_env"] and not nxt["json_planted"]
+    assert nxt["abstract"] != "taken"  # whatever the first program bound died with it
+
+
+def test_only_the_program_s_own_tmp_is_writable_and_it_is_capped(runner):
+    r = runner("import os\nfor d in ('/tmp', '/var/tmp', '/dev/shm', '/run', '/'):\n"
+               "    try:\n        open(os.path.join(d, 'w'), 'w').write('x'); print(d, 'ok')\n"
+               "    except OSError as e:\n        print(d, e.errno)")
+    assert r.stdout.split("\n")[:5] == ["/tmp ok", "/var/tmp 30", "/dev/shm 30", "/run 30", "/ 30"]
+
+
+def test_ordinary_programs_still_work_under_the_filter(runner):
+    src = ("import asyncio, subprocess, threading, socket\nr = []\n"
+           "ts = [threading.Thread(target=r.append, args=(i,)) for i in range(8)]\n"
+           "[t.start() for t in ts]; [t.join() for t in ts]\n"
+           "async def m(): return 7\n"
+           "a, b = socket.socketpair()\na.sendall(b'x')\n"
+           "print(sorted(r) == list(range(8)), asyncio.run(m()), b.recv(1),\n"
+           "      subprocess.run(['echo', 'hi'], capture_output=True).stdout)")
+    r = runner(src)
+    assert r.stdout == "True 7 b'x' b'hi\\n'\n", (r.stdout, r.stderr)
+
+
+# ------------------------------------------------------------------------------ finding 4
+
+FULL_ROOT = ("netns", "private_dirs", "readonly_fs", "mountns", "uid", "pidns", "ipcns", "nocaps",
+             "seccomp")
+
+
+def test_isolation_of_names_what_is_missing_and_flags_it_degraded():
+    from grpolab.rewards import isolation_of
+    from grpolab.rewards.sandbox import REQUIRED_FEATURES
+
+    full = isolation_of(FULL_ROOT)
+    assert not full.degraded and full.missing == ()
+    assert full.description.startswith("sandbox isolation: full (root")
+    unpriv = isolation_of(tuple(f for f in FULL_ROOT if f != "uid") + ("userns",))
+    assert not unpriv.degraded and "unprivileged" in unpriv.description
+    weak = isolation_of(("netns", "mountns", "readonly_fs", "uid", "pidns", "ipcns"),
+                        notes=("no seccomp filter: no system-call table for riscv64",))
+    assert weak.degraded and weak.missing == ("private_dirs", "nocaps", "seccomp")
+    assert "DEGRADED" in weak.description and "riscv64" in weak.description
+    bare = isolation_of(())
+    assert bare.degraded and set(bare.missing) == {*REQUIRED_FEATURES, "uid|userns"}
+    d = weak.as_dict()
+    assert d["degraded"] is True and d["missing"] == ["private_dirs", "nocaps", "seccomp"]
+    with pytest.raises(AttributeError):
+        weak.degraded = False  # frozen
+
+
+def test_sandbox_isolation_reports_the_pool_in_force():
+    from grpolab.rewards import sandbox_isolation
+
+    pool = ForkServerPool(size=1, isolate=False)
+    try:
+        iso = sandbox_isolation(pool)
+        assert iso.degraded and iso.features == () and "isolation disabled" in iso.description
+    finally:
+        pool.close()
+    iso = sandbox_isolation()  # the default pool on this machine
+    assert set(iso.features) == set(run_sandboxed("pass").isolation)
+
+
+def test_required_isolation_turns_a_skip_into_a_failure(monkeypatch, require_isolation):
+    monkeypatch.delenv("GRPOLAB_REQUIRE_SANDBOX", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        require_isolation("seccomp unavailable")
+    monkeypatch.setenv("GRPOLAB_REQUIRE_SANDBOX", "1")
+    with pytest.raises(pytest.fail.Exception, match="GRPOLAB_REQUIRE_SANDBOX"):
+        require_isolation("seccomp unavailable")
+    monkeypatch.setenv("GRPOLAB_REQUIRE_SANDBOX", "0")
+    with pytest.raises(pytest.skip.Exception):
+        require_isolation("seccomp unavailable")
+
+
+def test_ci_requires_the_sandbox():
+    ci = open(os.path.join(os.path.dirname(__file__), "..", "..", ".ci", "run")).read()
+    assert 'GRPOLAB_REQUIRE_SANDBOX=1 pytest -m "not slow"' in ci
