@@ -155,10 +155,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command: 0 on success, 2 (and one ``error: ...`` line) when a check fails."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        check_verl_version()
+        check_verl_version()  # before anything imports verl
+    except VerlVersionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
         config = compose_config(*parse_args(argv))
         cfg = prepare(config)
-    except (VerlVersionError, ValueError, KeyError, FileNotFoundError) as e:
+    except (ValueError, KeyError, FileNotFoundError, HydraException, OmegaConfBaseException) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"error: {msg}", file=sys.stderr)
         return 2
