@@ -430,6 +430,24 @@ def test_reference_worker_is_added_for_the_frozen_teacher(monkeypatch):
     assert kl.grpolab_kl_uses_ref  # with a KL loss verl's own reference forward still runs
 
 
+def test_trainer_checks_the_privileged_text_of_verls_dataset(tok, tmp_path):
+    """Without verl_main (run_ppo with the task runner), the trainer checks verl's real RLHFDataset
+    in _init_dataloader, i.e. before _setup creates any worker group."""
+    f = _parquet(tmp_path / "train.parquet", [{"solution": "s"}, {"index": 3}])
+    t = _trainer(None, overrides={"data.train_files": f, "data.val_files": f, "data.train_batch_size": 1})
+    t.tokenizer, t.processor = tok, None
+    with pytest.raises(KeyError, match=r"extra_info\['solution'\] \(row 1\)"):
+        t._init_dataloader()
+    assert len(t.train_dataset) == 2  # verl's own dataset was built, then checked
+    with pytest.raises(KeyError, match=r"extra_info\['index'\] \(row 0\) must be a non-empty string"):
+        vc.check_dataset_privileged(t.train_dataset, "index")  # parquet fills a missing struct field with None
+    g = _parquet(tmp_path / "good.parquet", [{"solution": "s"}, {"solution": "t"}])
+    ok = _trainer(None, overrides={"data.train_files": g, "data.val_files": g, "data.train_batch_size": 1})
+    ok.tokenizer, ok.processor = tok, None
+    ok._init_dataloader()
+    assert vc.check_dataset_privileged(ok.train_dataset, "solution") == 2
+
+
 def test_task_runner_builds_the_credit_trainer(monkeypatch, tmp_path):
     """GrpolabTaskRunner.run is verl's TaskRunnerV1.run with the credit trainer swapped in."""
     import transfer_queue

@@ -572,6 +572,7 @@ class CreditTrainerMixin:
     - ``_init_resource_pool_mgr``: adds that reference worker (``actor_rollout`` becomes
       ``actor_rollout_ref``; with LoRA the reference is the actor without its adapter);
     - ``_compute_ref_log_prob``: skipped when no KL uses it (the worker is only the teacher);
+    - ``_init_dataloader``: checks every training row's privileged text (before any worker starts);
     - ``_init_tokenizer``: builds the :class:`CreditExtension` with verl's chat-template builder;
     - ``_compute_advantage``: the credit step (module docstring).
     """
@@ -592,6 +593,10 @@ class CreditTrainerMixin:
         if not self.grpolab_kl_uses_ref:
             return batch
         return super()._compute_ref_log_prob(batch, metrics)
+
+    def _init_dataloader(self):
+        super()._init_dataloader()
+        check_dataset_privileged(self.train_dataset, self.grpolab_credit.privileged_key)
 
     def _init_tokenizer(self):
         super()._init_tokenizer()
@@ -649,6 +654,24 @@ class CreditTrainerMixin:
         return batch
 
 
+def check_dataset_privileged(dataset, key: str) -> int:
+    """Check ``extra_info[key]`` of every row of verl's training dataset; return the rows checked.
+
+    Reads the dataset's table (``RLHFDataset.dataframe``, a Hugging Face ``datasets.Dataset``)
+    without tokenising; a dataset without one is not checked (0): its first step fails instead.
+    """
+    frame = getattr(dataset, "dataframe", None)
+    if frame is None or "extra_info" not in getattr(frame, "column_names", ()):
+        if frame is not None:
+            raise KeyError(f"the training data has no extra_info column; grpolab credit reads the privileged "
+                           f"text from extra_info[{key!r}] of every row")
+        return 0
+    infos = frame["extra_info"]
+    for i, info in enumerate(infos):
+        privileged_text(info, key, row=i)
+    return len(infos)
+
+
 def ensure_reference_worker(trainer) -> None:
     """With ``teacher=ref``, give the trainer a reference worker if verl's role mapping has none."""
     from verl.single_controller.ray.base import RayClassWithInitArgs  # noqa: F401  (verl present)
@@ -695,6 +718,7 @@ __all__ = [
     "VerlCreditConfig",
     "VerlVersionError",
     "build_teacher_batch",
+    "check_dataset_privileged",
     "check_template",
     "check_verl_version",
     "credit_trainer_class",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from verl.trainer.main_ppo import TaskRunnerV1
 
-from grpolab.integrations.verl_credit import VerlCreditConfig, credit_trainer_class
+from grpolab.integrations.verl_credit import VerlCreditConfig, check_verl_version, credit_trainer_class
 
 
 class GrpolabTaskRunner(TaskRunnerV1.__ray_actor_class__):
@@ -30,6 +30,8 @@ class GrpolabTaskRunner(TaskRunnerV1.__ray_actor_class__):
         import verl.trainer.ppo.v1 as v1
 
         cfg = VerlCreditConfig.from_verl_config(config)
+        if cfg is not None:
+            check_verl_version()  # also when run_ppo is called without grpolab.integrations.verl_main
         if cfg is None:
             return super().run(config)
         base_lookup = v1.get_trainer_cls
