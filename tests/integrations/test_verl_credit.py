@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
 import pytest
 import torch
 
@@ -26,7 +25,6 @@ if os.environ.get("GRPOLAB_REQUIRE_VERL"):  # the CI's verl environment: a missi
 else:
     pytest.importorskip("verl", reason="verl runs in its own environment: pip install -e '.[test,verl]'")
     pytest.importorskip("transfer_queue", reason="verl's v1 trainer needs TransferQueue: pip install -e '.[verl]'")
-from verl.protocol import DataProto  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.tensordict_utils import chunk_tensordict, concat_tensordict, list_of_dict_to_tensordict  # noqa: E402
 
@@ -217,7 +215,8 @@ def test_advantages_equal_gear_advantages(tok, model):
                           threshold="quantile", quantile=0.5, boundary_mask=boundary)
     torch.testing.assert_close(out.advantages, ref.advantages.float(), rtol=1e-5, atol=1e-6)
     assert (ref.segment_ids > 0).any()  # segments formed, so the boundaries mattered
-    assert {"credit/segments_per_seq", "credit/segment_len", "credit/kl_sampled", "credit/delta_mean"} <= set(out.metrics)
+    want = {"credit/segments_per_seq", "credit/segment_len", "credit/kl_sampled", "credit/delta_mean"}
+    assert want <= set(out.metrics)
 
 
 def test_all_zero_advantages_send_nothing_to_the_teacher(tok, model):
@@ -401,9 +400,13 @@ def test_live_teacher_follows_the_actor_frozen_teacher_does_not(tok, model):
     rows, _ = _rows(tok)
     actor = copy.deepcopy(model)
     ref_wg, actor_wg = StandInWorkerGroup(model), StandInWorkerGroup(actor)
-    live = lambda: _ext(tok, teacher="actor")(step=0, teacher=_call(actor_wg, "compute_log_prob", "actor"),  # noqa: E731
-                                              temperature=TEMP, **rows).teacher_logp
-    frozen = lambda: _ext(tok)(step=0, teacher=_call(ref_wg), temperature=TEMP, **rows).teacher_logp  # noqa: E731
+    def live():
+        call = _call(actor_wg, "compute_log_prob", "actor")
+        return _ext(tok, teacher="actor")(step=0, teacher=call, temperature=TEMP, **rows).teacher_logp
+
+    def frozen():
+        return _ext(tok)(step=0, teacher=_call(ref_wg), temperature=TEMP, **rows).teacher_logp
+
     before_live, before_frozen = live(), frozen()
     torch.testing.assert_close(before_live, before_frozen)
     with torch.no_grad():  # an "update" of the actor
@@ -467,7 +470,8 @@ def test_task_runner_builds_the_credit_trainer(monkeypatch, tmp_path):
     monkeypatch.setattr(PPOTrainer, "init", stop)
     monkeypatch.setenv("HOME", str(tmp_path))
     base_lookup = v1.get_trainer_cls
-    config = verl_main.compose_config(None, "ppo_trainer", ["+grpolab.credit.name=rlsd", "algorithm.adv_estimator=grpo"])
+    config = verl_main.compose_config(None, "ppo_trainer",
+                                      ["+grpolab.credit.name=rlsd", "algorithm.adv_estimator=grpo"])
     with pytest.raises(Stop) as e:
         GrpolabTaskRunner().run(config)
     cls = e.value.args[0]

@@ -538,7 +538,9 @@ def credit_step_metrics(res, lam: float, student_lp, teacher_lp, mask, scored) -
     zero = torch.zeros_like(student_lp)
     row["credit/kl_sampled"] = float(torch.where(valid, student_lp - teacher_lp, zero).sum()) / n
     if bool(valid.any()):
-        seg = None if res.segment_ids is None else torch.where(valid, res.segment_ids, torch.zeros_like(res.segment_ids))
+        seg = res.segment_ids
+        if seg is not None:
+            seg = torch.where(valid, seg, torch.zeros_like(seg))
         delta = torch.where(valid, teacher_lp - student_lp, zero).double()
         for k, v in obj.credit_metrics(delta, torch.zeros_like(valid), valid, valid.double(), seg).items():
             if k not in ("clip_frac", "reweighted_frac"):
@@ -674,7 +676,6 @@ def check_dataset_privileged(dataset, key: str) -> int:
 
 def ensure_reference_worker(trainer) -> None:
     """With ``teacher=ref``, give the trainer a reference worker if verl's role mapping has none."""
-    from verl.single_controller.ray.base import RayClassWithInitArgs  # noqa: F401  (verl present)
     from verl.trainer.ppo.utils import Role
 
     if trainer.grpolab_credit.teacher != "ref":
