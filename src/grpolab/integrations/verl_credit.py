@@ -393,10 +393,13 @@ def worker_response_logprobs(call: TeacherCall, batch, *, temperature: float) ->
     Follows verl's own path for padded batches (``ray_trainer._compute_ref_log_prob``):
     ``to_tensordict`` -> ``left_right_2_no_padding`` -> the worker's log-prob method ->
     ``no_padding_2_padding``. Rows are repeated at the end up to a multiple of the worker's
-    data-parallel size (verl's dispatch splits evenly) and dropped afterwards.
+    data-parallel size (verl's dispatch splits evenly) and dropped afterwards; with ``dp > 1`` they
+    are reordered so that each rank gets a similar token workload (verl's ``_balance_batch``
+    partitioner) and put back in order afterwards.
     """
     from verl.protocol import DataProto
     from verl.utils import tensordict_utils as tu
+    from verl.utils.seqlen_balancing import calculate_workload, get_seqlen_balanced_partitions
     from verl.workers.utils.padding import left_right_2_no_padding, no_padding_2_padding
 
     b = len(batch)
@@ -404,15 +407,23 @@ def worker_response_logprobs(call: TeacherCall, batch, *, temperature: float) ->
     extra = (-b) % dp
     if extra:
         batch = DataProto.concat([batch, batch[[b - 1] * extra]])
+    order = list(range(len(batch)))
+    if dp > 1:  # contiguous chunks go to the ranks: balance them as verl balances the training batch
+        seqlens = batch.batch["attention_mask"].sum(-1)
+        parts = get_seqlen_balanced_partitions(calculate_workload(seqlens), k_partitions=dp, equal_size=True)
+        order = [j for part in parts for j in part]
+        batch = batch[order]
     td = left_right_2_no_padding(batch.to_tensordict())
     meta = {"calculate_entropy": False, "compute_loss": False, "temperature": float(temperature)}
     if call.no_lora_adapter:
         meta["no_lora_adapter"] = True
     tu.assign_non_tensor(td, **meta)
     out = getattr(call.worker_group, call.method)(td)
-    logp = no_padding_2_padding(tu.get(out, "log_probs"), td).float()[:b]
-    mask = batch.batch["response_mask"][:b].bool()
-    return torch.where(mask, logp, torch.zeros_like(logp))
+    sent = no_padding_2_padding(tu.get(out, "log_probs"), td).float()
+    sent = torch.where(batch.batch["response_mask"].bool(), sent, torch.zeros_like(sent))
+    logp = torch.empty_like(sent)
+    logp[torch.tensor(order, dtype=torch.long)] = sent  # row order[k] was sent as row k
+    return logp[:b]
 
 
 # ---------------------------------------------------------------------------------------------
