@@ -475,11 +475,18 @@ class CreditExtension:
         return self._boundary_ids
 
     def teacher_prompts(self, raw_prompts: Sequence, extra_infos: Sequence, rows: Sequence[int]) -> list[list[int]]:
-        """Token ids of the teacher prompt of each of ``rows``."""
-        out = []
+        """Token ids of the teacher prompt of each of ``rows``.
+
+        A group's ``n`` samples share one prompt: each distinct teacher chat is tokenised once.
+        """
+        out, seen = [], {}
         for i in rows:
             priv = privileged_text(extra_infos[i], self.cfg.privileged_key, row=int(i))
-            out.append(self.encode(teacher_messages(list(raw_prompts[i]), priv, self.cfg.template)))
+            messages = teacher_messages(list(raw_prompts[i]), priv, self.cfg.template)
+            key = repr(messages)
+            if key not in seen:
+                seen[key] = self.encode(messages)
+            out.append(seen[key])
         return out
 
     def __call__(
