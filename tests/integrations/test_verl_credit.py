@@ -219,6 +219,20 @@ def test_advantages_equal_gear_advantages(tok, model):
     assert want <= set(out.metrics)
 
 
+def test_each_distinct_teacher_chat_is_tokenised_once(tok, model):
+    rows, _ = _rows(tok)
+    enc = vc.TeacherPromptEncoder(tok, hf_model_type="llama")
+    seen = []
+
+    def counting(messages):
+        seen.append(messages[-1]["content"])
+        return enc(messages)
+
+    ext = vc.CreditExtension(vc.VerlCreditConfig(template=TEMPLATE), tok, encode=counting)
+    ext(step=0, teacher=_call(StandInWorkerGroup(model)), temperature=TEMP, **rows)
+    assert len(seen) == 2 and len(set(seen)) == 2  # 6 scored rows, 2 prompt groups (group 1 has A = 0)
+
+
 def test_all_zero_advantages_send_nothing_to_the_teacher(tok, model):
     rows, _ = _rows(tok)
     rows["advantages"] = torch.zeros_like(rows["advantages"])
