@@ -35,11 +35,12 @@ global constant. See docs/scale-out.md for the recipe and what it does not cover
 entropy terms verl adds are aggregated by ``loss_agg_mode``, not by BA).
 
 RLSD / GEAR: :func:`apply_credit` reweights verl's token-level advantages (GRPO or BA-folded)
-given the teacher's log-probs of the sampled tokens. verl 0.9 has no hook that runs a forward on
-*other prompts* (the privileged teacher prompt) between rollout and advantage estimation -- its
-advantage estimators see only rewards, mask, uid and the algorithm config, and its distillation
-teachers score the student's own prompt -- so the teacher forward needs a small trainer subclass
-(docs/scale-out.md, "RLSD / GEAR in verl"); it is not provided here.
+given the teacher's log-probs of the sampled tokens. verl 0.9 has no plug-in hook that runs a
+forward on *other prompts* (the privileged teacher prompt) -- its advantage estimators see only
+rewards, mask, uid and the algorithm config, and its distillation teachers score the student's own
+prompt -- so the teacher forward is a trainer extension: :mod:`grpolab.integrations.verl_credit`
+(launched with ``python -m grpolab.integrations.verl_main``; docs/scale-out.md, "RLSD / GEAR in
+verl").
 """
 
 from __future__ import annotations
