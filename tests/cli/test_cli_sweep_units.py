@@ -135,3 +135,14 @@ def test_config_differences_ignore_sft_only_when_no_warm_start_runs():
     assert _config_differences(cfg("ws", "yes", ema=0.0), cfg("ws", "yes", ema=0.99)) == ["sft.ema: 0.0 -> 0.99"]
     # switching the warm start on is a difference
     assert _config_differences(cfg("ws", "auto"), cfg("ws", "yes")) == ["sft.enabled: 'auto' -> 'yes'"]
+
+
+def test_sweep_and_compare_usage_errors_are_one_line(tmp_path, capsys):
+    from grpolab.cli import main
+
+    assert main(["sweep", "--out", str(tmp_path / "s")]) == 2
+    assert main(["compare", "--out", str(tmp_path / "c")]) == 2
+    assert main(["sweep", "--grid", "optim.lr", "--out", str(tmp_path / "s")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
+    assert "--grid" in lines[0] and "--vary" in lines[1]

@@ -309,6 +309,11 @@ def test_registry_and_dispatch():
     assert ge.segment_ids is not None and ge.metrics["segments_per_seq"].item() > 0
     with pytest.raises(ValueError, match="unknown credit method 'rlds'.*rlsd"):
         credit_advantages("rlds", b["adv"], b["student"], b["teacher"], b["mask"])
+    # a misspelled option is an error, not silently ignored (it used to vanish into **kwargs)
+    with pytest.raises(TypeError, match="eps"):
+        credit_advantages("rlsd", b["adv"], b["student"], b["teacher"], b["mask"], lam=1.0, epsw=0.2)
+    with pytest.raises(TypeError, match="quantil"):
+        credit_advantages("gear", b["adv"], b["student"], b["teacher"], b["mask"], quantil=0.5)
 
 
 def test_credit_metrics_by_hand():

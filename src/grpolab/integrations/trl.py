@@ -12,7 +12,7 @@ Accelerate / DeepSpeed / FSDP, logging -- and grpolab replaces the loss:
 - ratio level ``token | sequence | gspo | cumulative`` (CTPO, arXiv 2605.07331) with TRL's
   ``epsilon`` / ``epsilon_high`` as the clip (for ``cumulative``, CTPO's log-space bounds: set
   ``epsilon=0.025, epsilon_high=0.05``) and grpolab's ``dual_clip`` / ``clip_power``;
-- credit ``rlsd | gear`` (METHODS.md sections 4-5): a no-grad teacher forward of the policy (or a
+- credit ``rlsd | gear`` (docs/methods.md, token-level credit): a no-grad teacher forward of the policy (or a
   given teacher model) on a privileged prompt -- the dataset's prompt plus the column
   ``grpolab_privileged_column`` through ``grpolab_teacher_template`` -- scores the sampled
   tokens; :func:`grpolab.objectives.credit_advantages` turns TRL's sequence advantages into
@@ -55,8 +55,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without trl
     raise ImportError("grpolab.integrations.trl needs trl: pip install 'grpolab[trl]'") from e
 
-from grpolab.rollout.logprobs import response_logprobs
-from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, check_template, encode_teacher_prompts, teacher_logprobs
+from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, check_template, credit_logprobs, encode_teacher_prompts
 
 CREDITS = ("none", "rlsd", "gear")
 GEAR_DIVERGENCES = ("kl", "logratio")
@@ -207,15 +206,9 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         policy = self.accelerator.unwrap_model(self.model)
         rollout = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask, out["completion_mask"])
         want_kl = a.grpolab_credit == "gear" and a.grpolab_gear_divergence == "kl"
-        was_training = policy.training
-        policy.eval()
-        try:
-            res = teacher_logprobs(self._teacher(), t_ids, t_mask, rollout, temperature=self.temperature,
-                                   return_kl=want_kl, student=policy if want_kl else None)
-            student = res.student_logp if want_kl else response_logprobs(
-                policy, rollout, temperature=self.temperature).logp
-        finally:
-            policy.train(was_training)
+        res = credit_logprobs(self._teacher(), policy, t_ids, t_mask, rollout, temperature=self.temperature,
+                              return_kl=want_kl)  # the trainer's credit glue (grpolab.rollout.teacher)
+        student = res.student_logp
         lam = lam_schedule(self.state.global_step, start=a.grpolab_credit_lam, end=a.grpolab_credit_lam_end,
                            steps=a.grpolab_credit_lam_steps,
                            kind="linear" if a.grpolab_credit_lam_steps > 0 else "constant")

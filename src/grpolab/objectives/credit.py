@@ -489,13 +489,23 @@ def _credit_opsd(advantages, student_logp, teacher_logp, mask, **_: object) -> C
     return CreditResult(advantages=adv_t, multiplier=valid.to(adv_t.dtype), metrics=m)
 
 
-def credit_advantages(name: str, advantages, student_logp, teacher_logp, mask, **kwargs) -> CreditResult:
+def credit_advantages(name: str, advantages, student_logp, teacher_logp, mask, *, lam: float = 0.5,
+                      eps_w: float = 0.2, negative_only: bool = False, span_mask: torch.Tensor | None = None,
+                      divergence: torch.Tensor | None = None, threshold: str = "mad", k: float = 3.0,
+                      quantile: float = 0.9, min_divergence: float = 0.0,
+                      boundary_mask: torch.Tensor | None = None) -> CreditResult:
     """Dispatch to the credit method registered under ``name`` (``grpo | rlsd | gear | opsd``).
 
     ``grpo`` returns ``A`` broadcast to ``[B,T]``; ``opsd`` ignores ``advantages`` (no reward) and
-    returns ``sg(teacher - student)``; keyword arguments a method does not use are ignored.
+    returns ``sg(teacher - student)``. The keywords are those of :func:`rlsd_advantages` and
+    :func:`gear_advantages` (``divergence``, ``threshold``, ``k``, ``quantile``,
+    ``min_divergence``, ``boundary_mask`` are GEAR's); a method ignores the ones it does not use,
+    and a misspelled keyword is a ``TypeError``, not silently dropped.
     """
-    return CREDIT_METHODS.get(name)(advantages, student_logp, teacher_logp, mask, **kwargs)
+    return CREDIT_METHODS.get(name)(
+        advantages, student_logp, teacher_logp, mask, lam=lam, eps_w=eps_w, negative_only=negative_only,
+        span_mask=span_mask, divergence=divergence, threshold=threshold, k=k, quantile=quantile,
+        min_divergence=min_divergence, boundary_mask=boundary_mask)
 
 
 def check_credit(*, name: str, lam: float, eps_w: float, threshold: str = "mad", k: float = 3.0,

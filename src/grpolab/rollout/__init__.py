@@ -13,12 +13,14 @@
 from .batch import Rollout
 from .episodes import EpisodeBatch, run_episodes
 from .logprobs import LogprobResult, response_logprobs
+from .prompts import encode_prompt, encode_prompts
 from .sampler import left_pad, sample
 from .teacher import (
     DEFAULT_TEACHER_TEMPLATE,
     TeacherResult,
     build_teacher_prompts,
     check_template,
+    credit_logprobs,
     encode_teacher_prompts,
     teacher_logprobs,
 )
@@ -26,5 +28,5 @@ from .teacher import (
 __all__ = [
     "Rollout", "LogprobResult", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
     "DEFAULT_TEACHER_TEMPLATE", "TeacherResult", "build_teacher_prompts", "check_template",
-    "encode_teacher_prompts", "teacher_logprobs",
+    "encode_teacher_prompts", "teacher_logprobs", "credit_logprobs", "encode_prompt", "encode_prompts",
 ]

@@ -38,6 +38,7 @@ from typing import Any
 import torch
 
 from .batch import Rollout
+from .prompts import encode_prompt
 from .sampler import left_pad, sample
 
 __all__ = ["EpisodeBatch", "run_episodes"]
@@ -88,12 +89,7 @@ def _encode(tokenizer, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _encode_prompt(tokenizer, text: str) -> list[int]:
-    ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
-    bos = tokenizer.bos_token_id
-    if bos is not None and (not ids or ids[0] != bos):
-        ids = [bos] + ids
-    return ids
+_encode_prompt = encode_prompt  # the one prompt encoder (grpolab.rollout.prompts)
 
 
 def run_episodes(

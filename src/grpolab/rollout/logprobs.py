@@ -114,6 +114,26 @@ def response_logprobs(
     return LogprobResult(logp=logp, entropy=entropy)
 
 
+def joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT, **model_kwargs):
+    """The one teacher-forced forward over ``[prompt ; response]`` (no KV cache).
+
+    Args:
+        prompt_ids_BP, prompt_mask_BP: ``[B, P]`` left-padded prompts and their mask.
+        response_ids_BT, response_attn_BT: ``[B, T]`` right-padded responses and the mask of the
+            response tokens to attend to (observation tokens of an episode included).
+        model_kwargs: passed to the model (``logits_to_keep``, ``output_hidden_states``, ...).
+
+    The attention mask is ``[prompt_mask ; response_attn]`` (``[B, P + T]``) and
+    ``position_ids = cumsum(mask) - 1``: the positions the sampler used. Returns the model output;
+    its logits at position ``p`` predict token ``p + 1``.
+    """
+    input_ids = torch.cat([prompt_ids_BP, response_ids_BT], dim=1)
+    attn = torch.cat([prompt_mask_BP.long(), response_attn_BT.long()], dim=1)
+    position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
+    return model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
+                 **model_kwargs)
+
+
 def _score(
     model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT,
     *, temperature: float, return_entropy: bool, response_attn_BT=None,
@@ -140,11 +160,8 @@ def _score(
         response_ids_BT, response_mask_BT = response_ids_BT[:, :T], response_mask_BT[:, :T]
         response_attn_BT = response_attn_BT[:, :T]
     P = prompt_ids_BP.shape[1]
-    input_ids = torch.cat([prompt_ids_BP, response_ids_BT], dim=1)
-    attn = torch.cat([prompt_mask_BP.long(), response_attn_BT.long()], dim=1)
-    position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
     kwargs = {"logits_to_keep": T + 1} if sig.logits_to_keep else {}
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False, **kwargs)
+    out = joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT, **kwargs)
     logits = out.logits
     # logits[:, p] predicts token p + 1: keep positions P - 1 .. P + T - 2
     logits_BTV = logits[:, -(T + 1) : -1] if sig.logits_to_keep else logits[:, P - 1 : P + T - 1]

@@ -34,7 +34,8 @@ import torch
 
 from .batch import Rollout
 from .cache import ForwardSignature, new_cache
-from .logprobs import response_logprobs
+from .logprobs import joint_forward, response_logprobs
+from .prompts import encode_prompts
 from .sampler import left_pad
 
 #: Default teacher prompt: the question, the reference solution, an instruction to solve it in its
@@ -107,13 +108,7 @@ def encode_teacher_prompts(tokenizer, texts: Sequence[str], *, group_size: int =
     Returns:
         ``(teacher_prompt_ids [N*G, P'] long, teacher_prompt_mask [N*G, P'] long)``.
     """
-    bos = getattr(tokenizer, "bos_token_id", None)
-    ids = []
-    for text in texts:
-        row = list(tokenizer(text, add_special_tokens=True)["input_ids"])
-        if bos is not None and (not row or row[0] != bos):
-            row = [bos] + row
-        ids.append(row)
+    ids = encode_prompts(tokenizer, texts)
     rows = [p for p in ids for _ in range(group_size)]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     return left_pad(rows, pad, device=device)
@@ -136,12 +131,9 @@ def _response_hidden(model, prompt_ids, prompt_mask, response_ids, response_attn
     sig = ForwardSignature.of(model)
     P = prompt_ids.shape[1]
     T = response_ids.shape[1]
-    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
-    attn = torch.cat([prompt_mask.long(), response_attn.long()], dim=1)
-    position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
     kwargs = {"logits_to_keep": 2} if sig.logits_to_keep else {}
-    out = model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False,
-                output_hidden_states=True, **kwargs)
+    out = joint_forward(model, prompt_ids, prompt_mask, response_ids, response_attn, output_hidden_states=True,
+                        **kwargs)
     hidden = out.hidden_states[-1]
     head = model.get_output_embeddings()
     # consistency check on the last two positions: some models scale or soft-cap after the head
@@ -156,10 +148,7 @@ def _response_hidden(model, prompt_ids, prompt_mask, response_ids, response_attn
 def _full_logits(model, prompt_ids, prompt_mask, response_ids, response_attn):
     """Fallback: the model's own logits ``[B, T, V]`` at the response positions."""
     P, T = prompt_ids.shape[1], response_ids.shape[1]
-    input_ids = torch.cat([prompt_ids, response_ids], dim=1)
-    attn = torch.cat([prompt_mask.long(), response_attn.long()], dim=1)
-    position_ids = (attn.cumsum(-1) - 1).clamp_(min=0)
-    return model(input_ids=input_ids, attention_mask=attn, position_ids=position_ids, use_cache=False).logits[:, P - 1 : P + T - 1]
+    return joint_forward(model, prompt_ids, prompt_mask, response_ids, response_attn).logits[:, P - 1 : P + T - 1]
 
 
 @torch.no_grad()
@@ -349,3 +338,45 @@ __all__ = [
     "encode_teacher_prompts",
     "teacher_logprobs",
 ]
+
+
+def credit_logprobs(
+    teacher: torch.nn.Module,
+    student: torch.nn.Module,
+    teacher_prompt_ids: torch.Tensor,
+    teacher_prompt_mask: torch.Tensor,
+    rollout: Rollout | tuple,
+    *,
+    temperature: float = 1.0,
+    return_kl: bool = False,
+    student_logp: torch.Tensor | None = None,
+    chunk_size: int = 1024,
+    micro_batch_size: int | None = None,
+    prompt_index: torch.Tensor | None = None,
+) -> TeacherResult:
+    """What a credit method needs, in one call: teacher log-probs, student log-probs (and the KL).
+
+    The glue shared by the trainer's credit step and the TRL adapter: the teacher forward of
+    :func:`teacher_logprobs` (arguments as there), with the student in eval mode (restored after),
+    and the student's log-probs of the sampled tokens from that forward's KL pass, else from
+    ``student_logp`` (``[B,T]``, e.g. the on-policy sampling log-probs), else from a no-grad
+    student forward. Returns a :class:`TeacherResult` whose ``student_logp`` is always set
+    (``[B,T]`` float32, detached).
+    """
+    was_training = student.training
+    student.eval()
+    try:
+        res = teacher_logprobs(teacher, teacher_prompt_ids, teacher_prompt_mask, rollout, temperature=temperature,
+                               return_kl=return_kl, student=student, chunk_size=chunk_size,
+                               micro_batch_size=micro_batch_size, prompt_index=prompt_index)
+        if res.student_logp is not None:
+            s_lp = res.student_logp
+        elif student_logp is not None:
+            s_lp = student_logp.float()
+        else:
+            with torch.no_grad():
+                s_lp = response_logprobs(student, rollout, temperature=temperature,
+                                         micro_batch_size=micro_batch_size).logp.float()
+    finally:
+        student.train(was_training)
+    return TeacherResult(logp=res.logp, kl=res.kl, student_logp=s_lp.detach())

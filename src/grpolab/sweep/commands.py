@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from grpolab.config import ConfigError
 from grpolab.sweep.grid import parse_factor
 from grpolab.sweep.runner import load_specs, plan_sweep, run_sweep
 from grpolab.sweep.summary import write_sweep_summary
@@ -35,9 +36,9 @@ def _run(config, overrides, factors_text, seeds, jobs, out, summary_only, log):
             return factors, specs, info
         out_, specs = plan_sweep(config, overrides, factors_text, seeds, out)
     except ValueError as e:
-        if type(e).__name__ == "ConfigError":
+        if isinstance(e, ConfigError):
             raise
-        raise SystemExit(f"error: {e}") from None
+        raise ConfigError(str(e)) from None
     t0 = time.time()
     sweep = run_sweep(out_, specs, jobs=jobs, log=log)
     failed = [n for n, s in sweep.status.items() if s == "failed"]
@@ -74,7 +75,7 @@ def sweep_command(config, overrides: list[str], grid: list[str], *, seeds: int =
                   log: Callable[[str], None] = print) -> Path:
     """Plan, run (resumably) and summarise a grid; returns the summary markdown path."""
     if not grid and not summary_only:
-        raise SystemExit("error: give at least one --grid KEY=V1,V2 (e.g. --grid optim.lr=1e-4,3e-4)")
+        raise ConfigError("give at least one --grid KEY=V1,V2 (e.g. --grid optim.lr=1e-4,3e-4)")
     factors, specs, info = _run(config, overrides, grid, seeds, jobs, out, summary_only, log)
     md = write_sweep_summary(out, specs, factors, sweep_info=info)
     log(f"summary: {md}")
@@ -88,11 +89,11 @@ def compare_command(config, overrides: list[str], vary: list[str], *, seeds: int
     from grpolab.sweep.compare import write_comparison
 
     if not vary and not summary_only:
-        raise SystemExit("error: give at least one --vary KEY=A,B (e.g. --vary objective.aggregation=token,balanced)")
+        raise ConfigError("give at least one --vary KEY=A,B (e.g. --vary objective.aggregation=token,balanced)")
     factors, specs, info = _run(config, overrides, vary, seeds, jobs, out, summary_only, log)
     try:
         md = write_comparison(out, specs, factors, baseline=baseline, info=info)
     except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
+        raise ConfigError(str(e)) from None
     log(f"comparison: {md}")
     return md

@@ -24,7 +24,7 @@ import torch
 from grpolab import objectives as obj
 from grpolab.config import Config
 from grpolab.train.state import frozen_copy
-from grpolab.rollout import build_teacher_prompts, encode_teacher_prompts, response_logprobs, teacher_logprobs
+from grpolab.rollout import build_teacher_prompts, credit_logprobs, encode_teacher_prompts
 
 if TYPE_CHECKING:
     from grpolab.train.experience import Experience
@@ -163,20 +163,11 @@ class CreditStep:
             texts = build_teacher_prompts([exp.items[int(g)] for g in groups.tolist()], c.template)
             t_ids, t_mask = encode_teacher_prompts(self.tokenizer, texts, group_size=1, device=device)
             micro = c.micro_batch_size or self.cfg.trainer.micro_batch_size or None
-            was_training = policy.training
-            policy.eval()
-            res = teacher_logprobs(teacher, t_ids, t_mask, part, temperature=self.cfg.rollout.temperature,
-                                   return_kl=self._needs_kl(), student=policy, chunk_size=c.chunk_size,
-                                   micro_batch_size=micro, prompt_index=prompt_index)
-            if res.student_logp is not None:
-                s_lp = res.student_logp
-            elif student_logp is not None:
-                s_lp = student_logp[rows].float()
-            else:
-                with torch.no_grad():
-                    s_lp = response_logprobs(policy, part, temperature=self.cfg.rollout.temperature,
-                                             micro_batch_size=micro).logp.float()
-            policy.train(was_training)
+            res = credit_logprobs(teacher, policy, t_ids, t_mask, part, temperature=self.cfg.rollout.temperature,
+                                  return_kl=self._needs_kl(), chunk_size=c.chunk_size, micro_batch_size=micro,
+                                  prompt_index=prompt_index,
+                                  student_logp=None if student_logp is None else student_logp[rows])
+            s_lp = res.student_logp
             full_student[rows] = s_lp.detach()
             full_teacher[rows] = res.logp
             if full_div is not None:

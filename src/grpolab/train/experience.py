@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -94,8 +94,3 @@ class Experience:
     def replace(self, **changes: Any) -> "Experience":
         """A copy with some fields replaced (e.g. ``exp.replace(advantages=A)``)."""
         return dataclasses.replace(self, **changes)
-
-    def select_items(self, rows: Sequence[int] | torch.Tensor) -> list:
-        """The items of the given rows."""
-        idx = self.prompt_index
-        return [self.items[int(idx[int(r)])] for r in rows]

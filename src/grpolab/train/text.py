@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from grpolab.rollout.prompts import encode_prompt, encode_prompts  # the one prompt encoder
 
-def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
-    """Token ids of each prompt, with the tokenizer's own special tokens and a BOS if it has one."""
-    out = []
-    bos = tokenizer.bos_token_id
-    for text in texts:
-        ids = list(tokenizer(text, add_special_tokens=True)["input_ids"])
-        if bos is not None and (not ids or ids[0] != bos):
-            ids = [bos] + ids
-        out.append(ids)
-    return out
+__all__ = ["decode_responses", "encode_completion", "encode_prompt", "encode_prompts"]
 
 
 def encode_completion(tokenizer, text: str) -> list[int]:

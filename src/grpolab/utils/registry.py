@@ -14,14 +14,20 @@ class Registry(Generic[T]):
     ``ValueError: unknown aggregation 'tokn'; choose one of: token, sequence, ...``.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, hint: str = "") -> None:
         self.kind = kind
+        self.hint = hint  # appended to the unknown-name error, e.g. "(register new ones with ...)"
         self._items: dict[str, T] = {}
 
-    def register(self, name: str) -> Callable[[T], T]:
+    def register(self, name: str, *, overwrite: bool = False) -> Callable[[T], T]:
+        """Decorator: register ``obj`` under ``name`` (``overwrite=True`` replaces an existing one)."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"{self.kind} name must be a non-empty string, got {name!r}")
+
         def deco(obj: T) -> T:
-            if name in self._items:
-                raise ValueError(f"{self.kind} {name!r} is already registered")
+            if name in self._items and not overwrite and self._items[name] is not obj:
+                raise ValueError(f"{self.kind} {name!r} is already registered; pick another name or pass "
+                                 "overwrite=True")
             self._items[name] = obj
             return obj
 
@@ -36,6 +42,7 @@ class Registry(Generic[T]):
         except (KeyError, TypeError):
             raise ValueError(
                 f"unknown {self.kind} {name!r}; choose one of: {', '.join(self._items)}"
+                + (f" {self.hint}" if self.hint else "")
             ) from None
 
     def names(self) -> list[str]:
