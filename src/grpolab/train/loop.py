@@ -36,7 +36,8 @@ from grpolab.train.experience import Experience
 from grpolab.train.metrics_log import MetricsLog
 from grpolab.train.report import write_report
 from grpolab.train.rundir import RunDir
-from grpolab.train.setup import build_policy, build_task_splits, resolve_device, warm_start
+from grpolab.train.setup import (build_policy, build_task_splits, record_sandbox_isolation, resolve_device,
+                                 warm_start)
 from grpolab.train.state import TrainState
 from grpolab.train.policy_update import UpdateSpec, update
 
@@ -161,6 +162,7 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
         policy.load_state_dict(_load_weights(ckpt.model_dir, policy))
     policy.to(device)
     run_dir.write_config(cfg)
+    record_sandbox_isolation(cfg, train_items + eval_items, run_dir.path, log=log)
     state = TrainState.create(cfg, policy, tokenizer, gen)
     if ckpt is not None:
         state.load_state_dict(ckpt.load_state())

@@ -48,6 +48,17 @@ def plot_metrics(run_dir: str | Path, rows: list[dict[str, Any]]) -> list[Path]:
     return written
 
 
+def _sandbox_line(run_dir: Path) -> list[str]:
+    """The isolation the code sandbox had in this run (``sandbox.json``), as a summary line."""
+    path = run_dir / "sandbox.json"
+    if not path.exists():
+        return []
+    import json
+
+    iso = json.loads(path.read_text())
+    return [f"- {'**WARNING** ' if iso['degraded'] else ''}{iso['description']}"]
+
+
 def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
@@ -62,6 +73,7 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
         f"clip [{o.clip_low}, {o.clip_high}], KL {o.kl_coef} ({o.kl_estimator})",
         f"- steps: {result.steps}, {cfg.rollout.prompts_per_step} prompts x {cfg.rollout.group_size} samples",
         f"- wall time: {result.seconds:.0f} s",
+        *_sandbox_line(run_dir),
         "",
         "| held-out greedy accuracy | value |",
         "|---|---|",

@@ -146,3 +146,42 @@ def write_sft_record(model_dir: Path, cfg: Config, result, seconds: float) -> No
         "steps": result.steps, "accuracy": result.accuracy, "history": result.history,
         "seconds": seconds, "sft_config": dataclasses.asdict(cfg.sft), "key": warm_start_key(cfg),
     })
+
+
+def uses_sandbox(cfg: Config, items) -> bool:
+    """Whether this run executes untrusted code: a ``code`` reward, a python tool, or the
+    calculator's ``sandbox`` backend."""
+    if any(it.reward == "code" for it in items):
+        return True
+    if not cfg.env.name:
+        return False
+    tools = set(cfg.env.options.get("tools", ()))
+    if cfg.env.name == "tools" and "tools" not in cfg.env.options:
+        tools.add("python")  # the "tools" env offers every tool by default
+    tools |= {t for it in items for t in it.meta.get("tools", ()) or ()}
+    return "python" in tools or cfg.env.options.get("calc_backend") == "sandbox"
+
+
+def record_sandbox_isolation(cfg: Config, items, run_dir: Path, *, log: Callable[[str], None] = print):
+    """Probe the sandbox once, log what isolation is in force and write ``RUN_DIR/sandbox.json``.
+
+    Returns the :class:`~grpolab.rewards.SandboxIsolation`, or ``None`` when the run executes no
+    untrusted code. Degraded isolation is a loud warning, and an error when
+    ``GRPOLAB_REQUIRE_SANDBOX=1`` (see docs/rewards.md).
+    """
+    if not uses_sandbox(cfg, items):
+        return None
+    import json
+    import warnings
+
+    from grpolab.rewards import isolation_required, sandbox_isolation
+    from grpolab.utils.io import atomic_write_text
+
+    iso = sandbox_isolation()
+    atomic_write_text(Path(run_dir) / "sandbox.json", json.dumps(iso.as_dict(), indent=2) + "\n")
+    log(iso.description)
+    if iso.degraded:
+        warnings.warn(iso.description, RuntimeWarning, stacklevel=2)
+        if isolation_required():
+            raise ConfigError(f"{iso.description} (GRPOLAB_REQUIRE_SANDBOX is set: unset it to train anyway)")
+    return iso
