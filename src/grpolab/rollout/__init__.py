@@ -21,10 +21,11 @@ from .teacher import (
     check_template,
     encode_teacher_prompts,
     teacher_logprobs,
+    teacher_messages,
 )
 
 __all__ = [
     "Rollout", "LogprobResult", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
     "DEFAULT_TEACHER_TEMPLATE", "TeacherResult", "build_teacher_prompts", "check_template",
-    "encode_teacher_prompts", "teacher_logprobs",
+    "encode_teacher_prompts", "teacher_logprobs", "teacher_messages",
 ]
