@@ -77,6 +77,21 @@ def test_conversational_credit_trains_and_aligns(tmp_path, placement):
             "grpolab/clip_frac"} <= logs
 
 
+def test_conversational_credit_with_trls_peft_config(tmp_path):
+    from peft import LoraConfig
+
+    torch.manual_seed(0)
+    tok = build_chat_tokenizer()
+    tr = GrpolabGRPOTrainer(model=build_chat_model(tok), processing_class=tok, reward_funcs=_reward,
+                            train_dataset=_dataset(), args=_args(tmp_path, max_steps=1),
+                            peft_config=LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj", "v_proj"]))
+    lora = {n: p.detach().clone() for n, p in tr.model.named_parameters() if "lora_B" in n}
+    tr.train()
+    assert tr.state.global_step == 1 and lora
+    assert any(not torch.equal(p, lora[n]) for n, p in tr.model.named_parameters() if n in lora)
+    assert any("grpolab/credit/lam" in row for row in tr.state.log_history)
+
+
 def test_unusable_credit_inputs_are_refused_before_the_model_loads(tmp_path):
     missing = tmp_path / "no-such-model"  # would fail to load; the refusal must come first
     with pytest.raises(ValueError, match="column 'solution'"):

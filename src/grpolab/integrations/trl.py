@@ -35,6 +35,9 @@ and ``chat_template_kwargs``), so the completion tokens follow both prompts iden
 Unsupported inputs (no privileged column, multimodal content parts) are refused when the trainer
 is built, before the model loads or generates.
 
+LoRA: pass TRL's ``peft_config=peft.LoraConfig(...)``; the teacher forward runs on the adapted
+model (the live policy, or with ``grpolab_teacher_sync_steps=N`` a copy re-synced every N steps).
+
 Metrics: TRL's own keys stay (``clip_ratio/low_mean``, ``clip_ratio/high_mean``,
 ``clip_ratio/region_mean``, ``entropy``, ``kl``) with grpolab's definitions of the same
 quantities (token fractions over the completion mask), next to grpolab's ``grpolab/*`` keys.
@@ -258,10 +261,16 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         out["grpolab_row_weight"] = w * scale
         return out
 
+    def _policy(self) -> torch.nn.Module:
+        """The policy as a plain HF model: a ``peft.PeftModel`` (TRL's ``peft_config``) is unwrapped to
+        its model with the adapter layers injected, whose ``forward`` keeps transformers' signature."""
+        policy = self.accelerator.unwrap_model(self.model)
+        return policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+
     def _teacher(self) -> torch.nn.Module:
         if self._teacher_model is not None:
             return self._teacher_model
-        policy = self.accelerator.unwrap_model(self.model)
+        policy = self._policy()
         every = self.args.grpolab_teacher_sync_steps
         if every == 0:
             return policy
@@ -310,7 +319,7 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         a = self.args
         device = out["completion_ids"].device
         t_ids, t_mask = self.teacher_prompt_ids(inputs, device)
-        policy = self.accelerator.unwrap_model(self.model)
+        policy = self._policy()
         rollout = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask, out["completion_mask"])
         want_kl = a.grpolab_credit == "gear" and a.grpolab_gear_divergence == "kl"
         was_training = policy.training
