@@ -24,6 +24,17 @@ def test_dtype_auto_keeps_a_bf16_checkpoint_bf16(tmp_path):
     assert next(model32.parameters()).dtype == torch.float32
 
 
+def test_default_config_keeps_a_bf16_checkpoint_bf16(tmp_path):
+    from grpolab.config import load_config
+    from grpolab.train.setup import build_policy
+
+    d = make_chat_model_dir(tmp_path / "m", dtype="bfloat16")
+    cfg = load_config(overrides=[f"model.path={d}"])
+    assert cfg.model.dtype == "auto"
+    model, _, _ = build_policy(cfg.model, seed=0, device=torch.device("cpu"))
+    assert next(model.parameters()).dtype == torch.bfloat16
+
+
 def test_stop_tokens_include_generation_config_list(tmp_path):
     model, tok = load_model(make_chat_model_dir(tmp_path / "m"))
     im_end, eot = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|endoftext|>")
