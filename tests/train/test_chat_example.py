@@ -92,3 +92,17 @@ def test_too_few_rows_is_one_error_line_naming_the_fix(chat_run, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: ")
     assert "--set task.n_train=36" in err[0] and "--set task.n_eval=4" in err[0]
+
+
+@pytest.mark.parametrize("credit", ["gear", "grpo"])
+def test_gear_and_grpo_on_the_chat_model_without_lora(chat_run, credit):
+    tmp, _, _, _ = chat_run
+    cfg = load_config(EXAMPLE, [f"model.path={tmp / 'tiny-Qwen2-Instruct'}",
+                                f"task.options.path={tmp / 'gsm8k_train.jsonl'}", "model.lora={}",
+                                f"credit.name={credit}", "credit.privileged_placement=system",
+                                f"trainer.run_dir={tmp / ('run_' + credit)}", *FAST, "trainer.steps=1",
+                                "trainer.eval_every=1", "trainer.save_every=1"])
+    assert train(cfg, log=lambda *_: None).steps == 1
+    row = read_metrics(tmp / f"run_{credit}")[0]
+    assert ("credit/kl" in row) == (credit == "gear")
+    assert not (tmp / f"run_{credit}" / "final" / "adapter_config.json").exists()

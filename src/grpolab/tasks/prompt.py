@@ -136,8 +136,7 @@ class PromptFormat:
                 "task.chat_template=on but the tokenizer has no chat template; use a model directory whose "
                 "tokenizer_config.json holds one (instruct models do), or set task.chat_template=off")
         if mode == "auto":
-            name = getattr(getattr(tokenizer, "init_kwargs", {}), "get", lambda *_: None)("name_or_path")
-            chatty = looks_like_chat_model(model_path, name)
+            chatty = looks_like_chat_model(model_path, getattr(tokenizer, "name_or_path", None))
             mode = "on" if has and (chatty or conversational) else "off"
         return PromptFormat(chat_template=mode, system_prompt=self.system_prompt,
                             prompt_template=self.prompt_template)
