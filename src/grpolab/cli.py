@@ -37,7 +37,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from grpolab.commands import eval_command
 
     return eval_command(args.model, task=args.task, task_option=args.task_option, n=args.n, samples=args.samples,
-                        temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed)
+                        temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                        completions=args.completions, examples=args.examples)
 
 
 def cmd_headroom(args: argparse.Namespace) -> int:
@@ -102,11 +103,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("model", help="a model directory (HF format) or a grpolab run directory")
     e.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
     e.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    e.add_argument("--n", type=int, default=256, help="held-out items")
+    e.add_argument("--n", type=int, default=None,
+                   help="held-out items (default: the run's task.n_eval, else all rows / 256 generated)")
     e.add_argument("--samples", type=int, default=8, help="samples per item for sampled accuracy/pass@k (0: greedy only)")
     e.add_argument("--temperature", type=float, default=1.0)
-    e.add_argument("--max-new-tokens", type=int, default=48)
+    e.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's rollout.max_new_tokens, else 48")
     e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--completions", default=None, metavar="FILE.jsonl",
+                   help="write every greedy completion (prompt, completion, reward, reference) here")
+    e.add_argument("--examples", type=int, default=3, help="print a table of this many examples to stderr (0: none)")
     e.set_defaults(func=cmd_eval)
 
     h = sub.add_parser("headroom", help="is there headroom for RL? greedy vs sampled success, pass@k, verdict")

@@ -35,43 +35,97 @@ def _positive(key: str, value: float, *, zero_ok: bool = False) -> None:
 
 @dataclass
 class ModelConfig:
-    """The policy. ``path=None`` builds grpolab's tiny Llama-architecture model from scratch."""
+    """The policy. ``path=None`` builds grpolab's tiny Llama-architecture model from scratch.
+
+    ``dtype``: ``auto`` (default) keeps the checkpoint's own dtype (``torch_dtype`` in its
+    config.json; float32 for the tiny model); or float32 / bfloat16 / float16.
+    ``attn_implementation``: passed to ``from_pretrained`` ("" = transformers' default; e.g.
+    ``sdpa``, ``eager``, ``flash_attention_2``). ``gradient_checkpointing``: recompute activations
+    in the backward pass (less memory, ~30% more update time). ``lora``: LoRA adapters through
+    ``peft`` (``{r, alpha, dropout, target_modules}``; ``{}`` = full fine-tuning); the reference
+    and the RLSD/GEAR teacher are then the base model with the adapters disabled (no second copy
+    of the weights). ``lora_save``: what ``RUN_DIR/final`` holds with LoRA: ``merged`` (a plain HF
+    model), ``adapter`` (``adapter_model.safetensors`` + ``adapter_config.json``) or ``both``
+    (merged in ``final``, the adapter in ``final/adapter``). ``tokenizer_alphabet``: the tiny
+    model's tokenizer: ``default`` (lower case, see grpolab.models.tokenizer) or ``printable``.
+    """
 
     path: str | None = None
     hidden_size: int = 192
     num_layers: int = 4
     num_heads: int = 4
     intermediate_size: int = 512
-    dtype: str = "float32"
+    dtype: str = "auto"
     device: str = "auto"
+    attn_implementation: str = ""
+    gradient_checkpointing: bool = False
+    lora: dict[str, Any] = field(default_factory=dict)
+    lora_save: str = "merged"
+    tokenizer_alphabet: str = "default"
 
     def validate(self) -> None:
         if self.path is not None and not str(self.path).strip():
             raise ConfigError("model.path is empty; give a local model directory, or leave it unset (null) "
                               "for the built-in tiny model")
-        _choice("model.dtype", self.dtype, ("float32", "bfloat16", "float16"))
+        _choice("model.dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        _choice("model.lora_save", self.lora_save, ("merged", "adapter", "both"))
+        _choice("model.tokenizer_alphabet", self.tokenizer_alphabet, ("default", "printable"))
         for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             _positive(f"model.{k}", getattr(self, k))
         if self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
             )
+        if not isinstance(self.lora, dict):
+            raise ConfigError(f"model.lora must be a mapping such as {{r: 16, alpha: 32}}, got {self.lora!r}")
+        if self.lora:
+            from grpolab.models.lora import LoraSettings
+
+            try:
+                LoraSettings.from_dict(self.lora)
+            except ValueError as e:
+                raise ConfigError(f"model.lora: {e}") from None
 
 
 @dataclass
 class TaskConfig:
-    """Where prompts and rewards come from: a built-in task name, ``dataset`` or ``reasoning_gym``."""
+    """Where prompts and rewards come from: a built-in task name, ``dataset`` or ``reasoning_gym``.
+
+    ``n_train`` / ``n_eval``: how many items of each split to use; ``None`` (default, or ``all``)
+    takes every row of a dataset, and 4096 / 256 items of a generated task (its prompt space has
+    no end). A number larger than a dataset's split is an error that names the split's size.
+
+    Prompt formatting (:class:`grpolab.tasks.PromptFormat`): ``chat_template`` ``auto`` (default:
+    the tokenizer's chat template when it has one and the model is an instruct/chat model or the
+    dataset is conversational), ``on`` or ``off``; ``system_prompt``; ``prompt_template`` with
+    ``{prompt}`` (e.g. ``"{prompt}\nPut the final answer after ####."``).
+    """
 
     name: str = "arith"
     options: dict[str, Any] = field(default_factory=dict)
-    n_train: int = 4096
-    n_eval: int = 256
+    n_train: int | None = None
+    n_eval: int | None = None
+    chat_template: str = "auto"
+    system_prompt: str = ""
+    prompt_template: str = "{prompt}"
 
     def validate(self) -> None:
-        _positive("task.n_train", self.n_train)
-        _positive("task.n_eval", self.n_eval)
+        for k in ("n_train", "n_eval"):
+            if getattr(self, k) is not None:
+                _positive(f"task.{k}", getattr(self, k))
         if not isinstance(self.options, dict):
             raise ConfigError(f"task.options must be a mapping, got {type(self.options).__name__}")
+        try:
+            self.prompt_format()
+        except ValueError as e:
+            raise ConfigError(f"task: {e}") from None
+
+    def prompt_format(self):
+        """The :class:`grpolab.tasks.PromptFormat` of these settings (``auto`` still unresolved)."""
+        from grpolab.tasks.prompt import PromptFormat
+
+        return PromptFormat(chat_template=self.chat_template, system_prompt=self.system_prompt,
+                            prompt_template=self.prompt_template)
 
 
 @dataclass
@@ -219,14 +273,37 @@ class TrainerConfig:
 
 @dataclass
 class LogConfig:
+    """Logging. ``wandb``: needs the ``wandb`` package (checked when the config is built);
+    ``wandb_entity`` / ``wandb_run_name`` / ``wandb_mode`` (``online | offline | disabled``) are
+    passed to ``wandb.init``. ``completions_every``: every N steps write ``completions_n`` sampled
+    completions (prompt, completion, reward) to ``RUN_DIR/completions.jsonl`` and TensorBoard text
+    (0 = off), like TRL's ``log_completions``. ``metric_names``: ``both`` (default) writes grpolab's
+    names and the verl-style aliases of docs/real-models.md (``actor/pg_clipfrac``,
+    ``response_length/mean``, ...); ``grpolab`` only grpolab's."""
+
     tensorboard: bool = True
     wandb: bool = False
     wandb_project: str = "grpolab"
+    wandb_entity: str = ""
+    wandb_run_name: str = ""
+    wandb_mode: str = "online"
     progress: bool = True
     plots: bool = True
+    completions_every: int = 10
+    completions_n: int = 4
+    metric_names: str = "both"
 
     def validate(self) -> None:
-        pass
+        _choice("log.wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
+        _choice("log.metric_names", self.metric_names, ("both", "grpolab"))
+        _positive("log.completions_every", self.completions_every, zero_ok=True)
+        _positive("log.completions_n", self.completions_n)
+        if self.wandb:
+            import importlib.util
+
+            if importlib.util.find_spec("wandb") is None:
+                raise ConfigError("log.wandb=true but the wandb package is not installed; "
+                                  "pip install 'grpolab[wandb]' or set log.wandb=false")
 
 
 @dataclass
@@ -255,6 +332,16 @@ class CreditConfig:
     template: str = (
         "{prompt}\nhere is a reference solution: {privileged}\nsolve it in your own way.\n{prompt}"
     )
+    # Chat-template prompts: the privileged context goes into the conversation, not around the
+    # rendered text. placement "user": the last user turn becomes chat_template (with {prompt} =
+    # that turn); "system": system_template is added as (or to) the system message.
+    privileged_placement: str = "user"
+    chat_template: str = (
+        "{prompt}\n\nHere is a reference solution:\n{privileged}\n\nSolve the problem in your own way."
+    )
+    system_template: str = (
+        "A reference solution to the user's problem (for you only; do not mention it):\n{privileged}"
+    )
     divergence: str = "kl"
     gear_threshold: str = "mad"
     gear_k: float = 3.0
@@ -271,6 +358,7 @@ class CreditConfig:
         _choice("credit.name", self.name, obj.CREDIT_METHODS.names())
         _choice("credit.lam_schedule", self.lam_schedule, ("linear", "constant"))
         _choice("credit.teacher", self.teacher, ("frozen", "live"))
+        _choice("credit.privileged_placement", self.privileged_placement, ("user", "system"))
         for k in ("lam", "lam_end"):
             if not 0 <= getattr(self, k) <= 1:
                 raise ConfigError(f"credit.{k}={getattr(self, k)} must be in [0, 1] (0 = plain GRPO)")
@@ -283,6 +371,8 @@ class CreditConfig:
             obj.check_credit(name=self.name, lam=self.lam, eps_w=self.eps_w, threshold=self.gear_threshold,
                              k=self.gear_k, quantile=self.gear_quantile, divergence=self.divergence)
             check_template(self.template)
+            check_template(self.chat_template)
+            check_template(self.system_template, need_prompt=False)
         except ValueError as e:
             raise ConfigError(f"credit: {e}") from None
 
@@ -348,7 +438,7 @@ class Config:
                 f"trainer.mini_batches={self.trainer.mini_batches} exceeds rollout.prompts_per_step="
                 f"{n_groups}: mini-batches are split along prompt groups; lower trainer.mini_batches"
             )
-        if self.rollout.prompts_per_step > self.task.n_train:
+        if self.task.n_train is not None and self.rollout.prompts_per_step > self.task.n_train:
             raise ConfigError(
                 f"rollout.prompts_per_step={self.rollout.prompts_per_step} exceeds task.n_train="
                 f"{self.task.n_train}: raise task.n_train or lower rollout.prompts_per_step"
@@ -391,7 +481,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+        # "all" reads as None for the optional counts (task.n_train=all: every row)
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "all")):
             if type(None) in args:
                 return None
         inner = [a for a in args if a is not type(None)]

@@ -26,6 +26,23 @@ Usage::
                              grpolab_credit="rlsd", grpolab_privileged_column="solution")
     trainer = GrpolabGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=ds)
 
+Conversational datasets (TRL's ``prompt`` as a list of ``{role, content}`` messages) work with
+credit: the teacher's privileged prompt is built at the message level
+(:func:`grpolab.rollout.teacher.teacher_messages`; ``grpolab_privileged_placement`` ``user``: the
+last user turn becomes ``grpolab_teacher_chat_template``; ``system``: ``grpolab_teacher_system_template``
+joins the system message) and rendered by TRL's own chat-template call (same ``chat_template``
+and ``chat_template_kwargs``), so the completion tokens follow both prompts identically.
+Unsupported inputs (no privileged column, multimodal content parts) are refused when the trainer
+is built, before the model loads or generates.
+
+LoRA: pass TRL's ``peft_config=peft.LoraConfig(...)``; the teacher forward runs on the adapted
+model (the live policy, or with ``grpolab_teacher_sync_steps=N`` a copy re-synced every N steps).
+
+Metrics: TRL's own keys stay (``clip_ratio/low_mean``, ``clip_ratio/high_mean``,
+``clip_ratio/region_mean``, ``entropy``, ``kl``) with grpolab's definitions of the same
+quantities (token fractions over the completion mask), next to grpolab's ``grpolab/*`` keys.
+TRL's per-sequence extremes ``clip_ratio/low_min`` / ``clip_ratio/high_max`` are not computed.
+
 What TRL's own loss options mean here: ``loss_type`` and ``importance_sampling_level`` are
 replaced by ``grpolab_aggregation`` / ``grpolab_ratio`` (other values than TRL's defaults are
 refused, to avoid two settings that disagree); ``beta`` is the KL coefficient (k3, aggregated with
@@ -55,11 +72,25 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without trl
     raise ImportError("grpolab.integrations.trl needs trl: pip install 'grpolab[trl]'") from e
 
-from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, check_template, credit_logprobs, encode_teacher_prompts
+from grpolab.rollout.teacher import (
+    DEFAULT_TEACHER_TEMPLATE,
+    PLACEMENTS,
+    check_template,
+    credit_logprobs,
+    encode_teacher_prompts,
+    teacher_messages,
+)
 
 CREDITS = ("none", "rlsd", "gear")
 GEAR_DIVERGENCES = ("kl", "logratio")
 _TRL_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
+#: The teacher's user turn for conversational prompts ({prompt}: the student's last user turn).
+DEFAULT_CHAT_TEACHER_TEMPLATE = (
+    "{prompt}\n\nHere is a reference solution:\n{privileged}\n\nSolve the problem in your own way."
+)
+DEFAULT_SYSTEM_TEACHER_TEMPLATE = (
+    "A reference solution to the user's problem (for you only; do not mention it):\n{privileged}"
+)
 
 
 @dataclass
@@ -83,6 +114,12 @@ class GrpolabGRPOConfig(GRPOConfig):
         default=DEFAULT_TEACHER_TEMPLATE, metadata={"help": "teacher prompt with {prompt} and {privileged}"})
     grpolab_teacher_sync_steps: int = field(
         default=0, metadata={"help": "0: the live policy is the teacher; N: a frozen copy re-synced every N steps"})
+    grpolab_privileged_placement: str = field(
+        default="user", metadata={"help": "conversational prompts: user (in the last user turn) | system"})
+    grpolab_teacher_chat_template: str = field(
+        default=DEFAULT_CHAT_TEACHER_TEMPLATE, metadata={"help": "teacher user turn with {prompt} and {privileged}"})
+    grpolab_teacher_system_template: str = field(
+        default=DEFAULT_SYSTEM_TEACHER_TEMPLATE, metadata={"help": "teacher system note with {privileged}"})
 
     def __post_init__(self):
         super().__post_init__()
@@ -112,11 +149,56 @@ class GrpolabGRPOConfig(GRPOConfig):
             check_credit(name=self.grpolab_credit, lam=self.grpolab_credit_lam, eps_w=self.grpolab_credit_eps_w)
             check_credit(name=self.grpolab_credit, lam=self.grpolab_credit_lam_end, eps_w=self.grpolab_credit_eps_w)
             check_template(self.grpolab_teacher_template)
+            check_template(self.grpolab_teacher_chat_template)
+            check_template(self.grpolab_teacher_system_template, need_prompt=False)
+            if self.grpolab_privileged_placement not in PLACEMENTS:
+                raise ValueError(f"grpolab_privileged_placement={self.grpolab_privileged_placement!r}; "
+                                 f"choose one of {PLACEMENTS}")
             if self.grpolab_gear_divergence not in GEAR_DIVERGENCES:
                 raise ValueError(f"grpolab_gear_divergence={self.grpolab_gear_divergence!r}; "
                                  f"choose one of {GEAR_DIVERGENCES}")
             if self.grpolab_teacher_sync_steps < 0:
                 raise ValueError("grpolab_teacher_sync_steps must be >= 0 (0: the live policy is the teacher)")
+
+
+def _is_conversation(prompt) -> bool:
+    return isinstance(prompt, (list, tuple)) and bool(prompt) and isinstance(prompt[0], dict)
+
+
+def check_credit_dataset(dataset, args: GrpolabGRPOConfig, *, rows: int = 8) -> None:
+    """Refuse a dataset that ``grpolab_credit`` cannot use, naming the fix (checks the first ``rows`` rows).
+
+    Raises:
+        ValueError: the privileged column is missing; a prompt is neither text nor a conversation of
+            ``{role, content}`` messages with string content (multimodal parts are not supported).
+    """
+    if dataset is None:
+        return
+    if isinstance(dataset, dict):  # a dict of datasets: check each
+        for d in dataset.values():
+            check_credit_dataset(d, args, rows=rows)
+        return
+    col = args.grpolab_privileged_column
+    names = getattr(dataset, "column_names", None)
+    if names is not None and col not in names:
+        raise ValueError(f"grpolab_credit={args.grpolab_credit!r} needs the dataset column {col!r} "
+                         f"(grpolab_privileged_column) with the privileged text; the dataset has {names}")
+    try:
+        n = min(rows, len(dataset))
+    except TypeError:  # an iterable dataset: nothing to peek at without consuming it
+        return
+    for i in range(n):
+        prompt = dataset[i]["prompt"]
+        if isinstance(prompt, str):
+            continue
+        if not _is_conversation(prompt):
+            raise ValueError(f"grpolab_credit: row {i} 'prompt' is a {type(prompt).__name__}; use text or a "
+                             "conversation (a list of {'role', 'content'} messages)")
+        for m in prompt:
+            if not isinstance(m.get("content"), str):
+                raise ValueError(f"grpolab_credit: row {i} has a message whose content is not a string "
+                                 "(multimodal content parts are not supported by the teacher forward); use text "
+                                 "messages or grpolab_credit='none'")
 
 
 def row_weights(lengths: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor, aggregation: str,
@@ -146,9 +228,12 @@ class GrpolabGRPOTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args, teacher_model: torch.nn.Module | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
-        if not isinstance(self.args, GrpolabGRPOConfig):
+        cfg = kwargs.get("args", args[2] if len(args) > 2 else None)
+        if not isinstance(cfg, GrpolabGRPOConfig):
             raise TypeError("GrpolabGRPOTrainer needs args=GrpolabGRPOConfig(...) (TRL's GRPOConfig plus grpolab_*)")
+        if cfg.grpolab_credit != "none":  # refuse now, not after the model has loaded and generated
+            check_credit_dataset(kwargs.get("train_dataset", args[3] if len(args) > 3 else None), cfg)
+        super().__init__(*args, **kwargs)
         self._teacher_model = teacher_model
         self._teacher_copy: torch.nn.Module | None = None
         self._teacher_synced_at = -1
@@ -175,10 +260,16 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         out["grpolab_row_weight"] = w * scale
         return out
 
+    def _policy(self) -> torch.nn.Module:
+        """The policy as a plain HF model: a ``peft.PeftModel`` (TRL's ``peft_config``) is unwrapped to
+        its model with the adapter layers injected, whose ``forward`` keeps transformers' signature."""
+        policy = self.accelerator.unwrap_model(self.model)
+        return policy.get_base_model() if hasattr(policy, "get_base_model") else policy
+
     def _teacher(self) -> torch.nn.Module:
         if self._teacher_model is not None:
             return self._teacher_model
-        policy = self.accelerator.unwrap_model(self.model)
+        policy = self._policy()
         every = self.args.grpolab_teacher_sync_steps
         if every == 0:
             return policy
@@ -188,22 +279,46 @@ class GrpolabGRPOTrainer(GRPOTrainer):
             self._teacher_synced_at = step
         return self._teacher_copy
 
-    @torch.no_grad()
-    def _credit(self, inputs, out, mask, adv_B, mode):
+    def teacher_prompt_ids(self, inputs, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded privileged teacher prompts ``([B, P'], [B, P'])``, one per input row.
+
+        Text prompts: ``grpolab_teacher_template`` around the prompt. Conversations: the privileged
+        context joins the conversation (:func:`~grpolab.rollout.teacher.teacher_messages`), rendered
+        with TRL's chat-template call and the generation prompt, like the student's prompt.
+        """
+        from types import SimpleNamespace
+
+        from grpolab.rollout import left_pad
+
         a = self.args
         col = a.grpolab_privileged_column
-        texts = []
         for x in inputs:
             if col not in x:
                 raise KeyError(f"grpolab_credit={a.grpolab_credit!r} needs the dataset column {col!r} "
                                f"(grpolab_privileged_column); the row has {sorted(x)}")
-            prompt = x["prompt"]
-            if not isinstance(prompt, str):
-                raise TypeError("grpolab credit supports plain-text prompts only (got a conversational prompt)")
-            texts.append(a.grpolab_teacher_template.format(prompt=prompt, privileged=x[col], reference=x[col]))
+        if not _is_conversation(inputs[0]["prompt"]):
+            texts = [a.grpolab_teacher_template.format(prompt=x["prompt"], privileged=x[col], reference=x[col])
+                     for x in inputs]
+            return encode_teacher_prompts(self.processing_class, texts, group_size=1, device=device)
+        convs = []
+        for x in inputs:
+            item = SimpleNamespace(privileged=str(x[col]), reference=str(x[col]))
+            convs.append(teacher_messages(x["prompt"], item, placement=a.grpolab_privileged_placement,
+                                          template=a.grpolab_teacher_chat_template,
+                                          system_template=a.grpolab_teacher_system_template))
+        tok = self.processing_class
+        rows = [list(tok.apply_chat_template(conversation=c, tools=self.tools or None, chat_template=self.chat_template,
+                                             add_generation_prompt=True, tokenize=True, return_dict=True,
+                                             **self.chat_template_kwargs)["input_ids"]) for c in convs]
+        pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+        return left_pad(rows, pad, device=device)
+
+    @torch.no_grad()
+    def _credit(self, inputs, out, mask, adv_B, mode):
+        a = self.args
         device = out["completion_ids"].device
-        t_ids, t_mask = encode_teacher_prompts(self.processing_class, texts, group_size=1, device=device)
-        policy = self.accelerator.unwrap_model(self.model)
+        t_ids, t_mask = self.teacher_prompt_ids(inputs, device)
+        policy = self._policy()
         rollout = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask, out["completion_mask"])
         want_kl = a.grpolab_credit == "gear" and a.grpolab_gear_divergence == "kl"
         res = credit_logprobs(self._teacher(), policy, t_ids, t_mask, rollout, temperature=self.temperature,
@@ -251,8 +366,15 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         valid = mask.bool()
         ent = entropies.detach()[valid].mean() if valid.any() else entropies.new_zeros(())
         self._metrics[mode]["entropy"].append(self.accelerator.gather(ent).nanmean().item())
+        got = {}
         for k in ("clip_frac_low", "clip_frac_high", "clip_frac_dual", "clip_frac", "approx_kl", "ratio_mean"):
-            self._metrics[mode][f"grpolab/{k}"].append(self.accelerator.gather(m[k]).nanmean().item())
+            got[k] = self.accelerator.gather(m[k]).nanmean().item()
+            self._metrics[mode][f"grpolab/{k}"].append(got[k])
+        # TRL's own keys (dashboards keep working): the same token fractions; low and high are
+        # disjoint (A < 0 vs A > 0), so the region fraction is their sum
+        self._metrics[mode]["clip_ratio/low_mean"].append(got["clip_frac_low"])
+        self._metrics[mode]["clip_ratio/high_mean"].append(got["clip_frac_high"])
+        self._metrics[mode]["clip_ratio/region_mean"].append(got["clip_frac_low"] + got["clip_frac_high"])
         if self.beta != 0.0:
             self._metrics[mode]["kl"].append(self.accelerator.gather(m["kl"]).nanmean().item())
         return loss

@@ -4,6 +4,8 @@
 * :class:`TinyModelConfig`, :func:`build_tiny_model` -- a ~1.8 M parameter Llama from a config.
 * :func:`load_model`, :func:`save_model` -- any HF causal LM from/to a local directory.
 * :func:`parameter_groups` -- embed / attention / mlp / norm / head and per-layer groups.
+* :func:`stop_token_ids` -- every id that ends a response (tokenizer EOS + generation_config list).
+* :mod:`grpolab.models.lora` -- LoRA adapters through peft (imported on use: peft is optional).
 """
 
 from grpolab.models.groups import (
@@ -13,12 +15,17 @@ from grpolab.models.groups import (
     layer_index,
     parameter_groups,
 )
-from grpolab.models.io import load_model, save_model
+from grpolab.models.io import enable_gradient_checkpointing, load_model, save_model, stop_token_ids
 from grpolab.models.tiny import TinyModelConfig, build_tiny_model
-from grpolab.models.tokenizer import DEFAULT_ALPHABET, SPECIAL_TOKENS, build_tokenizer
+from grpolab.models.tokenizer import (DEFAULT_ALPHABET, PRINTABLE_ALPHABET, SPECIAL_TOKENS, build_tokenizer,
+                                     check_encodable)
 
 __all__ = [
     "DEFAULT_ALPHABET",
+    "PRINTABLE_ALPHABET",
+    "check_encodable",
+    "enable_gradient_checkpointing",
+    "stop_token_ids",
     "GROUP_KINDS",
     "GROUP_PATTERNS",
     "SPECIAL_TOKENS",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["load_model", "save_model", "WEIGHT_FILES", "TOKENIZER_FILES"]
+__all__ = ["load_model", "save_model", "stop_token_ids", "WEIGHT_FILES", "TOKENIZER_FILES"]
 
 #: Any one of these marks a directory as holding model weights.
 WEIGHT_FILES: tuple[str, ...] = (
@@ -45,12 +45,12 @@ _DTYPES = {
 
 
 def _resolve_dtype(dtype):
-    if dtype is None or isinstance(dtype, torch.dtype):
-        return dtype
+    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
+        return None if dtype is None else dtype
     if isinstance(dtype, str) and dtype in _DTYPES:
         return _DTYPES[dtype]
     raise ValueError(
-        f"dtype must be None, a torch.dtype or one of {sorted(_DTYPES)}, got {dtype!r}"
+        f"dtype must be None, 'auto', a torch.dtype or one of {sorted(_DTYPES)}, got {dtype!r}"
     )
 
 
@@ -84,20 +84,25 @@ def _check_model_dir(path: Path) -> None:
         )
 
 
-def load_model(path, *, dtype=None, device="cpu"):
+def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | None = None,
+               gradient_checkpointing: bool = False):
     """Load ``(model, tokenizer)`` from a local HF directory.
 
     Args:
         path: directory with ``config.json``, weights (one of :data:`WEIGHT_FILES`) and
             tokenizer files (one of :data:`TOKENIZER_FILES`).
-        dtype: ``None`` keeps the dtype the checkpoint was saved in (transformers' "auto");
-            else a ``torch.dtype`` or one of
-            "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16", "float64".
+        dtype: ``"auto"`` (default; ``None`` means the same) keeps the dtype the checkpoint was
+            saved in (its config's ``torch_dtype``: a bf16 checkpoint loads as bf16); else a
+            ``torch.dtype`` or one of "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16",
+            "float64".
         device: where to put the model ("cpu", "cuda", "cuda:1", a ``torch.device``).
+        attn_implementation: passed to ``from_pretrained`` (``"sdpa"``, ``"eager"``,
+            ``"flash_attention_2"``, ...); None/"" = transformers' default.
+        gradient_checkpointing: enable activation checkpointing (non-reentrant) for training.
 
     Returns:
         ``(model, tokenizer)``: an ``AutoModelForCausalLM`` in eval mode and an
-        ``AutoTokenizer``.
+        ``AutoTokenizer``. The model's generation stops on :func:`stop_token_ids`.
 
     Pad token: batching needs one. If the tokenizer has none, its EOS token is used as pad
     (``tokenizer.pad_token = tokenizer.eos_token``) -- the usual convention for decoder-only
@@ -107,6 +112,7 @@ def load_model(path, *, dtype=None, device="cpu"):
     Raises:
         FileNotFoundError / NotADirectoryError: the path is missing, or is not a model directory
             (the message names the path and the missing file).
+        ValueError: an unknown dtype or attention implementation.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -123,15 +129,59 @@ def load_model(path, *, dtype=None, device="cpu"):
             )
         tokenizer.pad_token = tokenizer.eos_token
 
-    kwargs = {}
-    if torch_dtype is not None:
-        kwargs["dtype"] = torch_dtype
-    model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    kwargs = {"dtype": torch_dtype if torch_dtype is not None else "auto"}
+    if attn_implementation:
+        kwargs["attn_implementation"] = attn_implementation
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    except (ValueError, ImportError) as e:
+        if attn_implementation and "attn" in str(e).lower():
+            raise ValueError(f"model.attn_implementation={attn_implementation!r} is not available for "
+                             f"{str(path)!r}: {e}") from None
+        raise
     model.to(device)
     model.eval()
     if getattr(model.config, "pad_token_id", None) is None:
         model.config.pad_token_id = tokenizer.pad_token_id
+    if gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     return model, tokenizer
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """Recompute each block's activations in the backward pass (non-reentrant checkpointing)."""
+    if not getattr(model, "supports_gradient_checkpointing", False):
+        raise ValueError(f"{type(model).__name__} does not support gradient checkpointing; "
+                         "set model.gradient_checkpointing=false")
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # pragma: no cover - older transformers
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "enable_input_require_grads"):
+        model.enable_input_require_grads()  # LoRA: frozen embeddings still let gradients reach the blocks
+
+
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """Every token id that ends a response: the tokenizer's EOS and ``generation_config.eos_token_id``.
+
+    Instruct models often end a turn with a token that is not the tokenizer's EOS (Qwen2.5's
+    ``<|im_end|>`` next to ``<|endoftext|>``, Llama-3's ``<|eot_id|>``); their
+    ``generation_config.json`` lists them all. Order: the tokenizer's first, then the rest,
+    without repeats.
+    """
+    ids: list[int] = []
+
+    def add(x):
+        if x is None:
+            return
+        for i in ([x] if isinstance(x, int) else list(x)):
+            if isinstance(i, int) and i not in ids:
+                ids.append(i)
+
+    add(getattr(tokenizer, "eos_token_id", None))
+    gen = getattr(model, "generation_config", None)
+    add(getattr(gen, "eos_token_id", None) if gen is not None else None)
+    return ids
 
 
 def save_model(model, tokenizer, path) -> Path:

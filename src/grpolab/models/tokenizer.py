@@ -16,7 +16,11 @@ Behaviour worth knowing:
   must stay open for the completion; the trainer appends EOS to demonstrations itself).
 * ``decode(encode(s, add_special_tokens=False)) == s`` exactly for every string over the
   alphabet: spaces, newlines and repeated whitespace survive (no normaliser, no clean-up).
-* Characters outside the alphabet become ``<unk>`` and decode as the literal text ``<unk>``.
+* Characters outside the alphabet become ``<unk>`` at the tokenizer level; grpolab's prompt
+  encoder refuses such text instead (:func:`check_encodable`: a ValueError naming the characters
+  and the fix), so a prompt never silently becomes ``<unk>alculate ...``.
+  :data:`PRINTABLE_ALPHABET` (``build_tokenizer(PRINTABLE_ALPHABET)``, config
+  ``model.tokenizer_alphabet=printable``) covers printable ASCII but ``<`` and ``>``.
 * The alphabet deliberately contains no ``<`` or ``>``, so that no run of ordinary characters
   can spell a special token.
 """
@@ -25,13 +29,45 @@ from __future__ import annotations
 
 from transformers import PreTrainedTokenizerFast
 
-__all__ = ["DEFAULT_ALPHABET", "SPECIAL_TOKENS", "build_tokenizer"]
+__all__ = ["DEFAULT_ALPHABET", "PRINTABLE_ALPHABET", "SPECIAL_TOKENS", "build_tokenizer", "check_encodable"]
 
 #: Special tokens, in id order: pad=0, bos=1, eos=2, unk=3.
 SPECIAL_TOKENS: tuple[str, str, str, str] = ("<pad>", "<bos>", "<eos>", "<unk>")
 
 #: Characters of the built-in tasks and of simple math answers (``\boxed{3/4}``, ``answer: -2.5``).
 DEFAULT_ALPHABET: str = "0123456789abcdefghijklmnopqrstuvwxyz \n+-*/=;#()[]{},.:?!'\"_%^\\"
+
+#: The default alphabet (same ids first) plus the rest of printable ASCII and tab, except ``<``
+#: and ``>`` (they would let plain text spell the special tokens).
+PRINTABLE_ALPHABET: str = DEFAULT_ALPHABET + "".join(
+    c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ&$@|~`\t" if c not in DEFAULT_ALPHABET
+)
+
+
+def check_encodable(tokenizer, text: str, ids) -> None:
+    """Raise ValueError if ``tokenizer`` turned characters of ``text`` into its unknown token.
+
+    ``ids`` are the token ids ``tokenizer`` gave ``text``. Byte-level tokenizers (GPT-2, Qwen,
+    Llama-3) never produce an unknown token, so this only ever fires for vocabularies with gaps,
+    such as the tiny character-level tokenizer (:data:`DEFAULT_ALPHABET` has no capital letters).
+    A text that spells the unknown token itself is left alone.
+    """
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if unk is None or unk not in list(ids):
+        return
+    unk_text = getattr(tokenizer, "unk_token", None)
+    if unk_text and unk_text in text:
+        return
+    bad = sorted({c for c in text if unk in tokenizer(c, add_special_tokens=False)["input_ids"]})
+    if not bad:
+        return
+    first = min(text.index(c) for c in bad)
+    raise ValueError(
+        f"the tokenizer cannot encode the characters {''.join(bad)!r} (first at position {first}: "
+        f"{text[max(0, first - 10):first + 30]!r}); it would read them as {unk_text!r}. Use a model with "
+        "its own tokenizer (model.path), build the tiny model with model.tokenizer_alphabet=printable, or "
+        "lower-case the task's text"
+    )
 
 
 def build_tokenizer(alphabet: str | None = None) -> PreTrainedTokenizerFast:

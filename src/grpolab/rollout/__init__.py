@@ -23,10 +23,12 @@ from .teacher import (
     credit_logprobs,
     encode_teacher_prompts,
     teacher_logprobs,
+    teacher_messages,
 )
 
 __all__ = [
     "Rollout", "LogprobResult", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
     "DEFAULT_TEACHER_TEMPLATE", "TeacherResult", "build_teacher_prompts", "check_template",
     "encode_teacher_prompts", "teacher_logprobs", "credit_logprobs", "encode_prompt", "encode_prompts",
+    "teacher_messages",
 ]

@@ -21,6 +21,11 @@ Usage (what the trainer and the TRL adapter do)::
     u_ids, u_mask = encode_teacher_prompts(tokenizer, texts)                  # [N, P']
     res = teacher_logprobs(teacher, u_ids, u_mask, rollout, prompt_index=torch.arange(B) // G)
 
+Chat-template prompts: build the privileged prompt at the message level with
+:func:`teacher_messages` and render it with the same template as the student's prompt
+(:meth:`grpolab.tasks.PromptFormat.encode_messages`), then pass the ids here; the privileged text
+lands inside the user turn (or a system note), never inside the assistant turn.
+
 Temperature: both distributions are ``softmax(logits / temperature)``; pass the sampling
 temperature so the teacher's log-probs compare like with like with the sampling log-probs.
 """
@@ -66,8 +71,9 @@ class TeacherResult:
     student_logp: torch.Tensor | None = None
 
 
-def check_template(template: str) -> None:
-    """Raise ``ValueError`` unless ``template`` has ``{prompt}`` and ``{privileged}`` or ``{reference}``."""
+def check_template(template: str, *, need_prompt: bool = True) -> None:
+    """Raise ``ValueError`` unless ``template`` has ``{privileged}`` or ``{reference}`` and (with
+    ``need_prompt``, for templates that replace the question) ``{prompt}``."""
     import string
 
     try:
@@ -80,11 +86,9 @@ def check_template(template: str) -> None:
             f"teacher template uses unknown fields {sorted(unknown)}; allowed: "
             + ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
         )
-    if "prompt" not in names or not names & {"privileged", "reference"}:
-        raise ValueError(
-            "teacher template must contain {prompt} and {privileged} (or {reference}); got "
-            f"{template!r}"
-        )
+    if (need_prompt and "prompt" not in names) or not names & {"privileged", "reference"}:
+        need = "{prompt} and {privileged}" if need_prompt else "{privileged}"
+        raise ValueError(f"teacher template must contain {need} (or {{reference}}); got {template!r}")
 
 
 def build_teacher_prompts(items: Sequence, template: str = DEFAULT_TEACHER_TEMPLATE) -> list[str]:
@@ -98,6 +102,53 @@ def build_teacher_prompts(items: Sequence, template: str = DEFAULT_TEACHER_TEMPL
         priv = it.privileged or it.reference
         out.append(template.format(prompt=it.prompt, privileged=priv, reference=it.reference))
     return out
+
+
+PLACEMENTS = ("user", "system")
+
+
+def teacher_messages(messages: Sequence[dict], item, *, placement: str = "user",
+                     template: str = "{prompt}\n\nHere is a reference solution:\n{privileged}",
+                     system_template: str = "{privileged}") -> list[dict]:
+    """The privileged teacher conversation for a chat-template prompt, built at the message level.
+
+    The student's conversation ``messages`` (as the policy sees it, system prompt included) is
+    copied and the item's privileged context (or its reference answer) is added *inside* it, so
+    that rendering it with the same chat template and ``add_generation_prompt=True`` ends with the
+    same assistant header as the student's prompt: the sampled response tokens follow both
+    prompts identically. Nothing is added after the last user turn, and nothing is repeated.
+
+    Args:
+        messages: ``[{"role", "content"}, ...]`` the student's prompt conversation.
+        item: has ``privileged``, ``reference`` (a :class:`grpolab.tasks.TaskItem`).
+        placement: ``"user"``: the last user turn becomes ``template`` with ``{prompt}`` = that
+            turn's content; ``"system"``: ``system_template`` is appended to the first system
+            message (after a blank line) or inserted as a new first system message.
+        template, system_template: format strings over ``{prompt}``, ``{privileged}``, ``{reference}``.
+
+    Returns:
+        a new message list (the input is not modified).
+    """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement={placement!r}; choose one of {PLACEMENTS}")
+    msgs = [dict(m) for m in messages]
+    users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
+    if not users:
+        raise ValueError("the teacher conversation needs a user message to attach the privileged context to")
+    priv = item.privileged or item.reference
+    last = users[-1]
+    fields = dict(privileged=priv, reference=item.reference)
+    if placement == "user":
+        check_template(template)
+        msgs[last]["content"] = template.format(prompt=msgs[last]["content"], **fields)
+    else:
+        check_template(system_template, need_prompt=False)
+        note = system_template.format(prompt=msgs[last]["content"], **fields)
+        if msgs[0].get("role") == "system":
+            msgs[0]["content"] = (msgs[0]["content"] + "\n\n" + note) if msgs[0]["content"] else note
+        else:
+            msgs.insert(0, {"role": "system", "content": note})
+    return msgs
 
 
 def encode_teacher_prompts(tokenizer, texts: Sequence[str], *, group_size: int = 1,
@@ -334,9 +385,11 @@ __all__ = [
     "DEFAULT_TEACHER_TEMPLATE",
     "TeacherResult",
     "build_teacher_prompts",
+    "PLACEMENTS",
     "check_template",
     "encode_teacher_prompts",
     "teacher_logprobs",
+    "teacher_messages",
 ]
 
 

@@ -4,6 +4,8 @@
   demonstration, meta (+ reward options); ``item.score(completion)`` never raises.
 * :class:`Task` protocol -- ``name`` and ``items(split, n)``, ``split`` in ("train", "eval"),
   disjoint by prompt.
+* :class:`PromptFormat` -- chat template (``auto | on | off``), system prompt and prompt
+  template: how an item (or a TRL conversation in ``item.messages``) becomes prompt token ids.
 * registry -- :func:`register_task`, :func:`get_task`, :func:`list_tasks`.
 * built-in tasks: "arith" (:class:`ArithTask`, the tiny model's default), "reverse"
   (:class:`ReverseTask`), "dataset" (:func:`load_dataset_task` for .jsonl/.json/.parquet),
@@ -13,18 +15,21 @@
 
 from grpolab.tasks.arith import ArithTask
 from grpolab.tasks.base import (
+    PROCEDURAL_DEFAULT_N,
     SPLITS,
     ProceduralTask,
     StaticTask,
     Task,
     TaskItem,
+    TooFewItems,
     get_task,
     list_tasks,
     prompt_in_eval,
     register_task,
     split_by_prompt,
 )
-from grpolab.tasks.dataset import DatasetTask, JsonlTask, load_dataset_task
+from grpolab.tasks.dataset import DatasetTask, JsonlTask, load_dataset_task, split_final_answer
+from grpolab.tasks.prompt import CHAT_TEMPLATE_MODES, PromptFormat, check_messages, looks_like_chat_model
 from grpolab.tasks.reasoning_gym import DEFAULT_RG_TEMPLATE, ReasoningGymTask
 from grpolab.tasks.reverse import ReverseTask
 from grpolab.tasks.tool_arith import ToolArithTask
@@ -32,6 +37,13 @@ from grpolab.tasks.web import WebTask
 
 __all__ = [
     "ArithTask",
+    "CHAT_TEMPLATE_MODES",
+    "PROCEDURAL_DEFAULT_N",
+    "PromptFormat",
+    "TooFewItems",
+    "check_messages",
+    "looks_like_chat_model",
+    "split_final_answer",
     "DEFAULT_RG_TEMPLATE",
     "DatasetTask",
     "JsonlTask",

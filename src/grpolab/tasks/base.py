@@ -25,10 +25,12 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 from grpolab.rewards import RewardResult, safe_score
 
 __all__ = [
+    "PROCEDURAL_DEFAULT_N",
     "SPLITS",
     "ProceduralTask",
     "StaticTask",
     "Task",
+    "TooFewItems",
     "TaskItem",
     "check_split",
     "get_task",
@@ -39,6 +41,8 @@ __all__ = [
 ]
 
 SPLITS: tuple[str, str] = ("train", "eval")
+#: ``items(split, None)`` of a procedural task (an unbounded prompt space): this many items.
+PROCEDURAL_DEFAULT_N: dict[str, int] = {"train": 4096, "eval": 256}
 
 
 @dataclass
@@ -56,6 +60,11 @@ class TaskItem:
         meta: free-form details (difficulty, n_steps, source row, ...).
         reward_options: keyword options passed to the reward (e.g. the reasoning-gym entry);
             usually empty.
+        messages: the conversation of a conversational dataset row (TRL's format: a list of
+            ``{"role", "content"}`` ending with the user turn to answer), or None. ``prompt`` is
+            then the content of its last user turn (the question: it keys the train/eval split
+            and fills ``{prompt}`` in teacher templates). How either reaches the model is the
+            run's :class:`grpolab.tasks.PromptFormat`.
     """
 
     prompt: str
@@ -65,6 +74,7 @@ class TaskItem:
     demonstration: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
     reward_options: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, str]] | None = None
 
     def __post_init__(self) -> None:
         for name in ("prompt", "reference", "privileged", "reward", "demonstration"):
@@ -77,6 +87,10 @@ class TaskItem:
             raise ValueError("TaskItem.reward must name a reward, e.g. 'math' or 'exact'")
         if not isinstance(self.meta, dict) or not isinstance(self.reward_options, dict):
             raise TypeError("TaskItem.meta and TaskItem.reward_options must be dicts")
+        if self.messages is not None:
+            from grpolab.tasks.prompt import check_messages
+
+            self.messages = check_messages(self.messages, "TaskItem.messages")
 
     def score(self, completion: str) -> RewardResult:
         """Score ``completion`` with this item's reward; never raises (see ``safe_score``)."""
@@ -89,8 +103,9 @@ class Task(Protocol):
 
     name: str
 
-    def items(self, split: str, n: int) -> list[TaskItem]:
-        """``n`` items of ``split`` ("train" or "eval"); train and eval are disjoint."""
+    def items(self, split: str, n: int | None = None) -> list[TaskItem]:
+        """``n`` items of ``split`` ("train" or "eval"; None: all rows of a finite task, or
+        :data:`PROCEDURAL_DEFAULT_N` of a generated one); train and eval are disjoint."""
         ...
 
 
@@ -191,8 +206,12 @@ class ProceduralTask:
     def generate(self, rng: random.Random) -> TaskItem:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def items(self, split: str, n: int) -> list[TaskItem]:
-        """``n`` unique-by-prompt items of ``split``; deterministic, prefix-stable."""
+    def items(self, split: str, n: int | None = None) -> list[TaskItem]:
+        """``n`` unique-by-prompt items of ``split``; deterministic, prefix-stable.
+
+        ``n=None``: :data:`PROCEDURAL_DEFAULT_N` (4096 train, 256 eval)."""
+        if n is None and split in SPLITS:
+            n = PROCEDURAL_DEFAULT_N[split]
         check_split(split, n)
         rng = random.Random(f"grpolab:{self.name}:{split}:{self.seed}")
         want_eval = split == "eval"
@@ -248,11 +267,23 @@ def split_by_prompt(
     return train, evals
 
 
+class TooFewItems(ValueError):
+    """A finite task's split holds fewer items than were asked for."""
+
+    def __init__(self, task: str, split: str, available: int, requested: int) -> None:
+        self.task, self.split, self.available, self.requested = task, split, available, requested
+        super().__init__(
+            f"task {task!r} has only {available} {split} items, {requested} were requested; ask for at "
+            f"most {available}, or pass n=None for all of them"
+        )
+
+
 class StaticTask:
     """A task over fixed lists of train and eval items (datasets, reasoning-gym).
 
     ``items(split, n)`` returns the first ``n`` items of the split (already in a seeded
-    shuffled order); asking for more than the split holds raises ValueError naming the count.
+    shuffled order), or all of them for ``n=None``; asking for more than the split holds raises
+    :class:`TooFewItems` (a ValueError) naming the count.
     """
 
     def __init__(self, name: str, train: Sequence[TaskItem], eval: Sequence[TaskItem]) -> None:
@@ -264,14 +295,14 @@ class StaticTask:
         check_split(split, 0)
         return len(self._splits[split])
 
-    def items(self, split: str, n: int) -> list[TaskItem]:
+    def items(self, split: str, n: int | None = None) -> list[TaskItem]:
+        pool = self._splits[split] if split in SPLITS else None
+        if n is None:
+            check_split(split, 0)
+            return list(pool)
         check_split(split, n)
-        pool = self._splits[split]
         if n > len(pool):
-            raise ValueError(
-                f"task {self.name!r} has only {len(pool)} {split} items, {n} were requested; "
-                f"ask for at most {len(pool)} (task.available({split!r}))"
-            )
+            raise TooFewItems(self.name, split, len(pool), n)
         return pool[:n]
 
     def __repr__(self) -> str:

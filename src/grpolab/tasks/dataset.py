@@ -6,7 +6,19 @@ only, nothing is downloaded), turns each row into a :class:`TaskItem`, and split
 prompt with a fixed seed (:func:`grpolab.tasks.base.split_by_prompt`), or takes eval from a
 second file (``eval_path``; eval rows whose prompt also occurs in train are dropped).
 
-Row rules: the prompt must be a non-empty string; the answer a string or a number (numbers are
+Conversational rows in TRL's format load directly: when the prompt column holds a list of
+``{"role", "content"}`` messages, the item keeps the conversation (``item.messages``; the run's
+:class:`~grpolab.tasks.PromptFormat` renders it with the tokenizer's chat template) and its
+``prompt`` is the last user turn. An optional ``completion`` column (a list of assistant messages
+or a string; TRL's prompt-completion format) becomes the demonstration unless
+``demonstration_field`` names another column.
+
+GSM8K-style answers (a worked solution whose last line is ``#### <final answer>``) are split with
+``answer_format="auto"`` (default): the reference is the final answer and the whole solution is
+the privileged context (the RLSD/GEAR teacher's reference solution). ``answer_format="raw"``
+keeps the answer as it is.
+
+Row rules: the prompt must be a non-empty string or a conversation; the answer a string or a number (numbers are
 converted with ``str``), or a list / object (JSON-encoded into the reference string: the
 ``code``, ``sql`` and ``json_schema`` rewards decode it); optional privileged/demonstration
 fields must be strings or null. A row that breaks them raises ValueError naming the row index
@@ -17,6 +29,7 @@ the indices).
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -25,6 +38,17 @@ from grpolab.tasks.base import StaticTask, TaskItem, _check_fraction, register_t
 __all__ = ["DatasetTask", "JsonlTask", "load_dataset_task"]
 
 _FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
+ANSWER_FORMATS = ("auto", "raw")
+#: GSM8K's final-answer line: ``#### 72`` at the end of the worked solution.
+_GSM8K_FINAL = re.compile(r"(?:^|\n)####\s*(.+?)\s*$", re.DOTALL)
+
+
+def split_final_answer(answer: str) -> tuple[str, str]:
+    """``(final_answer, worked_solution)`` of a GSM8K-style answer, or ``(answer, "")`` otherwise."""
+    m = _GSM8K_FINAL.search(answer)
+    if m is None or "\n" in m.group(1).strip():
+        return answer, ""
+    return m.group(1).strip(), answer
 
 
 class DatasetTask(StaticTask):
@@ -105,8 +129,12 @@ def _rows_to_items(
     reward_options: dict[str, Any],
     format: str | None,
     on_bad_row: str,
+    answer_format: str = "auto",
 ) -> tuple[list[TaskItem], list[int]]:
     columns, data = _read_rows(path, format)
+    if demonstration_field is None and "completion" in data and prompt_field in data and any(
+            isinstance(v, list) for v in data[prompt_field][:1]):
+        demonstration_field = "completion"  # TRL's conversational prompt-completion format
     wanted = [("prompt_field", prompt_field), ("answer_field", answer_field)]
     wanted += [("privileged_field", privileged_field), ("demonstration_field", demonstration_field)]
     wanted += [("meta_fields", f) for f in meta_fields]
@@ -132,6 +160,7 @@ def _rows_to_items(
                     meta_fields,
                     reward,
                     reward_options,
+                    answer_format,
                 )
             )
         except ValueError:
@@ -153,13 +182,23 @@ def _row_to_item(
     meta_fields,
     reward,
     reward_options,
+    answer_format="auto",
 ) -> TaskItem:
+    from grpolab.tasks.prompt import check_messages
+
     where = f"row {i} of {str(path)!r}"
     prompt = data[prompt_field][i]
+    messages = None
+    if isinstance(prompt, (list, tuple)):  # TRL conversational format
+        try:
+            messages = check_messages(prompt, f"{where}: {prompt_field!r}")
+        except ValueError as e:
+            raise ValueError(f"{e}; fix the row or pass on_bad_row='skip'") from None
+        prompt = [m["content"] for m in messages if m["role"] == "user"][-1]
     if not isinstance(prompt, str) or not prompt:
         raise ValueError(
-            f"{where}: {prompt_field!r} must be a non-empty string, got "
-            f"{type(prompt).__name__} {prompt!r:.80}; fix the row or pass on_bad_row='skip'"
+            f"{where}: {prompt_field!r} must be a non-empty string or a list of {{role, content}} messages, "
+            f"got {type(prompt).__name__} {prompt!r:.80}; fix the row or pass on_bad_row='skip'"
         )
     answer = data[answer_field][i]
     if isinstance(answer, (int, float)) and not isinstance(answer, bool):
@@ -174,6 +213,9 @@ def _row_to_item(
     optional = {}
     for label, fname in (("privileged", privileged_field), ("demonstration", demonstration_field)):
         value = data[fname][i] if fname is not None else None
+        if isinstance(value, list) and label == "demonstration":  # a TRL completion: assistant messages
+            value = "".join(m.get("content", "") for m in value if isinstance(m, dict)
+                            and m.get("role") == "assistant") or None
         if value is not None and not isinstance(value, str):
             raise ValueError(
                 f"{where}: {fname!r} must be a string or null, got {type(value).__name__}; "
@@ -182,14 +224,18 @@ def _row_to_item(
         optional[label] = value or ""
     meta = {"source": str(path), "row": i}
     meta.update({f: data[f][i] for f in meta_fields})
+    reference, solution = answer.strip(), ""
+    if answer_format == "auto":
+        reference, solution = split_final_answer(reference)
     return TaskItem(
         prompt=prompt,
-        reference=answer.strip(),
-        privileged=optional["privileged"] or optional["demonstration"] or answer.strip(),
+        reference=reference,
+        privileged=optional["privileged"] or solution or optional["demonstration"] or reference,
         reward=reward,
         demonstration=optional["demonstration"],
         meta=meta,
         reward_options=dict(reward_options),
+        messages=messages,
     )
 
 
@@ -210,6 +256,7 @@ def load_dataset_task(
     seed: int = 0,
     on_bad_row: str = "raise",
     name: str | None = None,
+    answer_format: str = "auto",
 ) -> DatasetTask:
     """Build a task from a local ``.jsonl`` / ``.json`` / ``.parquet`` file.
 
@@ -228,6 +275,9 @@ def load_dataset_task(
         seed: fixes the split and the item order.
         on_bad_row: "raise" (default) or "skip" (skipped rows are counted in the task).
         name: task name; default ``"dataset:<file stem>"``.
+        answer_format: "auto" splits GSM8K-style ``#### <answer>`` lines off worked solutions (the
+            final answer is the reference, the solution the privileged context); "raw" keeps the
+            answer column as the reference.
 
     Raises:
         FileNotFoundError: ``path`` (or ``eval_path``) is missing.
@@ -237,6 +287,8 @@ def load_dataset_task(
     """
     if on_bad_row not in ("raise", "skip"):
         raise ValueError(f"on_bad_row must be 'raise' or 'skip', got {on_bad_row!r}")
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     _check_fraction(eval_fraction)
     if isinstance(meta_fields, str):
         meta_fields = (meta_fields,)
@@ -251,6 +303,7 @@ def load_dataset_task(
         reward_options=dict(reward_options or {}),
         format=format,
         on_bad_row=on_bad_row,
+        answer_format=answer_format,
     )
     items, skipped = _rows_to_items(path, **common)
     if not items:

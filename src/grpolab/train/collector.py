@@ -37,27 +37,41 @@ class SingleTurnCollector:
     """One sampled completion per row, scored by the item's verifier.
 
     Args:
-        tokenizer: the policy's tokenizer (prompts are encoded with its special tokens and BOS).
+        tokenizer: the policy's tokenizer.
         max_new_tokens: the longest completion.
         reward_workers: verifier processes (1 = score in this process; see ``score_batch``).
+        prompt_format: the run's resolved :class:`grpolab.tasks.PromptFormat` (chat template,
+            system prompt, prompt template); None: ``item.prompt`` as plain text with the
+            tokenizer's special tokens and BOS.
+        stop_ids: the ids that end a response (:func:`grpolab.models.stop_token_ids`: the
+            tokenizer's EOS and ``generation_config``'s list); None: the tokenizer's EOS.
     """
 
-    def __init__(self, tokenizer, *, max_new_tokens: int, reward_workers: int = 1) -> None:
+    def __init__(self, tokenizer, *, max_new_tokens: int, reward_workers: int = 1, prompt_format=None,
+                 stop_ids=None) -> None:
+        from grpolab.tasks import PromptFormat
+
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.reward_workers = reward_workers
+        self.prompt_format = prompt_format if prompt_format is not None else PromptFormat(chat_template="off")
+        self.stop_ids = stop_ids if stop_ids is not None else tokenizer.eos_token_id
+
+    def prompt_texts(self, items) -> list[str]:
+        """The prompt text of each item as the model sees it (template included)."""
+        return [self.prompt_format.render(it, self.tokenizer) for it in items]
 
     def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None):
         from grpolab.rewards import score_batch
         from grpolab.rollout import sample
-        from grpolab.train.text import decode_responses, encode_prompts
+        from grpolab.train.text import decode_responses
 
         tok = self.tokenizer
         t0 = time.time()
         rollout = sample(
-            model, encode_prompts(tok, [it.prompt for it in items]), group_size=group_size,
+            model, self.prompt_format.encode(items, tok), group_size=group_size,
             max_new_tokens=self.max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
-            eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, generator=generator,
+            eos_token_id=self.stop_ids, pad_token_id=tok.pad_token_id, generator=generator,
         )
         t1 = time.time()
         texts = decode_responses(tok, rollout.response_ids, rollout.response_mask)
@@ -78,6 +92,9 @@ class EpisodeCollector:
         self.tokenizer = tokenizer
         self.env = env
 
+    def prompt_texts(self, items) -> list[str]:
+        return [it.prompt for it in items]
+
     def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None):
         from grpolab.envs import make_env
         from grpolab.rollout import run_episodes
@@ -95,14 +112,17 @@ class EpisodeCollector:
                           seconds={"rollout": time.time() - t0, "reward": 0.0})
 
 
-def make_collector(tokenizer, *, max_new_tokens: int, env=None, reward_workers: int = 1) -> Collector:
+def make_collector(tokenizer, *, max_new_tokens: int, env=None, reward_workers: int = 1, prompt_format=None,
+                   stop_ids=None) -> Collector:
     """The collector for a run: episodes when ``env`` names an environment, else single completions."""
     if env is not None and env.name:
         return EpisodeCollector(tokenizer, env)
-    return SingleTurnCollector(tokenizer, max_new_tokens=max_new_tokens, reward_workers=reward_workers)
+    return SingleTurnCollector(tokenizer, max_new_tokens=max_new_tokens, reward_workers=reward_workers,
+                               prompt_format=prompt_format, stop_ids=stop_ids)
 
 
-def collector_for(cfg, tokenizer) -> Collector:
-    """:func:`make_collector` with a run config's settings."""
+def collector_for(cfg, tokenizer, *, prompt_format=None, stop_ids=None) -> Collector:
+    """:func:`make_collector` with a run config's settings (and its resolved prompt format / stop ids)."""
     return make_collector(tokenizer, max_new_tokens=cfg.rollout.max_new_tokens, env=cfg.env,
-                          reward_workers=cfg.rollout.reward_workers)
+                          reward_workers=cfg.rollout.reward_workers, prompt_format=prompt_format,
+                          stop_ids=stop_ids)

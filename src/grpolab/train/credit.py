@@ -8,6 +8,14 @@ into per-token advantages ``A_t[B,T]`` with the configured method, and returns t
 metrics. The math itself lives in :mod:`grpolab.objectives.credit` (pure functions); this module
 only does the model calls, the bookkeeping and the logging.
 
+Teacher prompts follow the run's :class:`grpolab.tasks.PromptFormat`: with a chat template the
+privileged context goes into the conversation (``credit.privileged_placement``: the last user
+turn through ``credit.chat_template``, or a system note through ``credit.system_template``) and is
+rendered by the same template as the student's prompt, so both end with the same assistant header
+and the response tokens align; plain-text prompts use ``credit.template`` around the prompt as the
+student saw it. With LoRA the frozen teacher is the base model (adapters off, no weight copy;
+never re-synced: a deviation from docs/methods.md section 4).
+
 Only rows whose advantage is non-zero go through the teacher for ``rlsd`` and ``gear`` (a zero
 advantage stays zero whatever the weight), so groups whose rewards are all equal cost nothing.
 ``opsd`` uses every row (it ignores the reward).
@@ -24,7 +32,13 @@ import torch
 from grpolab import objectives as obj
 from grpolab.config import Config
 from grpolab.train.state import frozen_copy
-from grpolab.rollout import build_teacher_prompts, credit_logprobs, encode_teacher_prompts
+from grpolab.rollout import (
+    build_teacher_prompts,
+    credit_logprobs,
+    encode_teacher_prompts,
+    left_pad,
+    teacher_messages,
+)
 
 if TYPE_CHECKING:
     from grpolab.train.experience import Experience
@@ -93,11 +107,18 @@ def leakage(completions: Sequence[str], items: Sequence, template: str) -> dict[
 class CreditStep:
     """Holds the teacher and turns ``A[B]`` into ``A_t[B,T]`` once per training step."""
 
-    def __init__(self, cfg: Config, policy, tokenizer) -> None:
+    def __init__(self, cfg: Config, policy, tokenizer, prompt_format=None) -> None:
+        from grpolab.models.lora import AdaptersOff, has_lora
+
         self.cfg = cfg
         self.c = cfg.credit
         self.tokenizer = tokenizer
-        self.teacher = frozen_copy(policy) if self.c.teacher == "frozen" else None
+        self.prompt_format = prompt_format
+        self.base_teacher = self.c.teacher == "frozen" and has_lora(policy)
+        if self.base_teacher:
+            self.teacher = AdaptersOff(policy)
+        else:
+            self.teacher = frozen_copy(policy) if self.c.teacher == "frozen" else None
         self.boundary_ids = _token_ids_containing(tokenizer, self.c.gear_boundaries)
         self.span_end_ids = _token_ids_containing(tokenizer, self.c.span_end)
         self.synced_at = 0
@@ -105,18 +126,20 @@ class CreditStep:
     # ---------------------------------------------------------------- teacher weights
     def maybe_sync(self, step: int, policy) -> None:
         """Re-sync the frozen teacher to the policy at 0-based ``step`` when it is due."""
+        if self.base_teacher:  # LoRA: the teacher is the base model, frozen by construction
+            return
         if self.teacher is not None and step > 0 and step % self.c.teacher_sync_every == 0:
             self.teacher.load_state_dict(policy.state_dict())
             self.synced_at = step
 
     def state_dict(self) -> dict[str, Any] | None:
-        if self.teacher is None:
+        if self.teacher is None or self.base_teacher:
             return None
         return {"teacher": {k: v.detach().cpu().clone() for k, v in self.teacher.state_dict().items()},
                 "synced_at": self.synced_at}
 
     def load_state_dict(self, state: dict[str, Any] | None) -> None:
-        if self.teacher is not None and state is not None:
+        if self.teacher is not None and not self.base_teacher and state is not None:
             self.teacher.load_state_dict(state["teacher"])
             self.synced_at = int(state["synced_at"])
 
@@ -160,8 +183,7 @@ class CreditStep:
             # one teacher prompt per prompt group; its KV cache is shared by the group's rows
             groups, prompt_index = torch.unique(exp.prompt_index[rows.cpu()], return_inverse=True)
             prompt_index = prompt_index.to(device)
-            texts = build_teacher_prompts([exp.items[int(g)] for g in groups.tolist()], c.template)
-            t_ids, t_mask = encode_teacher_prompts(self.tokenizer, texts, group_size=1, device=device)
+            t_ids, t_mask = self.teacher_prompts([exp.items[int(g)] for g in groups.tolist()], device)
             micro = c.micro_batch_size or self.cfg.trainer.micro_batch_size or None
             res = credit_logprobs(teacher, policy, t_ids, t_mask, part, temperature=self.cfg.rollout.temperature,
                                   return_kl=self._needs_kl(), chunk_size=c.chunk_size, micro_batch_size=micro,
@@ -185,11 +207,37 @@ class CreditStep:
             k=c.gear_k, quantile=c.gear_quantile, min_divergence=c.gear_min_divergence, boundary_mask=boundary,
         )
         metrics = self._metrics(out, lam, full_student, full_teacher, full_div, mask, scored)
-        metrics.update(leakage(exp.texts, exp.row_items, c.template))
+        metrics.update(leakage(exp.texts, exp.row_items, self.leak_template()))
         metrics["time/teacher"] = time.time() - t0
         return CreditOutput(advantages=out.advantages, multiplier=out.multiplier, segment_ids=out.segment_ids,
                             student_logp=full_student, teacher_logp=full_teacher, divergence=full_div,
                             metrics=metrics)
+
+    def uses_chat(self) -> bool:
+        return self.prompt_format is not None and self.prompt_format.chat_template == "on"
+
+    def leak_template(self) -> str:
+        """The teacher text whose fixed lines count as a leak when a response repeats them."""
+        if not self.uses_chat():
+            return self.c.template
+        return self.c.chat_template if self.c.privileged_placement == "user" else self.c.system_template
+
+    def teacher_prompts(self, items: Sequence, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Left-padded privileged prompts ``([N, P'], [N, P'])`` of ``items`` (see the module docstring)."""
+        c, fmt, tok = self.c, self.prompt_format, self.tokenizer
+        if fmt is None:  # no prompt format given: credit.template around item.prompt
+            return encode_teacher_prompts(tok, build_teacher_prompts(items, c.template), group_size=1, device=device)
+        if self.uses_chat():
+            rows = [fmt.encode_messages(teacher_messages(fmt.messages(it), it, placement=c.privileged_placement,
+                                                         template=c.chat_template,
+                                                         system_template=c.system_template), tok)
+                    for it in items]
+            return left_pad(rows, tok.pad_token_id if tok.pad_token_id is not None else 0, device=device)
+        from types import SimpleNamespace
+
+        shown = [SimpleNamespace(prompt=fmt.render(it, tok), privileged=it.privileged, reference=it.reference)
+                 for it in items]  # the plain prompt as the student saw it (template, system line)
+        return encode_teacher_prompts(tok, build_teacher_prompts(shown, c.template), group_size=1, device=device)
 
     def _needs_kl(self) -> bool:
         return self.c.name == "gear" and self.c.divergence == "kl"

@@ -20,7 +20,7 @@ __all__ = ["measure_headroom", "write_headroom"]
 
 def measure_headroom(model, tokenizer, items, *, k: int = 8, temperature: float = 1.0, top_p: float = 1.0,
                      max_new_tokens: int = 48, seed: int = 0, source: str = "",
-                     batch_size: int = 256, env=None) -> HeadroomResult:
+                     batch_size: int = 256, env=None, collector=None) -> HeadroomResult:
     """Greedy success, sampled success (k samples per item at ``temperature``) and pass@k, with CIs.
 
     ``env``: an :class:`grpolab.config.EnvConfig` for multi-turn tasks (episodes instead of single
@@ -32,6 +32,8 @@ def measure_headroom(model, tokenizer, items, *, k: int = 8, temperature: float 
         raise ValueError(f"k must be >= 1, got {k}")
     was_training = model.training
     kw = {"env": env} if env is not None else {}
+    if collector is not None:  # the run's collector: its prompt format and stop tokens
+        kw["collector"] = collector
     greedy = evaluate(model, tokenizer, items, greedy=True, max_new_tokens=max_new_tokens,
                       batch_size=batch_size, **kw)
     gen = torch.Generator().manual_seed(int(seed))
@@ -61,7 +63,7 @@ TRAIN_CHECK_ITEMS = 64
 TRAIN_CHECK_K = 8
 
 
-def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print) -> HeadroomResult:
+def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print, collector=None) -> HeadroomResult:
     """The headroom check ``train`` runs before RL (``trainer.headroom``); writes headroom.{json,md}.
 
     Uses the first :data:`TRAIN_CHECK_ITEMS` held-out items x :data:`TRAIN_CHECK_K` samples at the
@@ -72,6 +74,7 @@ def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
         max_new_tokens=cfg.rollout.max_new_tokens, seed=cfg.trainer.seed + 7919,
         source=cfg.model.path or "policy at the start of RL", env=getattr(cfg, "env", None),
+        collector=collector,
     )
     write_headroom(run_dir, res)
     log(f"headroom ({len(eval_items[:TRAIN_CHECK_ITEMS])} held-out items x {TRAIN_CHECK_K} samples): {res.message}")

@@ -36,8 +36,18 @@ from grpolab.train.experience import Experience
 from grpolab.train.metrics_log import MetricsLog
 from grpolab.train.report import write_report
 from grpolab.train.rundir import RunDir
-from grpolab.train.setup import (build_policy, build_task_splits, record_sandbox_isolation, resolve_device,
-                                 warm_start)
+from grpolab.train.completions import append_jsonl, completion_rows, examples_table
+from grpolab.train.metric_names import with_verl_names
+from grpolab.train.setup import (
+    build_policy,
+    build_task_splits,
+    prepare_policy,
+    record_sandbox_isolation,
+    resolve_device,
+    resolve_prompt_format,
+    save_final,
+    warm_start,
+)
 from grpolab.train.state import TrainState
 from grpolab.train.policy_update import UpdateSpec, update
 
@@ -94,12 +104,14 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     t_start = time.time()
     run_dir = RunDir(cfg.trainer.run_dir)
     state, eval_items, train_items = start_run(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
-    collector = collector_for(cfg, state.tokenizer)
+    collector = collector_for(cfg, state.tokenizer, prompt_format=state.prompt_format, stop_ids=state.stop_ids)
     if state.step == 0:
         evaluate_start(state, collector, eval_items, cfg, run_dir, log=log)
     metrics_log = MetricsLog(run_dir.path, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb,
-                             wandb_project=cfg.log.wandb_project, config=cfg.to_dict(),
-                             resume_step=state.step if resume and state.step > 0 else None)
+                             wandb_project=cfg.log.wandb_project, wandb_entity=cfg.log.wandb_entity,
+                             wandb_run_name=cfg.log.wandb_run_name, wandb_mode=cfg.log.wandb_mode,
+                             config=cfg.to_dict(), resume_step=state.step if resume and state.step > 0 else None,
+                             schema=metric_schema(cfg))
     progress = _progress(cfg, initial=state.step)
     spec = UpdateSpec.from_config(cfg)
     advantage_fn = obj.get_advantage_estimator(cfg.objective.advantage)
@@ -116,9 +128,15 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         state.finish_step()
         row = {**step_metrics(exp, stats), **exp.credit_metrics, **exp.episode_metrics,
                **_throughput(state, exp, timer)}
+        every = cfg.log.completions_every
+        if every and state.step % every == 0:  # what the model writes, like TRL's log_completions
+            rows = completion_rows(exp.items, collector.prompt_texts(exp.items), exp.texts, exp.rewards.tolist(),
+                                   group_size=cfg.rollout.group_size, n=cfg.log.completions_n, step=state.step)
+            append_jsonl(run_dir.path / "completions.jsonl", rows)
+            metrics_log.text("completions", examples_table(rows), state.step)
         if state.step % tr.eval_every == 0 or state.step == tr.steps:
             row.update(evaluate_now(state, collector, eval_items, cfg))
-        metrics_log.log(state.step, row)
+        metrics_log.log(state.step, with_verl_names(row) if cfg.log.metric_names == "both" else row)
         progress.update(1)
         progress.set_postfix(reward=f"{row['reward/mean']:.2f}", acc=f"{row['accuracy']:.2f}",
                              eval=f"{state.history['eval'][-1]['accuracy']:.2f}", s=f"{row['time/step']:.1f}")
@@ -148,8 +166,14 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
         log(f"no checkpoint in {run_dir.path}; starting from step 0")
     gen = seed_everything(cfg.trainer.seed)
     device = resolve_device(cfg.model.device)
-    train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
+    train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed, log=log)
+    if len(train_items) < cfg.rollout.prompts_per_step:
+        from grpolab.config import ConfigError
+
+        raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} exceeds the task's "
+                          f"{len(train_items)} training items; lower it (--set rollout.prompts_per_step=N)")
     policy, tokenizer, from_scratch = build_policy(cfg.model, seed=cfg.trainer.seed, device=device)
+    fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log)
     if overwrite and not resume:
         status, diffs = run_dir.warm_start_status(cfg)
         run_dir.start_over(keep_warm_start=status in ("match", "legacy"))
@@ -158,12 +182,14 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     if ckpt is None:
         run_dir.path.mkdir(parents=True, exist_ok=True)
         policy = warm_start(cfg, policy, tokenizer, from_scratch, train_items, eval_items, run_dir, log=log)
+        policy = prepare_policy(cfg.model, policy)  # LoRA adapters, after the warm start
     else:  # the checkpoint holds the weights: no warm start needed
+        policy = prepare_policy(cfg.model, policy)
         policy.load_state_dict(_load_weights(ckpt.model_dir, policy))
     policy.to(device)
     run_dir.write_config(cfg)
     record_sandbox_isolation(cfg, train_items + eval_items, run_dir.path, log=log)
-    state = TrainState.create(cfg, policy, tokenizer, gen)
+    state = TrainState.create(cfg, policy, tokenizer, gen, prompt_format=fmt)
     if ckpt is not None:
         state.load_state_dict(ckpt.load_state())
         log(f"resumed {run_dir.path} at step {state.step}")
@@ -179,7 +205,8 @@ def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Con
     if cfg.trainer.headroom:  # own generator: the training RNG streams are untouched
         from grpolab.train.headroom import run_headroom_check
 
-        run_headroom_check(state.policy, state.tokenizer, eval_items, cfg, run_dir.path, log=log)
+        run_headroom_check(state.policy, state.tokenizer, eval_items, cfg, run_dir.path, log=log,
+                           collector=collector)
 
 
 def learning_signal(exp: Experience, state: TrainState, spec: UpdateSpec, advantage_fn) -> Experience:
@@ -213,9 +240,7 @@ def evaluate_now(state: TrainState, collector: Collector, eval_items, cfg: Confi
 def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: float,
                log: Callable[[str], None]) -> TrainResult:
     """Save ``final/``, write the report, return the result."""
-    from grpolab.models import save_model
-
-    save_model(state.policy, state.tokenizer, run_dir.final)
+    save_final(cfg.model, state.policy, state.tokenizer, run_dir.final)
     evals = state.history["eval"]
     result = TrainResult(
         run_dir=run_dir.path, steps=state.step, start_accuracy=evals[0]["accuracy"],
@@ -228,26 +253,39 @@ def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: floa
 
 
 def step_metrics(exp: Experience, update_stats: dict[str, float]) -> dict[str, float]:
-    """The step's row: rewards, accuracy, lengths, all-equal groups, and ``update/...``."""
+    """The step's row: rewards, accuracy, lengths, advantages, all-equal groups, and ``update/...``.
+
+    Keys that a step cannot compute (``length/correct`` without a correct answer) are NaN, so
+    every row has the same keys (see :func:`metric_schema`)."""
     rollout, rewards = exp.rollout, exp.rewards
     lengths = rollout.response_mask.sum(-1).float().cpu()
     solved = rewards >= SOLVED
+    nan = float("nan")
     row: dict[str, float] = {
         "reward/mean": float(rewards.mean()),
         "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
+        "reward/max": float(rewards.max()),
+        "reward/min": float(rewards.min()),
         "accuracy": float(solved.float().mean()),
         "length/mean": float(lengths.mean()),
         "length/std": float(lengths.std()) if len(lengths) > 1 else 0.0,
+        "length/max": float(lengths.max()),
+        "length/min": float(lengths.min()),
         "length/truncated_frac": float((~rollout.finished.cpu()).float().mean()),
+        "prompt_length/mean": float(rollout.prompt_mask.sum(-1).float().mean()),
         "reward/errors": float(exp.reward_errors),
     }
+    if exp.advantages is not None:  # sequence advantages, or the token mean of per-token ones
+        adv = exp.advantages.detach().float().cpu()
+        if adv.dim() == 2:
+            m = rollout.response_mask.cpu().float()
+            adv = (adv * m).sum(-1) / m.sum(-1).clamp_min(1)
+        row.update({"advantages/mean": float(adv.mean()), "advantages/max": float(adv.max()),
+                    "advantages/min": float(adv.min())})
     # aggregation diagnostics: length of right vs wrong answers, and the sign-length gap
-    if solved.any():
-        row["length/correct"] = float(lengths[solved].mean())
-    if (~solved).any():
-        row["length/incorrect"] = float(lengths[~solved].mean())
-    if solved.any() and (~solved).any():
-        row["length/gap_incorrect_minus_correct"] = row["length/incorrect"] - row["length/correct"]
+    row["length/correct"] = float(lengths[solved].mean()) if solved.any() else nan
+    row["length/incorrect"] = float(lengths[~solved].mean()) if (~solved).any() else nan
+    row["length/gap_incorrect_minus_correct"] = row["length/incorrect"] - row["length/correct"]
     # fraction of groups whose rewards are all equal (they carry no GRPO signal)
     idx = exp.prompt_index
     n = len(exp.items)
@@ -315,5 +353,19 @@ def load_run_config(run_dir: str | Path) -> Config:
     return RunDir(run_dir).load_config()
 
 
-__all__ = ["PhaseTimer", "TrainResult", "learning_signal", "load_run_config", "seed_everything",
+def metric_schema(cfg: Config) -> list[str]:
+    """Keys every step row carries (null in metrics.jsonl when a step does not compute them): the
+    update's loss metrics (absent when every row was skipped), the clip rate of every position
+    bucket, and the evaluation keys (computed every ``trainer.eval_every`` steps)."""
+    keys = [f"update/{k}" for k in ("loss", "pg_loss", "kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
+                                     "clip_frac", "ratio_mean", "ratio_min", "ratio_max", "approx_kl", "entropy",
+                                     "skipped_rows_frac", "grad_norm")]
+    keys += [f"update/clip_frac_by_pos/{label}" for label in obj.position_bucket_labels()]
+    keys += ["eval/accuracy", "eval/mean_reward", "eval/mean_length"]
+    if cfg.log.metric_names == "both":
+        keys = list(with_verl_names(dict.fromkeys(keys, float("nan"))))
+    return keys
+
+
+__all__ = ["PhaseTimer", "metric_schema", "TrainResult", "learning_signal", "load_run_config", "seed_everything",
            "step_metrics", "train"]

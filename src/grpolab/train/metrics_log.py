@@ -21,7 +21,11 @@ def _clean(v: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TB / wandb."""
+    """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TB / wandb.
+
+    Every row carries the same keys: ``schema`` (the keys a run may log) plus every key seen so
+    far; a key a step did not compute is written as null (NaN), never left out.
+    """
 
     def __init__(
         self,
@@ -32,7 +36,12 @@ class MetricsLog:
         wandb_project: str = "grpolab",
         config: dict[str, Any] | None = None,
         resume_step: int | None = None,
+        wandb_entity: str = "",
+        wandb_run_name: str = "",
+        wandb_mode: str = "online",
+        schema: list[str] | tuple[str, ...] = (),
     ) -> None:
+        self.keys: dict[str, None] = dict.fromkeys(schema)
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_step is not None and self.path.exists():
@@ -57,12 +66,14 @@ class MetricsLog:
             try:
                 import wandb as wb
             except ImportError as e:
-                raise ImportError("log.wandb=true needs Weights & Biases: pip install wandb") from e
-            self._wandb = wb.init(project=wandb_project, config=config or {}, dir=str(run_dir),
-                                  resume="allow")
+                raise ImportError("log.wandb=true needs Weights & Biases: pip install 'grpolab[wandb]' "
+                                  "or set log.wandb=false") from e
+            self._wandb = wb.init(project=wandb_project, entity=wandb_entity or None, name=wandb_run_name or None,
+                                  mode=wandb_mode, config=config or {}, dir=str(run_dir), resume="allow")
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
-        row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        self.keys.update(dict.fromkeys(metrics))
+        row = {"step": step, **{k: _clean(metrics.get(k, math.nan)) for k in self.keys}}
         self._fh.write(json.dumps(row) + "\n")
         self._fh.flush()
         scalars = {k: v for k, v in row.items() if isinstance(v, (int, float)) and k != "step"}
@@ -71,6 +82,13 @@ class MetricsLog:
                 self._tb.add_scalar(k, v, step)
         if self._wandb is not None:
             self._wandb.log(scalars, step=step)
+
+    def text(self, tag: str, text: str, step: int) -> None:
+        """A text entry (markdown) in TensorBoard's text tab (and wandb's, as HTML-free text)."""
+        if self._tb is not None:
+            self._tb.add_text(tag, text, step)
+        if self._wandb is not None:
+            self._wandb.log({tag: text}, step=step)
 
     def close(self) -> None:
         self._fh.close()

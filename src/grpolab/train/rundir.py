@@ -44,10 +44,17 @@ RESUME_FIXED_KEYS = ("model.hidden_size", "model.num_layers", "model.num_heads",
                      "model.intermediate_size", "task.name", "task.options", "task.n_train", "trainer.seed")
 
 
+_NOT_WARM_START_MODEL = ("device", "lora", "lora_save", "attn_implementation", "gradient_checkpointing")
+_NOT_WARM_START_TASK = ("chat_template", "system_prompt", "prompt_template")
+
+
 def warm_start_key(cfg: Config) -> dict[str, Any]:
     """The settings that produce a run's warm start: model (but its device), task, sft, seed, eval length, env."""
-    model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k != "device"}
-    return {"model": model, "task": dataclasses.asdict(cfg.task), "sft": dataclasses.asdict(cfg.sft),
+    # LoRA is added after the warm start, and attention kernels / checkpointing / the prompt
+    # format of RL prompts do not change what the warm start learns: they are not part of the key
+    model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k not in _NOT_WARM_START_MODEL}
+    task = {k: v for k, v in dataclasses.asdict(cfg.task).items() if k not in _NOT_WARM_START_TASK}
+    return {"model": model, "task": task, "sft": dataclasses.asdict(cfg.sft),
             "seed": cfg.trainer.seed, "max_new_tokens": cfg.rollout.max_new_tokens,
             "env": dataclasses.asdict(cfg.env)}
 

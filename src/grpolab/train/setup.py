@@ -19,22 +19,83 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
-    """``(model, tokenizer, from_scratch)``: a local HF model, or the tiny default built from scratch."""
-    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model
+    """``(model, tokenizer, from_scratch)``: a local HF model, or the tiny default built from scratch.
+
+    ``model.dtype`` (``auto``: the checkpoint's own), ``model.attn_implementation`` and
+    ``model.gradient_checkpointing`` apply here; LoRA adapters are added after any warm start
+    (:func:`prepare_policy`).
+    """
+    from grpolab.models import (PRINTABLE_ALPHABET, TinyModelConfig, build_tiny_model, build_tokenizer,
+                                enable_gradient_checkpointing, load_model)
 
     if cfg.path:
         try:
-            model, tokenizer = load_model(cfg.path, dtype=cfg.dtype, device=device)
-        except (FileNotFoundError, NotADirectoryError) as e:
-            raise ConfigError(f"model.path={cfg.path!r}: {e}") from None
+            model, tokenizer = load_model(cfg.path, dtype=cfg.dtype, device=device,
+                                          attn_implementation=cfg.attn_implementation or None,
+                                          gradient_checkpointing=cfg.gradient_checkpointing)
+        except (FileNotFoundError, NotADirectoryError, ValueError, ImportError, OSError) as e:
+            raise ConfigError(f"model.path={cfg.path!r}: {' '.join(str(e).split())}") from None
         return model, tokenizer, False
-    tokenizer = build_tokenizer()
+    tokenizer = build_tokenizer(PRINTABLE_ALPHABET if cfg.tokenizer_alphabet == "printable" else None)
     tiny = TinyModelConfig(
         hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
         num_attention_heads=cfg.num_heads, intermediate_size=cfg.intermediate_size,
     )
     model = build_tiny_model(tokenizer, tiny, seed=seed).to(device)
+    if cfg.dtype != "auto":
+        model = model.to(getattr(torch, cfg.dtype))
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     return model, tokenizer, True
+
+
+def prepare_policy(cfg: ModelConfig, model):
+    """Add the configured LoRA adapters (``model.lora``) to the policy in place; returns it."""
+    if not cfg.lora:
+        return model
+    from grpolab.models.lora import apply_lora
+
+    try:
+        return apply_lora(model, cfg.lora)
+    except (ValueError, ImportError) as e:
+        raise ConfigError(f"model.lora: {e}") from None
+
+
+def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str], None] = print):
+    """The run's :class:`grpolab.tasks.PromptFormat` with ``chat_template`` decided (logged when
+    ``auto``), after checking that every item's prompt encodes (the tiny tokenizer refuses text it
+    cannot encode: the error names the item)."""
+    try:
+        fmt = cfg.task.prompt_format().resolve(
+            tokenizer, model_path=cfg.model.path, conversational=any(getattr(it, "messages", None) for it in items))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    for i, it in enumerate(items):
+        try:
+            fmt.encode([it], tokenizer)
+        except ValueError as e:
+            raise ConfigError(f"task {cfg.task.name!r}, prompt of item {i} ({it.prompt[:40]!r}...): {e}") from None
+    if cfg.task.chat_template == "auto":
+        how = "the tokenizer's chat template" if fmt.use_chat else "plain text (no chat template)"
+        log(f"prompts: {how} (task.chat_template=auto; set on/off to choose)")
+    return fmt
+
+
+def save_final(cfg: ModelConfig, model, tokenizer, path: Path) -> Path:
+    """Write the trained policy to ``path``; with LoRA merged, the adapter (``model.lora_save``), or both."""
+    from grpolab.models import save_model
+    from grpolab.models.lora import has_lora, merged_copy, save_adapter
+
+    if not has_lora(model):
+        return save_model(model, tokenizer, path)
+    if cfg.lora_save == "adapter":
+        out = save_adapter(model, path, base_model=cfg.path)
+        tokenizer.save_pretrained(str(out))
+        return out
+    out = save_model(merged_copy(model), tokenizer, path)
+    if cfg.lora_save == "both":
+        save_adapter(model, Path(path) / "adapter", base_model=cfg.path)
+    return out
 
 
 def build_task(cfg: TaskConfig):
@@ -44,22 +105,41 @@ def build_task(cfg: TaskConfig):
         return get_task(cfg.name, **cfg.options)
     except TypeError as e:
         raise ConfigError(f"task.options for task {cfg.name!r}: {e}") from None
-    except (FileNotFoundError, NotADirectoryError, ValueError) as e:  # e.g. a dataset file
+    except (FileNotFoundError, NotADirectoryError, ValueError, ImportError) as e:  # a dataset file, reasoning-gym
         raise ConfigError(f"task {cfg.name!r} (task.options): {e}") from None
 
 
-def build_task_splits(cfg: TaskConfig, *, seed: int = 0):
-    """``(train_items, eval_items)``: fixed, disjoint, deterministic."""
+def build_task_splits(cfg: TaskConfig, *, seed: int = 0, log: Callable[[str], None] | None = None):
+    """``(train_items, eval_items)``: fixed, disjoint, deterministic.
+
+    ``task.n_train`` / ``task.n_eval`` unset: every item of a dataset's split (a generated task:
+    4096 / 256). Smaller than a split: its first N items, said once through ``log``. Larger: one
+    ConfigError that names each short split's size and the ``--set`` that fits.
+    """
+    from grpolab.tasks import TooFewItems
+
     task = build_task(cfg)
-    try:
-        train_items = task.items("train", cfg.n_train)
-        eval_items = task.items("eval", cfg.n_eval)
-    except (FileNotFoundError, NotADirectoryError, ValueError) as e:
-        raise ConfigError(f"task {cfg.name!r} (task.options): {e}") from None
+    out, problems = {}, []
+    for split, key, n in (("train", "task.n_train", cfg.n_train), ("eval", "task.n_eval", cfg.n_eval)):
+        try:
+            out[split] = task.items(split, n)
+        except TooFewItems as e:
+            problems.append(f"{key}={n} but the {split} split holds {e.available} items "
+                            f"(--set {key}={e.available}, or leave it unset for all rows)")
+            continue
+        except (FileNotFoundError, NotADirectoryError, ValueError) as e:
+            raise ConfigError(f"task {cfg.name!r} (task.options): {e}") from None
+        available = getattr(task, "available", None)
+        if log is not None and n is not None and callable(available) and available(split) > n:
+            log(f"task: using {n} of the {available(split)} {split} items ({key}={n})")
+    if problems:
+        raise ConfigError(f"task {cfg.name!r}: " + "; ".join(problems))
+    train_items, eval_items = out["train"], out["eval"]
     if not train_items:
         raise ConfigError(f"task {cfg.name!r} produced no training items")
     if not eval_items:
-        raise ConfigError(f"task {cfg.name!r} produced no held-out items; raise task.n_eval")
+        raise ConfigError(f"task {cfg.name!r} produced no held-out items; raise task.n_eval or the "
+                          "task's eval_fraction")
     return train_items, eval_items
 
 

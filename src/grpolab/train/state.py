@@ -22,7 +22,7 @@ from grpolab.config import Config
 from grpolab.train.checkpoint import rng_state, set_rng_state
 from grpolab.train.optim import build_optimizer, build_scheduler
 
-__all__ = ["TrainState", "frozen_copy"]
+__all__ = ["TrainState", "frozen_copy", "reference_model"]
 
 
 def frozen_copy(model):
@@ -32,6 +32,14 @@ def frozen_copy(model):
     for p in m.parameters():
         p.requires_grad_(False)
     return m
+
+
+def reference_model(model):
+    """The frozen KL reference: with LoRA the base model (the same module, adapters off: no copy of
+    the weights), else :func:`frozen_copy`."""
+    from grpolab.models.lora import AdaptersOff, has_lora
+
+    return AdaptersOff(model) if has_lora(model) else frozen_copy(model)
 
 
 def _cpu_state(model) -> dict[str, torch.Tensor]:
@@ -54,6 +62,9 @@ class TrainState:
         credit: the credit step holding the teacher (:class:`grpolab.train.credit.CreditStep`), or None.
         history: ``{"eval": [{"step", "accuracy", "mean_reward"}, ...]}``.
         step: optimizer-step batches done so far (0 before the first).
+        prompt_format, stop_ids: how prompts are encoded (the run's resolved
+            :class:`grpolab.tasks.PromptFormat`) and the ids that end a response; derived from the
+            config and the tokenizer, so not saved.
     """
 
     policy: Any
@@ -68,11 +79,18 @@ class TrainState:
     credit: Any = None
     history: dict[str, Any] = field(default_factory=lambda: {"eval": []})
     step: int = 0
+    prompt_format: Any = None
+    stop_ids: Any = None
 
     @classmethod
-    def create(cls, cfg: Config, policy, tokenizer, generator: torch.Generator) -> "TrainState":
-        """The state at step 0 for ``policy`` (already warm-started and on its device)."""
+    def create(cls, cfg: Config, policy, tokenizer, generator: torch.Generator, prompt_format=None) -> "TrainState":
+        """The state at step 0 for ``policy`` (already warm-started and on its device).
+
+        ``prompt_format``: the run's resolved :class:`grpolab.tasks.PromptFormat` (the credit
+        step builds the teacher's privileged prompts with it)."""
         from grpolab.train.credit import CreditStep
+
+        from grpolab.models import stop_token_ids
 
         tr = cfg.trainer
         optimizer = build_optimizer(policy, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay,
@@ -82,10 +100,11 @@ class TrainState:
         state = cls(
             policy=policy, tokenizer=tokenizer, optimizer=optimizer, scheduler=scheduler, generator=generator,
             data_rng=random.Random(tr.seed),
-            reference=frozen_copy(policy) if cfg.objective.kl_coef > 0 else None,
+            reference=reference_model(policy) if cfg.objective.kl_coef > 0 else None,
             behaviour=frozen_copy(policy) if tr.policy_lag > 0 else None,
             snapshots=deque(maxlen=tr.policy_lag + 1),
-            credit=CreditStep(cfg, policy, tokenizer) if cfg.credit.name != "grpo" else None,
+            credit=CreditStep(cfg, policy, tokenizer, prompt_format) if cfg.credit.name != "grpo" else None,
+            prompt_format=prompt_format, stop_ids=stop_token_ids(policy, tokenizer),
         )
         state.snapshots.append(_cpu_state(policy) if state.behaviour is not None else None)
         return state
