@@ -163,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--sample", type=int, default=6, help="responses to show")
     cr.add_argument("--method", default=None, choices=["rlsd", "gear", "opsd"],
                     help="credit method (default: the run's, or gear for a grpo run)")
-    cr.add_argument("--lam", type=float, default=1.0, help="mixing weight shown (1 = the full teacher weight)")
+    cr.add_argument("--lam", type=float, default=None,
+                    help="mixing weight shown (default: the value training reached; 1 = the full teacher weight)")
     cr.add_argument("--seed", type=int, default=0)
     cr.add_argument("--out", default=None, help="output folder (default: RUN_DIR/credit)")
     cr.add_argument("--no-png", action="store_true", help="HTML only")

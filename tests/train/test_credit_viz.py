@@ -37,6 +37,59 @@ def test_png_is_written(tmp_path):
     assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_png_has_a_colour_bar_and_the_numbers(tmp_path, monkeypatch):
+    import matplotlib.figure
+
+    seen = {}
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        seen["texts"] = [t.get_text() for ax in fig.axes for t in ax.texts]
+        seen["axes"] = [ax.get_label() for ax in fig.axes]
+        seen["title"] = fig.axes[0].get_title()
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    render_png(DATA, tmp_path / "c.png")
+    assert "<colorbar>" in seen["axes"]                            # a colour bar next to the picture
+    assert seen["texts"].count("1.20") == 3 and "0.80" in seen["texts"]   # each token's multiplier
+    assert "GEAR segments outlined" in seen["title"] and "lam = 1" in seen["title"]
+    rlsd = {**DATA, "method": "rlsd", "rows": [{**DATA["rows"][0], "segment": None}]}
+    render_png(rlsd, tmp_path / "r.png")
+    assert "GEAR" not in seen["title"]
+
+
+def test_page_explains_only_what_it_shows_and_is_readable_by_others(tmp_path):
+    assert "GEAR segment" in render_html(DATA)
+    rlsd = {**DATA, "method": "rlsd", "lam": 0.46, "lam_note": "the value training reached at its last step (5)"}
+    page = render_html(rlsd)
+    assert "GEAR" not in page and "lam = 0.46 (the value training reached" in page
+    from grpolab.utils.io import atomic_write_text
+
+    atomic_write_text(tmp_path / "page.html", page)
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert stat.S_IMODE(os.stat(tmp_path / "page.html").st_mode) == 0o666 & ~mask   # not mkstemp's 0600
+
+
+def test_summary_names_the_credit_method(tmp_path):
+    from types import SimpleNamespace
+
+    from grpolab.config import Config
+    from grpolab.train.report import write_report
+
+    cfg = Config()
+    cfg.credit.name = "rlsd"
+    result = SimpleNamespace(steps=3, seconds=1.0, start_accuracy=0.1, final_accuracy=0.2, best_accuracy=0.2)
+    text = write_report(tmp_path, cfg, result, plots=False).read_text()
+    assert "- credit: `rlsd` (lam 0.5 -> 0.0 over 50 steps" in text
+    cfg.credit.name = "grpo"
+    assert "credit:" not in write_report(tmp_path, cfg, result, plots=False).read_text()
+
+
 @pytest.mark.slow
 def test_cli_writes_the_page(tmp_path, capsys):
     from grpolab.cli import main
@@ -52,7 +105,10 @@ def test_cli_writes_the_page(tmp_path, capsys):
     assert main(["credit", str(tmp_path / "run"), "--sample", "3"]) == 0
     page = (tmp_path / "run" / "credit" / "credit.html").read_text()
     assert page.count("<div class=row>") == 3 and "Token credit: rlsd" in page
+    # training ran 1 step at lam 0.5 (linear to 0 over 50 steps): the page shows that lam, not 1
+    assert "lam = 0.5 (the value training reached at its last step (1;" in page
     assert (tmp_path / "run" / "credit" / "credit.png").exists()
+    capsys.readouterr()  # what the first call printed
     assert main(["credit", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no config.yaml" in err and len(err.strip().splitlines()) == 1

@@ -14,7 +14,7 @@ def diagnose_command(run_dir: str, *, base: str | None = None, n: int = 256, pro
     return 0
 
 
-def credit_command(run_dir: str, *, sample: int = 6, lam: float = 1.0, method: str | None = None, seed: int = 0,
+def credit_command(run_dir: str, *, sample: int = 6, lam: float | None = None, method: str | None = None, seed: int = 0,
                    out: str | None = None, png: bool = True) -> int:
     """The token-credit page of a run (``credit.html``, and ``credit.png`` unless ``png`` is False)."""
     from grpolab.train.credit_viz import credit_page

@@ -11,8 +11,9 @@ itself), and writes
   GEAR segments outlined, details (delta, KL, segment) on hover;
 - ``RUN_DIR/credit/credit.png``: the same picture, one row per response.
 
-``lam`` defaults to 1 so the page shows the full teacher weight (during training ``lam`` decays
-and the multipliers shrink towards 1 by the factor ``lam``).
+``lam`` defaults to the value the run's schedule reached at its last trained step (the weight the
+teacher really had at the end of training); ``--lam 1`` shows the full teacher weight. The page
+header names both.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 from grpolab.utils.io import atomic_write_text
 
 
-def collect(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, method: str | None = None,
+def collect(run_dir: str | Path, *, sample: int = 4, lam: float | None = None, method: str | None = None,
             seed: int = 0) -> dict[str, Any]:
     """Sample, score and reweight ``sample`` responses of a run; returns what the page shows."""
     from grpolab import objectives as obj
@@ -57,10 +58,19 @@ def collect(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, method: s
     exp = exp.replace(advantages=adv)
     step = CreditStep(cfg, model, tok)
     ckpt = run.latest_checkpoint()
-    if ckpt is not None and step.teacher is not None:
-        state = ckpt.load_state().get("credit")
-        if state is not None:
-            step.load_state_dict(state)
+    saved = ckpt.load_state() if ckpt is not None else {}
+    if step.teacher is not None and saved.get("credit") is not None:
+        step.load_state_dict(saved["credit"])
+    last_step = int(saved.get("step", 0))
+    c = cfg.credit
+    schedule = (f"{c.lam} -> {c.lam_end} over {c.lam_steps} steps" if c.lam_schedule == "linear"
+                else f"constant {c.lam}")
+    if lam is None:
+        # the schedule's step argument is 0-based: the last trained step is step - 1
+        lam = step.lam(max(last_step - 1, 0))
+        lam_note = f"the value training reached at its last step ({last_step}; schedule {schedule})"
+    else:
+        lam_note = f"set by --lam (training's schedule: {schedule})"
     out = step(0, model, exp, lam=lam)
     row_items = exp.row_items
     # rows to show: non-zero advantages first (both signs), then the rest
@@ -78,7 +88,7 @@ def collect(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, method: s
             "kl": None if out.divergence is None else out.divergence[i, :n].tolist(),
             "segment": None if out.segment_ids is None else out.segment_ids[i, :n].tolist(),
         })
-    return {"method": method, "lam": lam, "eps_w": cfg.credit.eps_w, "teacher": cfg.credit.teacher,
+    return {"method": method, "lam": lam, "lam_note": lam_note, "eps_w": cfg.credit.eps_w, "teacher": cfg.credit.teacher,
             "template": cfg.credit.template, "rows": rows, "metrics": out.metrics}
 
 
@@ -103,9 +113,13 @@ def render_html(data: dict[str, Any]) -> str:
         ".seg{outline:2px solid #222;outline-offset:-1px}.anc{font-weight:bold;text-decoration:underline}"
         ".row{margin:1.2em 0;padding:.6em;border:1px solid #ddd}.meta{color:#555;font-size:13px}</style>",
         f"<h1>Token credit: {html.escape(data['method'])}</h1>",
-        f"<p class=meta>lam = {data['lam']}, eps_w = {data['eps_w']}, teacher = {html.escape(data['teacher'])}. "
-        "Background: the multiplier A_t / A (red &gt; 1, white = 1, blue &lt; 1, saturated at 1 &plusmn; lam eps_w). "
-        "Outlined: a GEAR segment (its first token, the anchor, is underlined). Hover a token for details.</p>",
+        f"<p class=meta>lam = {data['lam']:.4g} ({html.escape(data.get('lam_note', ''))}), "
+        f"eps_w = {data['eps_w']}, teacher = {html.escape(data['teacher'])}. "
+        f"Background: the multiplier A_t / A (red &gt; 1, white = 1, blue &lt; 1, saturated at "
+        f"1 &plusmn; lam eps_w = 1 &plusmn; {eps:.3g}). "
+        + ("Outlined: a GEAR segment (its first token, the anchor, is underlined). "
+           if data["method"] == "gear" else "")
+        + "Hover a token for details.</p>",
     ]
     for r in data["rows"]:
         parts.append("<div class=row>")
@@ -146,7 +160,8 @@ def render_png(data: dict[str, Any], path: Path) -> None:
         ax.text(-0.5, yy + 0.4, f"A={r['advantage']:+.2f}", ha="right", va="center", fontsize=8)
         for j, t in enumerate(r["tokens"]):
             ax.add_patch(Rectangle((j, yy), 1, 0.8, facecolor=_color(r["multiplier"][j], eps), edgecolor="none"))
-            ax.text(j + 0.5, yy + 0.4, _show(t)[:3], ha="center", va="center", fontsize=8, family="monospace")
+            ax.text(j + 0.5, yy + 0.52, _show(t)[:3], ha="center", va="center", fontsize=8, family="monospace")
+            ax.text(j + 0.5, yy + 0.17, f"{r['multiplier'][j]:.2f}", ha="center", va="center", fontsize=5)
         if r["segment"]:
             seg = r["segment"]
             j = 0
@@ -162,7 +177,15 @@ def render_png(data: dict[str, Any], path: Path) -> None:
     ax.set_xlim(-3, width)
     ax.set_ylim(-0.2, len(rows))
     ax.axis("off")
-    ax.set_title(f"{data['method']}: token multiplier A_t/A (red > 1, blue < 1), GEAR segments outlined", fontsize=10)
+    outlined = ", GEAR segments outlined" if data["method"] == "gear" else ""
+    ax.set_title(f"{data['method']}: token multiplier A_t/A (number under each token; lam = {data['lam']:.3g})"
+                 f"{outlined}", fontsize=10)
+    from matplotlib.colors import LinearSegmentedColormap, Normalize
+    from matplotlib.cm import ScalarMappable
+
+    cmap = LinearSegmentedColormap.from_list("credit", [_color(1 - eps, eps), (1, 1, 1), _color(1 + eps, eps)])
+    bar = fig.colorbar(ScalarMappable(norm=Normalize(1 - eps, 1 + eps), cmap=cmap), ax=ax, fraction=0.02, pad=0.01)
+    bar.set_label("A_t / A", fontsize=8)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
     fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)

@@ -14,6 +14,7 @@ PLOTS = {
     "lengths": ["length/mean", "length/correct", "length/incorrect"],
     "clip_fraction": ["update/clip_frac", "update/clip_frac_low", "update/clip_frac_high"],
     "entropy_kl": ["update/entropy", "update/approx_kl"],
+    "credit": ["credit/lam", "credit/clip_frac", "credit/multiplier_min", "credit/multiplier_max"],
 }
 
 
@@ -48,6 +49,17 @@ def plot_metrics(run_dir: str | Path, rows: list[dict[str, Any]]) -> list[Path]:
     return written
 
 
+def _credit_line(cfg) -> list[str]:
+    """Which token-credit method ran (nothing for plain GRPO)."""
+    c = cfg.credit
+    if c.name == "grpo":
+        return []
+    lam = (f"lam {c.lam} -> {c.lam_end} over {c.lam_steps} steps" if c.lam_schedule == "linear"
+           else f"lam {c.lam} (constant)")
+    return [f"- credit: `{c.name}` ({lam}, eps_w {c.eps_w}, {c.teacher} teacher"
+            f"{', negative rows only' if c.negative_only else ''}); plot: plots/credit.png"]
+
+
 def _sandbox_line(run_dir: Path) -> list[str]:
     """The isolation the code sandbox had in this run (``sandbox.json``), as a summary line."""
     path = run_dir / "sandbox.json"
@@ -71,6 +83,7 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
         f"- task: `{cfg.task.name}`, model: `{cfg.model.path or 'tiny (built-in)'}`",
         f"- objective: advantage `{o.advantage}`, ratio `{o.ratio}`, aggregation `{o.aggregation}`, "
         f"clip [{o.clip_low}, {o.clip_high}], KL {o.kl_coef} ({o.kl_estimator})",
+        *_credit_line(cfg),
         f"- steps: {result.steps}, {cfg.rollout.prompts_per_step} prompts x {cfg.rollout.group_size} samples",
         f"- wall time: {result.seconds:.0f} s",
         *_sandbox_line(run_dir),
