@@ -8,7 +8,8 @@
 * built-in tasks: "arith" (:class:`ArithTask`, the tiny model's default), "reverse"
   (:class:`ReverseTask`), "dataset" (:func:`load_dataset_task` for .jsonl/.json/.parquet),
   "reasoning_gym" (:class:`ReasoningGymTask`); multi-turn tasks for :mod:`grpolab.envs`:
-  "tool_arith" (:class:`ToolArithTask`) and "web" (:class:`WebTask`).
+  "tool_arith" (:class:`ToolArithTask`), "web" (:class:`WebTask`) and "miniwob"
+  (:class:`MiniWoBTask`, real MiniWoB++ pages; needs ``grpolab[miniwob]`` and a browser).
 """
 
 from grpolab.tasks.arith import ArithTask
@@ -25,6 +26,7 @@ from grpolab.tasks.base import (
     split_by_prompt,
 )
 from grpolab.tasks.dataset import DatasetTask, JsonlTask, load_dataset_task
+from grpolab.tasks.miniwob import MiniWoBTask
 from grpolab.tasks.reasoning_gym import DEFAULT_RG_TEMPLATE, ReasoningGymTask
 from grpolab.tasks.reverse import ReverseTask
 from grpolab.tasks.tool_arith import ToolArithTask
@@ -35,6 +37,7 @@ __all__ = [
     "DEFAULT_RG_TEMPLATE",
     "DatasetTask",
     "JsonlTask",
+    "MiniWoBTask",
     "ProceduralTask",
     "ReasoningGymTask",
     "ReverseTask",
