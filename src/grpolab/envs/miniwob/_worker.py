@@ -92,6 +92,8 @@ class Browser:
             return
         if task in self.tabs:
             self.driver.switch_to.window(self.tabs[task])
+            # a background tab gets no focus events (focus-text would never succeed): bring it up
+            self.driver.execute_cdp_cmd("Page.bringToFront", {})
             self.task, self.fields_of = task, self.extractors[task]
             return
         path = self.html_dir / f"{task}.html"
@@ -101,6 +103,7 @@ class Browser:
             self.driver.switch_to.new_window("tab")
         self.tabs[task] = self.driver.current_window_handle
         self.driver.get(path.as_uri())
+        self.driver.execute_cdp_cmd("Page.bringToFront", {})
         for _ in range(200):
             if self.driver.execute_script("return typeof core !== 'undefined' && core.cover_div != null;"):
                 break

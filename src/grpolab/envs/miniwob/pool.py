@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -146,7 +147,7 @@ class _WorkerDied(RuntimeError):
 class BrowserWorker:
     """One worker process (one browser); see :mod:`grpolab.envs.miniwob._worker`."""
 
-    def __init__(self, *, netns: str = "auto", start_timeout: float = 60.0) -> None:
+    def __init__(self, *, netns: str = "auto", start_timeout: float = 60.0, wrap: list[str] | None = None) -> None:
         chrome, driver = find_browser()
         html = _miniwob_html()
         prefix = namespace_prefix() if netns != "off" else None
@@ -156,6 +157,9 @@ class BrowserWorker:
                 "(needs root or unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1); "
                 "use netns=auto to run with Chromium's offline flags only")
         self.isolated = prefix is not None
+        if netns == "auto" and not self.isolated:
+            warnings.warn("no network namespace allowed here (needs root or unprivileged user namespaces): the "
+                          "MiniWoB++ browsers run with Chromium's offline flags only", RuntimeWarning, stacklevel=2)
         self._tmp = tempfile.TemporaryDirectory(prefix="grpolab-miniwob-")
         self.log_path = Path(self._tmp.name) / "worker.log"
         r, w = os.pipe()
@@ -168,7 +172,8 @@ class BrowserWorker:
         })
         src = str(Path(__file__).resolve().parents[3])  # the grpolab source root, for the child's imports
         env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        cmd = (prefix or []) + [sys.executable, "-m", "grpolab.envs.miniwob._worker"]
+        # ``wrap`` (e.g. strace, for the no-traffic test) runs inside the namespaces, around the worker
+        cmd = (prefix or []) + list(wrap or []) + [sys.executable, "-m", "grpolab.envs.miniwob._worker"]
         self._log = open(self.log_path, "wb")
         try:
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=self._log, stderr=self._log,
@@ -259,10 +264,12 @@ class MiniWoBPool:
         netns: "auto", "require" or "off" (see the module docstring).
         recycle_every: replace a browser after this many episodes (0: never).
         job_timeout: seconds a job may take before its browser is declared dead.
+        wrap: a command prefix run inside the namespaces around each worker (diagnostics: the
+            no-traffic test runs the browsers under ``strace``).
     """
 
     def __init__(self, browsers: int = 2, *, netns: str = "auto", recycle_every: int = 2000,
-                 job_timeout: float = 60.0) -> None:
+                 job_timeout: float = 60.0, wrap: list[str] | None = None) -> None:
         if isinstance(browsers, bool) or not isinstance(browsers, int) or browsers < 1:
             raise ValueError(f"browsers must be an int >= 1, got {browsers!r}")
         if netns not in NETNS_MODES:
@@ -270,6 +277,7 @@ class MiniWoBPool:
         if isinstance(recycle_every, bool) or not isinstance(recycle_every, int) or recycle_every < 0:
             raise ValueError(f"recycle_every must be an int >= 0 (0 = never), got {recycle_every!r}")
         self.n_browsers, self.netns, self.recycle_every, self.job_timeout = browsers, netns, recycle_every, job_timeout
+        self.wrap = list(wrap or [])
         self._idle: queue.Queue[BrowserWorker] = queue.Queue()
         self._all: list[BrowserWorker] = []
         self._lock = threading.Lock()
@@ -289,7 +297,7 @@ class MiniWoBPool:
             if self._executor is not None:
                 return self
             with ThreadPoolExecutor(self.n_browsers) as ex:
-                futures = [ex.submit(BrowserWorker, netns=self.netns) for _ in range(self.n_browsers)]
+                futures = [ex.submit(BrowserWorker, netns=self.netns, wrap=self.wrap) for _ in range(self.n_browsers)]
                 errors = []
                 for f in futures:
                     try:
@@ -342,7 +350,7 @@ class MiniWoBPool:
     # -------------------------------------------------------------------------- work
     def _replace(self, w: BrowserWorker) -> BrowserWorker:
         w.close()
-        fresh = BrowserWorker(netns=self.netns)
+        fresh = BrowserWorker(netns=self.netns, wrap=self.wrap)
         with self._lock:
             self._all = [fresh if x is w else x for x in self._all]
         return fresh
