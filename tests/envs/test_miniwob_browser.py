@@ -22,6 +22,8 @@ from grpolab.envs import make_env, step_envs
 from grpolab.envs.miniwob import SUPPORTED_TASKS, MiniWoBPool, browser_status, namespace_prefix
 from grpolab.tasks import get_task
 
+pytestmark = pytest.mark.browser
+
 REASON = browser_status()
 if REASON is not None:
     if os.environ.get("GRPOLAB_REQUIRE_BROWSER") == "1":
@@ -248,6 +250,7 @@ def test_browser_makes_no_dns_query_and_no_off_machine_connection(tmp_path):
 # ----------------------------------------------------------------------------- lifetime: recycle, crash, close
 
 
+@pytest.mark.slow
 def test_pool_recycles_browsers_and_closes_them_all():
     with MiniWoBPool(1, recycle_every=3) as pool:
         first = pool.pids[0]
@@ -261,6 +264,7 @@ def test_pool_recycles_browsers_and_closes_them_all():
     assert not wait_gone(last), "closing the pool left browser processes running"
 
 
+@pytest.mark.slow
 def test_killed_browser_is_replaced_and_leaves_no_processes():
     with MiniWoBPool(1) as pool:
         victim = pool.pids[0]
@@ -271,6 +275,7 @@ def test_killed_browser_is_replaced_and_leaves_no_processes():
         assert res["raw_reward"] == 1.0 and pool.restarts == 1
 
 
+@pytest.mark.slow
 def test_browsers_die_with_the_process_that_started_them(tmp_path):
     """A training process killed with SIGKILL (no atexit) leaves no browser behind."""
     script = textwrap.dedent("""
