@@ -286,3 +286,18 @@ def test_find_browser_reports_what_is_missing(monkeypatch, tmp_path):
     monkeypatch.setenv("MINIWOB_CHROMEDRIVER", str(tmp_path / "driver"))
     with pytest.raises(BrowserUnavailable, match="chromium and chromedriver not found.*apt-get install -y chromium"):
         find_browser()
+
+
+def test_pool_options_checked_and_netns_require_fails_without_namespace(monkeypatch, tmp_path):
+    from grpolab.envs.miniwob import MiniWoBPool
+    from grpolab.envs.miniwob import pool as pool_mod
+
+    for kw, why in (({"browsers": 0}, "browsers must be an int >= 1"), ({"netns": "maybe"}, "netns must be one of"),
+                    ({"recycle_every": -1}, "recycle_every must be an int >= 0")):
+        with pytest.raises(ValueError, match=why):
+            MiniWoBPool(**kw)
+    monkeypatch.setattr(pool_mod, "find_browser", lambda: ("/bin/true", "/bin/true"))
+    monkeypatch.setattr(pool_mod, "_miniwob_html", lambda: tmp_path)
+    monkeypatch.setattr(pool_mod, "namespace_prefix", lambda: None)
+    with pytest.raises(BrowserUnavailable, match="netns=require but this process may not create a network namespace"):
+        pool_mod.BrowserWorker(netns="require")
