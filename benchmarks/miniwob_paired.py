@@ -14,6 +14,7 @@ Prints a table and writes benchmarks/results/miniwob_paired.json.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -30,8 +31,11 @@ def main() -> None:
     ap.add_argument("--config", required=True)
     ap.add_argument("--per-task", type=int, default=200, help="held-out seeds per task")
     ap.add_argument("--start", required=True, help="the start (warm-started) model directory")
-    ap.add_argument("models", nargs="+", help="model directories trained from --start")
+    ap.add_argument("models", nargs="*", help="model directories trained from --start")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "miniwob_paired.json"))
+    ap.add_argument("--cache", default=None, help="JSON file of per-model greedy outcomes to reuse and extend "
+                    "(a model already evaluated on the same seeds is not played again)")
+    ap.add_argument("--only", action="store_true", help="only evaluate the models into --cache, print nothing")
     args = ap.parse_args()
     from grpolab.config import load_config
 
@@ -39,17 +43,38 @@ def main() -> None:
     if n_tasks == 0:
         raise SystemExit("the config must list task.options.tasks")
     n = args.per_task * n_tasks
-    items, base = greedy_episodes(args.start, args.config, n)
-    tasks = list(dict.fromkeys(it.meta["task"] for it in items))
+    cache = json.loads(Path(args.cache).read_text()) if args.cache and Path(args.cache).exists() else {}
+
+    def outcomes(model: str):
+        key = f"{Path(model).resolve()}|{Path(args.config).resolve()}|{n}"
+        if key not in cache:
+            its, solved = greedy_episodes(model, args.config, n)
+            cache[key] = {"solved": solved, "tasks": [it.meta["task"] for it in its],
+                          "seeds": [it.meta["seed"] for it in its]}
+            if args.cache:
+                atomic_write_json(args.cache, cache)
+        return cache[key]
+
+    if args.only:
+        for m in [args.start, *args.models]:
+            outcomes(m)
+        return
+    start = outcomes(args.start)
+    items = [{"task": t, "seed": s} for t, s in zip(start["tasks"], start["seeds"])]
+    base = start["solved"]
+    tasks = list(dict.fromkeys(it["task"] for it in items))
     out = {"start": args.start, "per_task": args.per_task, "models": []}
     print(f"greedy held-out success, {args.per_task} seeds per task; start = {args.start}\n")
     print("| model | task | start | trained | change (points) | gained | lost | McNemar p |")
     print("|---|---|---|---|---|---|---|---|")
     for m in args.models:
-        _, solved = greedy_episodes(m, args.config, n)
+        res = outcomes(m)
+        if res["seeds"] != start["seeds"]:
+            raise SystemExit(f"{m} was evaluated on other seeds than the start model")
+        solved = res["solved"]
         rows = []
         for task in tasks + ["all"]:
-            idx = [i for i, it in enumerate(items) if task == "all" or it.meta["task"] == task]
+            idx = [i for i, it in enumerate(items) if task == "all" or it["task"] == task]
             b = sum(base[i] for i in idx) / len(idx)
             s = sum(solved[i] for i in idx) / len(idx)
             gained = sum(solved[i] and not base[i] for i in idx)
