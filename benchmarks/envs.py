@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 from grpolab.utils.io import atomic_write_json  # noqa: E402
 
-CONFIGS = {"web": "examples/web_agent.yaml", "tool_arith": "examples/tool_arith.yaml"}
+CONFIGS = {"web": "examples/web_agent.yaml", "tool_arith": "examples/tool_arith.yaml",
+           "miniwob": "examples/miniwob.yaml"}
 
 
 def _grpolab(args: list[str], log: Path) -> float:

@@ -443,6 +443,12 @@ class Config:
                 f"rollout.prompts_per_step={self.rollout.prompts_per_step} exceeds task.n_train="
                 f"{self.task.n_train}: raise task.n_train or lower rollout.prompts_per_step"
             )
+        if (self.env.name == "miniwob") != (self.task.name == "miniwob"):
+            raise ConfigError(
+                f"env.name={self.env.name!r} with task.name={self.task.name!r}: real MiniWoB++ pages need "
+                "both set to miniwob (the task makes the seeded pages, the environment plays them); "
+                "see docs/miniwob.md"
+            )
         if self.objective.aggregation == "balanced" and self.rollout.group_size < 2:
             raise ConfigError("objective.aggregation=balanced needs rollout.group_size >= 2")
         if self.rollout.group_size < 2 and self.objective.advantage in ("grpo", "drgrpo", "rloo"):

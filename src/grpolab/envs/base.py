@@ -36,6 +36,7 @@ __all__ = [
     "parse_call",
     "register_env",
     "run_script",
+    "step_envs",
 ]
 
 
@@ -112,6 +113,24 @@ def make_env(name: str, /, **options: Any) -> Env:
         return factory(**options)
     except TypeError as e:
         raise ValueError(f"environment {name!r}: bad options {options}: {e}") from None
+
+
+def step_envs(envs: list[Env], actions: list[str]) -> list[StepResult]:
+    """``[env.step(a) for env, a in zip(envs, actions)]``, in order, except that environments
+    whose class defines ``step_batch(envs, actions)`` get all their steps in one call (so that an
+    environment backed by processes, e.g. the browsers of "miniwob", can run them in parallel).
+    """
+    out: list[StepResult | None] = [None] * len(envs)
+    batched: dict[type, list[int]] = {}
+    for k, env in enumerate(envs):
+        if hasattr(type(env), "step_batch"):
+            batched.setdefault(type(env), []).append(k)
+        else:
+            out[k] = env.step(actions[k])
+    for cls, ks in batched.items():
+        for k, res in zip(ks, cls.step_batch([envs[k] for k in ks], [actions[k] for k in ks])):
+            out[k] = res
+    return out  # type: ignore[return-value]
 
 
 def run_script(env: Env, item: Any, actions: list[str]) -> tuple[list[list[str]], float, bool]:

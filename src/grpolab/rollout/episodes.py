@@ -9,7 +9,9 @@ turn:
    turn samples the ``G`` episodes of an item from one shared prefill; later turns re-prefill
    each context (simple, and exact: the sampler's positions and masks are those of a
    teacher-forced pass over the final sequence);
-2. each episode's environment steps on the decoded turn (EOS dropped) and returns an
+2. each episode's environment steps on the decoded turn (EOS dropped; all of a turn's steps go
+   through :func:`grpolab.envs.step_envs`, which lets an environment with ``step_batch`` run
+   them together, e.g. in parallel browsers) and returns an
    observation, which is tokenised and appended to the episode (a turn cut off by
    ``max_turn_tokens`` before its EOS is still passed to the environment as it stands; it is
    usually an invalid action). Episodes end when the
@@ -36,6 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+
+from grpolab.envs.base import step_envs
 
 from .batch import Rollout
 from .prompts import encode_prompt
@@ -171,6 +175,7 @@ def run_episodes(
         lps_all = r.sample_logp.tolist()
         lens = r.response_mask.sum(-1).long().tolist()
         still: list[int] = []
+        pending: list[tuple[int, str]] = []
         for j, b in enumerate(live):
             n = min(lens[j], budget[b])
             toks, lps = toks_all[j][:n], lps_all[j][:n]
@@ -183,7 +188,10 @@ def run_episodes(
             texts_B[b] += action
             if not ended and len(ids_B[b]) >= max_total_tokens:
                 continue  # out of tokens mid-turn: truncated
-            res = envs[b].step(action)
+            pending.append((b, action))
+        # all of this turn's actions at once: an environment with step_batch (browsers) runs them in parallel
+        results = step_envs([envs[b] for b, _ in pending], [a for _, a in pending])
+        for (b, action), res in zip(pending, results):
             rewards[b] += float(res.reward)
             infos[b] = dict(res.info)
             tool_errors[b] += int(bool(res.info.get("tool_error")))

@@ -10,7 +10,8 @@
 * built-in tasks: "arith" (:class:`ArithTask`, the tiny model's default), "reverse"
   (:class:`ReverseTask`), "dataset" (:func:`load_dataset_task` for .jsonl/.json/.parquet),
   "reasoning_gym" (:class:`ReasoningGymTask`); multi-turn tasks for :mod:`grpolab.envs`:
-  "tool_arith" (:class:`ToolArithTask`) and "web" (:class:`WebTask`).
+  "tool_arith" (:class:`ToolArithTask`), "web" (:class:`WebTask`) and "miniwob"
+  (:class:`MiniWoBTask`, real MiniWoB++ pages; needs ``grpolab[miniwob]`` and a browser).
 """
 
 from grpolab.tasks.arith import ArithTask
@@ -30,6 +31,7 @@ from grpolab.tasks.base import (
 )
 from grpolab.tasks.dataset import DatasetTask, JsonlTask, load_dataset_task, split_final_answer
 from grpolab.tasks.prompt import CHAT_TEMPLATE_MODES, PromptFormat, check_messages, looks_like_chat_model
+from grpolab.tasks.miniwob import MiniWoBTask
 from grpolab.tasks.reasoning_gym import DEFAULT_RG_TEMPLATE, ReasoningGymTask
 from grpolab.tasks.reverse import ReverseTask
 from grpolab.tasks.tool_arith import ToolArithTask
@@ -47,6 +49,7 @@ __all__ = [
     "DEFAULT_RG_TEMPLATE",
     "DatasetTask",
     "JsonlTask",
+    "MiniWoBTask",
     "ProceduralTask",
     "ReasoningGymTask",
     "ReverseTask",

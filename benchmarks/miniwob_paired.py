@@ -1,0 +1,91 @@
+"""Per-task paired comparison on real MiniWoB++ pages: a start model against models trained from it.
+
+Every model plays the same held-out seeds greedily (``--per-task`` seeds per task of the
+config's task list). For each trained model and each task the table shows success before and
+after, the seeds it newly solves (gained) and the ones it no longer solves (lost), and the exact
+two-sided McNemar p-value on those discordant seeds (``benchmarks/envs_paired.py``).
+
+    python benchmarks/miniwob_paired.py --config examples/miniwob.yaml --per-task 200 \\
+        --start runs/miniwob/sft runs/miniwob/final
+
+Prints a table and writes benchmarks/results/miniwob_paired.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from envs import greedy_episodes  # noqa: E402
+from envs_paired import mcnemar_exact  # noqa: E402
+
+from grpolab.utils.io import atomic_write_json  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--per-task", type=int, default=200, help="held-out seeds per task")
+    ap.add_argument("--start", required=True, help="the start (warm-started) model directory")
+    ap.add_argument("models", nargs="*", help="model directories trained from --start")
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "miniwob_paired.json"))
+    ap.add_argument("--cache", default=None, help="JSON file of per-model greedy outcomes to reuse and extend "
+                    "(a model already evaluated on the same seeds is not played again)")
+    ap.add_argument("--only", action="store_true", help="only evaluate the models into --cache, print nothing")
+    args = ap.parse_args()
+    from grpolab.config import load_config
+
+    n_tasks = len(load_config(args.config).task.options.get("tasks", []))
+    if n_tasks == 0:
+        raise SystemExit("the config must list task.options.tasks")
+    n = args.per_task * n_tasks
+    cache = json.loads(Path(args.cache).read_text()) if args.cache and Path(args.cache).exists() else {}
+
+    def outcomes(model: str):
+        key = f"{Path(model).resolve()}|{Path(args.config).resolve()}|{n}"
+        if key not in cache:
+            its, solved = greedy_episodes(model, args.config, n)
+            cache[key] = {"solved": solved, "tasks": [it.meta["task"] for it in its],
+                          "seeds": [it.meta["seed"] for it in its]}
+            if args.cache:
+                atomic_write_json(args.cache, cache)
+        return cache[key]
+
+    if args.only:
+        for m in [args.start, *args.models]:
+            outcomes(m)
+        return
+    start = outcomes(args.start)
+    items = [{"task": t, "seed": s} for t, s in zip(start["tasks"], start["seeds"])]
+    base = start["solved"]
+    tasks = list(dict.fromkeys(it["task"] for it in items))
+    out = {"start": args.start, "per_task": args.per_task, "models": []}
+    print(f"greedy held-out success, {args.per_task} seeds per task; start = {args.start}\n")
+    print("| model | task | start | trained | change (points) | gained | lost | McNemar p |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m in args.models:
+        res = outcomes(m)
+        if res["seeds"] != start["seeds"]:
+            raise SystemExit(f"{m} was evaluated on other seeds than the start model")
+        solved = res["solved"]
+        rows = []
+        for task in tasks + ["all"]:
+            idx = [i for i, it in enumerate(items) if task == "all" or it["task"] == task]
+            b = sum(base[i] for i in idx) / len(idx)
+            s = sum(solved[i] for i in idx) / len(idx)
+            gained = sum(solved[i] and not base[i] for i in idx)
+            lost = sum(base[i] and not solved[i] for i in idx)
+            p = mcnemar_exact(gained, lost)
+            rows.append({"task": task, "n": len(idx), "start": b, "trained": s, "gained": gained, "lost": lost,
+                         "p_mcnemar": p})
+            print(f"| {m} | {task} | {b:.3f} | {s:.3f} | {100 * (s - b):+.1f} | {gained} | {lost} | {p:.3g} |")
+        out["models"].append({"model": m, "rows": rows})
+    atomic_write_json(args.out, out)
+
+
+if __name__ == "__main__":
+    main()
