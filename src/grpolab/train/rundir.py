@@ -47,9 +47,12 @@ RESUME_FIXED_KEYS = ("model.hidden_size", "model.num_layers", "model.num_heads",
 def warm_start_key(cfg: Config) -> dict[str, Any]:
     """The settings that produce a run's warm start: model (but its device), task, sft, seed, eval length, env."""
     model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k != "device"}
-    return {"model": model, "task": dataclasses.asdict(cfg.task), "sft": dataclasses.asdict(cfg.sft),
-            "seed": cfg.trainer.seed, "max_new_tokens": cfg.rollout.max_new_tokens,
-            "env": dataclasses.asdict(cfg.env)}
+    key = {"model": model, "task": dataclasses.asdict(cfg.task), "sft": dataclasses.asdict(cfg.sft),
+           "seed": cfg.trainer.seed, "max_new_tokens": cfg.rollout.max_new_tokens,
+           "env": dataclasses.asdict(cfg.env)}
+    if cfg.sft.privileged_share > 0:  # the teacher-template share was rendered in credit.template
+        key["teacher_template"] = cfg.credit.template
+    return key
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:
