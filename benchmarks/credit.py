@@ -12,6 +12,8 @@ each seed, from one shared warm start (``model.path``), same config otherwise.
     python benchmarks/credit.py --warm-start DIR speed --steps 8 --rounds 2
     python benchmarks/credit.py --warm-start DIR quality --steps 100 --seeds 0 1 2
     python benchmarks/credit.py --warm-start DIR signal --prompts 32
+    python benchmarks/credit.py --warm-start DIR signal --prompts 32 --templates config \
+        --config studies/credit_teacher.yaml --out docs/results/credit_teacher_signal.json
 
 Signal: on one batch sampled from the warm start, does the privileged teacher raise the log-prob
 of correct responses and lower it for wrong ones (per template)? If it cannot, RLSD/GEAR only add
@@ -199,6 +201,46 @@ def _auc(pos: list[float], neg: list[float]) -> float | None:
     return wins / (len(pos) * len(neg))
 
 
+def first_wrong_token(tokenizer, ids: list[int], target: str) -> int | None:
+    """Index of the first response token at which ``ids`` departs from the reference ``target``.
+
+    Token ``k`` is wrong when the decoded prefix ``ids[:k+1]`` is no longer a prefix of ``target``
+    (or, for EOS, when the response stops before it has written all of ``target``). None when the
+    response is ``target`` exactly. For arith the worked solution is the only correct scratchpad,
+    so this is the first wrong character of the first wrong step.
+    """
+    eos = tokenizer.eos_token_id
+    for k, t in enumerate(ids):
+        prefix = tokenizer.decode(ids[: k + 1], skip_special_tokens=True)
+        if t == eos:
+            return None if prefix == target else k
+        if not target.startswith(prefix):
+            return k
+    return None
+
+
+def localisation(tokenizer, response_ids, response_mask, delta, items, group_size: int, wrong) -> dict:
+    """Mean per-token ``delta [B, T]`` before the first wrong token, at it, and after it, over the
+    wrong responses ``wrong [B]`` (bool) whose departure from the item's demonstration is found."""
+    before, at, after, n = [], [], [], 0
+    for i in range(response_ids.shape[0]):
+        if not bool(wrong[i]):
+            continue
+        m = int(response_mask[i].sum())
+        ids = response_ids[i, :m].tolist()
+        k = first_wrong_token(tokenizer, ids, items[i // group_size].demonstration)
+        if k is None:
+            continue
+        n += 1
+        before += delta[i, :k].tolist()
+        at.append(float(delta[i, k]))
+        after += delta[i, k + 1 : m].tolist()
+    mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
+    return {"wrong_responses_localised": n, "tokens_before": len(before), "delta_before_first_wrong": mean(before),
+            "delta_at_first_wrong": mean(at), "delta_after_first_wrong": mean(after),
+            "frac_at_below_before_mean": (sum(a < mean(before) for a in at) / len(at)) if at and before else None}
+
+
 def signal(args) -> None:
     """Can the privileged teacher tell right from wrong? One batch from the warm start, per template.
 
@@ -206,6 +248,9 @@ def signal(args) -> None:
     log-prob, and the full-vocabulary KL. A teacher that reads the reference should raise the
     log-prob of correct responses relative to the student (delta > 0) and lower it for wrong ones;
     the AUC of the per-response mean delta for "correct vs wrong" measures that (0.5 = no signal).
+    Localisation: over the wrong responses, the mean delta on the tokens before the first token that
+    departs from the reference solution, at that token, and after it (:func:`localisation`).
+    ``--templates config`` (default: all) measures the run's own ``credit.template``.
     """
     import torch
 
@@ -217,7 +262,7 @@ def signal(args) -> None:
     from grpolab.train.text import decode_responses, encode_prompts
     from grpolab.utils.io import atomic_write_json
 
-    cfg = load_config(overrides=[f"model.path={args.warm_start}", *args.set])
+    cfg = load_config(args.config, overrides=[f"model.path={args.warm_start}", *args.set])
     model, tok = load_model(args.warm_start)
     model.eval()
     train_items, _ = build_task_splits(cfg.task, seed=cfg.trainer.seed)
@@ -232,8 +277,11 @@ def signal(args) -> None:
     adv = obj.group_advantages(rewards, r.group_ids)
     correct = rewards >= 1.0
     mask = r.response_mask.bool()
+    templates = {**TEMPLATES, "config": cfg.credit.template}
+    names = args.templates or list(TEMPLATES)
     rows = []
-    for name, template in TEMPLATES.items():
+    for name in names:
+        template = templates[name]
         texts = build_teacher_prompts(items, template)
         t_ids, t_mask = encode_teacher_prompts(tok, texts, group_size=1)
         res = teacher_logprobs(model, t_ids, t_mask, r, return_kl=True, prompt_index=torch.arange(len(comp)) // G)
@@ -242,19 +290,22 @@ def signal(args) -> None:
         lam1 = obj.rlsd_advantages(adv, res.student_logp, res.logp, r.response_mask, lam=1.0, eps_w=0.2)
         mult = (lam1 / adv[:, None])[mask & (adv[:, None] != 0)]
         row = {
-            "template": name, "responses": len(comp), "correct_frac": float(correct.float().mean()),
+            "template": name, "template_text": template, "responses": len(comp),
+            "correct_frac": float(correct.float().mean()),
             "mean_delta_correct": float(mean_d[correct].mean()) if correct.any() else None,
             "mean_delta_wrong": float(mean_d[~correct].mean()) if (~correct).any() else None,
             "auc_mean_delta": _auc(mean_d[correct].tolist(), mean_d[~correct].tolist()),
+            "auc_sum_delta": _auc(delta.sum(-1)[correct].tolist(), delta.sum(-1)[~correct].tolist()),
             "mean_kl": float(res.kl[mask].mean()),
             # lam = 1: the multiplier is the clipped weight itself; at a bound = clipped
             "clip_frac_eps_0.2": float(((mult <= 0.8 + 1e-6) | (mult >= 1.2 - 1e-6)).float().mean()) if mult.numel() else None,
+            **localisation(tok, r.response_ids, r.response_mask, delta, items, G, ~correct),
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
     out = Path(args.out or RESULTS / "credit_signal.json")
     atomic_write_json(out, {"warm_start": str(args.warm_start), "prompts": args.prompts, "group_size": G,
-                            "rows": rows})
+                            "seed": args.seed, "extra": args.set, "rows": rows})
     print(f"wrote {out}")
 
 
@@ -299,6 +350,9 @@ def main() -> None:
     g.add_argument("--prompts", type=int, default=32)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--set", action="append", default=[])
+    g.add_argument("--config", default=None, help="YAML config (e.g. a studies/*.yaml) under the --set overrides")
+    g.add_argument("--templates", nargs="+", default=None, choices=[*TEMPLATES, "config"],
+                   help="teacher templates to measure (default: every built-in one; 'config': credit.template)")
     g.add_argument("--out", default=None)
     args = ap.parse_args()
     {"worker": worker, "speed": speed, "quality": quality, "signal": signal}[args.cmd](args)

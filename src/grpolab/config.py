@@ -146,9 +146,16 @@ class SFTConfig:
     # "heldout" = the first n_eval held-out items (model selection on the test set, which biases
     # the measured start accuracy upwards; the default before, see CHANGELOG.md).
     select_on: str = "validation"
+    # Share of every supervised batch shown in the teacher template (credit.template: privileged
+    # prompt -> the same demonstration), so that the self-teacher of RLSD/GEAR/OPSD learns to read
+    # the reference; 0 = off. See docs/credit.md.
+    privileged_share: float = 0.0
 
     def validate(self) -> None:
         _choice("sft.enabled", self.enabled, ("auto", "yes", "no"))
+        if isinstance(self.privileged_share, bool) or not 0 <= self.privileged_share < 1:
+            raise ConfigError(f"sft.privileged_share={self.privileged_share} must be in [0, 1) "
+                              "(0 = off; e.g. 0.5)")
         _choice("sft.select_on", self.select_on, ("validation", "heldout"))
         _choice("sft.schedule", self.schedule, ("constant", "linear", "cosine"))
         if not 0 <= self.ema < 1:

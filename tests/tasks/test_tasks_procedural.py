@@ -157,3 +157,21 @@ def test_task_item_validation_and_safe_scoring():
         TaskItem(prompt="1+1=", reference="2", reward="")
     item = TaskItem(prompt="1+1=", reference="2", reward="no_such_reward")
     assert item.score("#2").score == 0.0 and "unknown reward" in item.score("#2").info["error"]
+
+
+def test_privileged_context_kinds_of_the_built_in_tasks():
+    a = {k: get_task("arith", privileged=k).items("train", 20) for k in ("solution", "hint", "answer")}
+    for s, h, ans in zip(a["solution"], a["hint"], a["answer"]):
+        assert s.prompt == h.prompt == ans.prompt  # the option changes nothing but the context
+        assert s.privileged == s.demonstration
+        assert h.privileged == s.demonstration.split(";")[0].split("#")[0] and "=" in h.privileged
+        assert ans.privileged == s.reference
+    r = {k: get_task("reverse", privileged=k).items("train", 20) for k in ("solution", "hint", "answer")}
+    for s, h, ans in zip(r["solution"], r["hint"], r["answer"]):
+        assert s.prompt == h.prompt and s.privileged == s.demonstration == "#" + s.reference
+        n = len(s.reference)
+        assert h.privileged == "#" + s.reference[: (n + 1) // 2]
+        assert ans.privileged == s.reference
+    for name in ("arith", "reverse"):
+        with pytest.raises(ValueError, match="privileged must be one of"):
+            get_task(name, privileged="everything")

@@ -7,7 +7,8 @@ The default task for the tiny character-level model. A problem with ``k`` terms:
                                             then "#" and the final answer; the trainer appends EOS)
     reference:      "9"
     reward:         "math"                 (extracts the text after "#")
-    privileged:     the demonstration      (the worked solution, for a self-teacher)
+    privileged:     the demonstration      (the worked solution, for a self-teacher; option
+                                            ``privileged``: "solution" | "hint" | "answer")
     meta:           {"difficulty": k, "n_terms": k, "n_steps": k - 1}
 
 Difficulty is the number of terms (``min_terms..max_terms``, default 2..4, uniform). The
@@ -20,6 +21,14 @@ value: 0-9 for one digit, 10-99 for two, ...; default 1 digit, which the tiny mo
 a few hundred warm-start steps). Results are never negative: a "-" whose operand exceeds the
 running total is turned into a "+". ``max_terms=5, max_digits=2`` gives completions of up to 46
 characters (:meth:`ArithTask.max_completion_length`) for a harder variant.
+
+What the self-teacher reads (``privileged``, see docs/credit.md for the choice):
+
+* ``"solution"`` (default): the whole worked solution ``"7+5=12;12-3=9#9"``. The scratchpad is
+  deterministic given the prompt, so a response is correct iff it is this string, and a teacher
+  that reads it can mark the first step where a response departs from it;
+* ``"hint"``: the first step only, ``"7+5=12"``;
+* ``"answer"``: the final answer only, ``"9"``.
 """
 
 from __future__ import annotations
@@ -28,7 +37,10 @@ import random
 
 from grpolab.tasks.base import ProceduralTask, TaskItem, register_task
 
-__all__ = ["ArithTask"]
+__all__ = ["ArithTask", "PRIVILEGED_KINDS"]
+
+#: What a built-in task's ``privileged`` context can hold (see the module docstrings).
+PRIVILEGED_KINDS = ("solution", "hint", "answer")
 
 
 @register_task("arith")
@@ -39,6 +51,7 @@ class ArithTask(ProceduralTask):
         min_terms, max_terms: difficulty range (number of operands), ``2 <= min <= max``.
         max_digits: operands have 1..max_digits digits (1..4).
         ops: operators to draw from, a non-empty subset of "+-".
+        privileged: what ``TaskItem.privileged`` holds: "solution", "hint" or "answer".
         seed, eval_fraction: see :class:`ProceduralTask`.
     """
 
@@ -51,6 +64,7 @@ class ArithTask(ProceduralTask):
         max_terms: int = 4,
         max_digits: int = 1,
         ops: str = "+-",
+        privileged: str = "solution",
         seed: int = 0,
         eval_fraction: float = 0.1,
     ) -> None:
@@ -71,6 +85,9 @@ class ArithTask(ProceduralTask):
             raise ValueError(f"ArithTask.max_digits must be an int in 1..4, got {max_digits!r}")
         if not ops or not isinstance(ops, str) or set(ops) - set("+-"):
             raise ValueError(f"ArithTask.ops must be a non-empty subset of '+-', got {ops!r}")
+        if privileged not in PRIVILEGED_KINDS:
+            raise ValueError(f"ArithTask.privileged must be one of {PRIVILEGED_KINDS}, got {privileged!r}")
+        self.privileged = privileged
         self.min_terms = min_terms
         self.max_terms = max_terms
         self.max_digits = max_digits
@@ -97,10 +114,11 @@ class ArithTask(ProceduralTask):
             total = new
         answer = str(total)
         demonstration = ";".join(steps) + "#" + answer
+        privileged = {"solution": demonstration, "hint": steps[0], "answer": answer}[self.privileged]
         return TaskItem(
             prompt=prompt + "=",
             reference=answer,
-            privileged=demonstration,
+            privileged=privileged,
             reward="math",
             demonstration=demonstration,
             meta={"difficulty": n_terms, "n_terms": n_terms, "n_steps": n_terms - 1},

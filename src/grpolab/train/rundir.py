@@ -54,9 +54,12 @@ def warm_start_key(cfg: Config) -> dict[str, Any]:
     # format of RL prompts do not change what the warm start learns: they are not part of the key
     model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k not in _NOT_WARM_START_MODEL}
     task = {k: v for k, v in dataclasses.asdict(cfg.task).items() if k not in _NOT_WARM_START_TASK}
-    return {"model": model, "task": task, "sft": dataclasses.asdict(cfg.sft),
-            "seed": cfg.trainer.seed, "max_new_tokens": cfg.rollout.max_new_tokens,
-            "env": dataclasses.asdict(cfg.env)}
+    key = {"model": model, "task": task, "sft": dataclasses.asdict(cfg.sft),
+           "seed": cfg.trainer.seed, "max_new_tokens": cfg.rollout.max_new_tokens,
+           "env": dataclasses.asdict(cfg.env)}
+    if cfg.sft.privileged_share > 0:  # the teacher-template share was rendered in credit.template
+        key["teacher_template"] = cfg.credit.template
+    return key
 
 
 def _differences(old: Any, new: Any, prefix: str = "") -> list[str]:

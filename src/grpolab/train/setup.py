@@ -193,6 +193,7 @@ def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
         eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
         schedule=cfg.sft.schedule, ema=cfg.sft.ema,
         seed=cfg.trainer.seed, log=log, env=cfg.env,
+        privileged_share=cfg.sft.privileged_share, teacher_template=cfg.credit.template,
     )
 
 

@@ -4,6 +4,12 @@ RL needs something to reinforce: a model built from scratch solves nothing, so e
 and every group advantage is 0. ``run_sft`` trains on ``prompt -> demonstration + EOS`` pairs (loss
 on completion tokens only) and stops as soon as greedy held-out accuracy reaches
 ``target_accuracy`` -- deliberately early, so that RL has headroom left.
+
+With ``privileged_share`` > 0, that share of every batch is shown in the *teacher template*
+(``privileged prompt -> the same demonstration``, :func:`grpolab.rollout.build_teacher_prompts`),
+so the model also learns to continue correctly when a reference solution is in its context: the
+self-teacher of RLSD / GEAR / OPSD (docs/credit.md) then reads the reference instead of ignoring
+it. The student never sees the template: rollouts and the stopping check use the plain prompts.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, build_teacher_prompts, check_template
 from grpolab.train.evaluate import evaluate
 from grpolab.train.optim import build_scheduler
 from grpolab.train.text import encode_completion, encode_prompts
@@ -50,9 +57,22 @@ def encode_transcript(tokenizer, transcript) -> tuple[list[int], list[int]]:
     return ids, labels
 
 
-def sft_batch(tokenizer, items, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``input_ids [B,L]``, ``attention_mask [B,L]`` and ``labels [B,L]`` (-100 off-completion)."""
-    prompts = encode_prompts(tokenizer, [it.prompt for it in items])
+def sft_batch(tokenizer, items, device, *, teacher_rows: int = 0,
+              teacher_template: str = DEFAULT_TEACHER_TEMPLATE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``input_ids [B,L]``, ``attention_mask [B,L]`` and ``labels [B,L]`` (-100 off-completion).
+
+    The first ``teacher_rows`` rows use the teacher prompt (``teacher_template`` filled from the
+    item, tokenised exactly as :func:`grpolab.rollout.encode_teacher_prompts` does) instead of the
+    plain prompt; the completion (and so the loss) is the same demonstration either way.
+    """
+    if not 0 <= teacher_rows <= len(items):
+        raise ValueError(f"teacher_rows={teacher_rows} must be in 0..{len(items)} (the batch size)")
+    if teacher_rows and any(it.meta.get("transcript") for it in items[:teacher_rows]):
+        raise ValueError("the teacher template applies to single-turn items; multi-turn transcripts "
+                         "cannot be shown with a privileged prompt (set sft.privileged_share=0)")
+    texts = build_teacher_prompts(items[:teacher_rows], teacher_template) if teacher_rows else []
+    texts += [it.prompt for it in items[teacher_rows:]]
+    prompts = encode_prompts(tokenizer, texts)
     rows, labels = [], []
     for p, it in zip(prompts, items):
         if it.meta.get("transcript"):  # multi-turn: actions + EOS trained, observations masked
@@ -87,6 +107,8 @@ def run_sft(
     seed: int = 0,
     log=print,
     env=None,
+    privileged_share: float = 0.0,
+    teacher_template: str = DEFAULT_TEACHER_TEMPLATE,
 ) -> SFTResult:
     """Train ``model`` in place on demonstrations; returns the steps taken and the final accuracy.
 
@@ -99,7 +121,18 @@ def run_sft(
     ``d = min(ema, (1 + step) / (10 + step))`` (so early averages do not cling to the random
     initialisation). At a high constant learning rate the raw weights of a tiny model jump
     between better and worse solutions from one check to the next; their average does not.
+
+    ``privileged_share`` in [0, 1): ``round(privileged_share * batch)`` rows of every batch are
+    drawn in the teacher template ``teacher_template`` (see the module docstring; the stopping
+    check always uses the plain prompts).
     """
+    if isinstance(privileged_share, bool) or not 0.0 <= privileged_share < 1.0:
+        raise ValueError(f"privileged_share={privileged_share!r} must be in [0, 1) (0 = off; e.g. 0.5)")
+    if privileged_share > 0:
+        if env is not None and getattr(env, "name", ""):
+            raise ValueError("privileged_share > 0 needs a single-turn task; multi-turn environments have "
+                             "no teacher template (set sft.privileged_share=0)")
+        check_template(teacher_template)
     demos = [it for it in train_items if it.demonstration]
     if not demos:
         raise ValueError(
@@ -117,7 +150,9 @@ def run_sft(
     step = 0
     while step < max_steps and acc < target_accuracy:
         model.train()
-        ids, att, lab = sft_batch(tokenizer, rng.sample(demos, min(batch_size, len(demos))), device)
+        batch = rng.sample(demos, min(batch_size, len(demos)))
+        ids, att, lab = sft_batch(tokenizer, batch, device, teacher_template=teacher_template,
+                                  teacher_rows=round(privileged_share * len(batch)))
         loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
