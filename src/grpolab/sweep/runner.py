@@ -30,6 +30,7 @@ import yaml
 
 from grpolab.sweep.grid import RunSpec, expand_grid, parse_factor
 from grpolab.utils.io import atomic_write_json, atomic_write_text
+from grpolab.utils.proc import pid_alive
 
 __all__ = ["SweepRun", "available_cores", "plan_sweep", "run_sweep"]
 
@@ -43,13 +44,7 @@ def _running_elsewhere(run_dir: Path) -> bool:
         pid = int((run_dir / LOCK_FILE).read_text().strip())
     except (OSError, ValueError):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid_alive(pid)
 
 
 def _raise_on_sigterm():

@@ -29,6 +29,7 @@ import yaml
 from grpolab.config import Config, ConfigError, config_from_dict
 from grpolab.train.checkpoint import Checkpoint, latest_checkpoint
 from grpolab.utils.io import atomic_write_text
+from grpolab.utils.proc import pid_alive
 
 __all__ = ["RESUME_FIXED_KEYS", "RunDir", "RunDirError", "resolve_model", "warm_start_key"]
 
@@ -191,7 +192,7 @@ class RunDir:
         candidates = list(self.checkpoints.glob(".tmp-*")) if self.checkpoints.exists() else []
         for p in candidates:
             pid = p.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and int(pid) != os.getpid() and _alive(int(pid)):
+            if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
                 continue  # another process is writing it right now
             shutil.rmtree(p, ignore_errors=True)
             removed.append(p)
@@ -205,14 +206,6 @@ class RunDir:
             (self.path / f).unlink(missing_ok=True)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def resolve_model(path: str | os.PathLike) -> tuple[Path, Config | None]:
