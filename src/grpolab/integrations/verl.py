@@ -25,7 +25,7 @@ exactly: summing micro-batches and averaging data-parallel ranks reproduces the 
 
 Balanced aggregation (BA, arXiv 2605.04077) needs the prompt groups, which verl's loss never sees.
 The advantage estimator ``grpolab_balanced`` (``algorithm.adv_estimator=grpolab_balanced``)
-computes GRPO advantages and folds the BA weights into them (METHODS.md section 2; the clipped
+computes GRPO advantages and folds the BA weights into them (docs/methods.md, "Aggregation"; the clipped
 surrogate is positively homogeneous in ``A``): ``A_t = A_i * W_BA[i,t] * B`` with ``B`` the number
 of rows of the training batch. With ``loss_agg_mode=seq-mean-token-sum`` verl divides the token
 sum by the mini-batch size ``B_mini``, so each token weighs ``W_BA[i,t] * B / B_mini``: exactly BA

@@ -9,7 +9,7 @@ bit-identical, so the *base model* is always available by switching the adapters
 * :func:`adapters_disabled` -- a context manager; inside it the model computes the base model.
 * :class:`AdaptersOff` -- a module view of "the same model with adapters off" that holds no
   weights of its own. grpolab uses it as the KL reference and as the RLSD/GEAR/OPSD teacher, so a
-  frozen teacher costs no second copy of the weights (deviation from METHODS.md section 4: with
+  frozen teacher costs no second copy of the weights (deviation from docs/methods.md, "Token-level credit": with
   LoRA the frozen teacher is the base model and is never re-synced to the policy).
 
 Saving: :func:`merged_copy` folds ``W + (alpha / r) B A`` into plain linear layers (a standard
