@@ -118,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("model", help="a model directory (HF format) or a grpolab run directory")
     h.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
     h.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    h.add_argument("--n", type=int, default=256, help="held-out items")
+    h.add_argument("--n", type=int, default=None,
+                   help="held-out items (default: the run's task.n_eval, else 256)")
     h.add_argument("--k", type=int, default=8, help="samples per item")
     h.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default: the run's rollout.temperature, else 1.0)")

@@ -162,3 +162,10 @@ def test_stale_temporary_checkpoints_are_removed_at_start(run):
     assert main(["train", "--resume", str(run), "--set", "trainer.steps=3"]) == 0
     assert not stale.exists()
     assert not list((run / "checkpoints").glob(".tmp-*"))
+
+
+def test_headroom_measures_as_many_items_as_the_run_evaluates(run):
+    # the run was trained with task.n_eval=8: `grpolab headroom RUN` uses that, not 256
+    assert main(["headroom", str(run), "--k", "2"]) == 0
+    report = json.loads((run / "headroom.json").read_text())
+    assert report["overall"]["n_items"] == 8

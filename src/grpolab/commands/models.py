@@ -98,7 +98,7 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
     return 0
 
 
-def headroom_command(model: str, *, task: str | None = None, task_option: list[str] = (), n: int = 256,
+def headroom_command(model: str, *, task: str | None = None, task_option: list[str] = (), n: int | None = None,
                      k: int = 8, temperature: float | None = None, max_new_tokens: int | None = None,
                      seed: int = 0, out: str | None = None) -> int:
     """Greedy vs sampled success and pass@k, with a verdict (see :mod:`grpolab.train.headroom`)."""

@@ -82,13 +82,13 @@ def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print
 
 
 def headroom_command(model: str | Path, *, task: str | None = None, task_options: list[str] = (),
-                     n: int = 256, k: int = 8, temperature: float | None = None,
+                     n: int | None = None, k: int = 8, temperature: float | None = None,
                      max_new_tokens: int | None = None, seed: int = 0,
                      out: str | Path | None = None) -> HeadroomResult:
     """``grpolab headroom MODEL_OR_RUN``: load, measure on held-out items, write headroom.{json,md}.
 
-    A run directory contributes its task (unless ``task`` is given), its rollout temperature and
-    length (unless given), and its trained model (``final/``, else the newest checkpoint, else the
+    A run directory contributes its task (unless ``task`` is given), its ``task.n_eval`` (unless
+    ``n`` is given; without a run, 256), its rollout temperature and length (unless given), and its trained model (``final/``, else the newest checkpoint, else the
     warm start ``sft/``); results are written there unless ``out`` says otherwise.
     """
     import yaml
@@ -100,6 +100,8 @@ def headroom_command(model: str | Path, *, task: str | None = None, task_options
     from grpolab.train.rundir import resolve_model
 
     src, run_cfg = resolve_model(model)
+    if n is None:
+        n = run_cfg.task.n_eval if run_cfg is not None and task is None else 256
     task_cfg = TaskConfig(name=task or "arith", n_eval=n)
     run_dir = Path(model) if run_cfg is not None else None
     env = None
