@@ -168,6 +168,25 @@ def _exception_info(exc: BaseException) -> dict:
     return {"type": type(exc).__name__, "bases": bases, "msg": msg}
 
 
+def _load_program(setup: str, program: str, g: dict, exec_=exec, compile_=compile) -> tuple[str, str] | None:
+    """Run ``setup`` then ``program`` in the namespace ``g``; ``None`` when both ran (or the
+    program exited with status 0), else ``(kind, what)``: ``("EXIT", code)`` or ``("ERROR", msg)``.
+    The fast path passes the ``exec``/``compile`` it bound before any program ran."""
+    try:
+        exec_(compile_(setup, "setup.py", "exec"), g)  # noqa: S102 - sandboxed
+        exec_(compile_(program, "solution.py", "exec"), g)  # noqa: S102 - sandboxed
+    except SystemExit as exc:
+        return None if exc.code in (None, 0) else ("EXIT", repr(exc.code)[:200])
+    except BaseException as exc:  # noqa: BLE001
+        try:
+            traceback.print_exc()
+        except BaseException:  # noqa: BLE001
+            pass
+        info = _exception_info(exc)
+        return "ERROR", f"{info['type']}: {info['msg']}"
+    return None
+
+
 # ------------------------------------------------------------------------------ the solver
 
 def _solver(rfd: int, wfd: int, program: str, setup: str) -> None:
@@ -175,19 +194,9 @@ def _solver(rfd: int, wfd: int, program: str, setup: str) -> None:
     pid = os.getpid()
     g = {"__name__": "__main__", "__builtins__": builtins}
     status = {"loaded": True}
-    try:
-        exec(compile(setup, "setup.py", "exec"), g)  # noqa: S102 - sandboxed
-        exec(compile(program, "solution.py", "exec"), g)  # noqa: S102 - sandboxed
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            status = {"loaded": False, "kind": "EXIT", "what": repr(exc.code)[:200]}
-    except BaseException as exc:  # noqa: BLE001
-        try:
-            traceback.print_exc()
-        except BaseException:  # noqa: BLE001
-            pass
-        info = _exception_info(exc)
-        status = {"loaded": False, "kind": "ERROR", "what": f"{info['type']}: {info['msg']}"}
+    failed = _load_program(setup, program, g)
+    if failed is not None:
+        status = {"loaded": False, "kind": failed[0], "what": failed[1]}
     if os.getpid() != pid:
         os._exit(0)  # a forked copy of the program does not answer
     objs: dict[int, object] = {}
@@ -565,20 +574,9 @@ def fast_main(program: str, setup: str, nonce: str, exprs: list) -> None:
         _write(out_fd, _enc(line, "utf-8", "backslashreplace"))
 
     g = {"__name__": "__main__", "__builtins__": builtins}
-    try:
-        _exec(_compile(setup, "setup.py", "exec"), g)  # noqa: S102 - sandboxed
-        _exec(_compile(program, "solution.py", "exec"), g)  # noqa: S102 - sandboxed
-    except SystemExit as exc:
-        if exc.code not in (None, 0):
-            mark(-1, "EXIT", repr(exc.code)[:200])
-            return
-    except BaseException as exc:  # noqa: BLE001
-        try:
-            traceback.print_exc()
-        except BaseException:  # noqa: BLE001
-            pass
-        info = _exception_info(exc)
-        mark(-1, "ERROR", f"{info['type']}: {info['msg']}"[:200])
+    failed = _load_program(setup, program, g, exec_=_exec, compile_=_compile)
+    if failed is not None:
+        mark(-1, failed[0], failed[1][:200])
         return
     mark(-1, "LOADED")
 
