@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from chat_helpers import make_chat_model_dir, write_gsm8k_jsonl
 
 from grpolab.cli import main as cli_main
