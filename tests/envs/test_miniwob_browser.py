@@ -182,6 +182,9 @@ def trace_events(log: str) -> list[dict]:
             ret = rest.rsplit("=", 1)[-1].strip().split()[0]
             if ret.isdigit():
                 kinds[(pid, int(ret))] = "SOCK_STREAM" if "SOCK_STREAM" in rest else "SOCK_DGRAM"
+                # a new socket on a reused fd (say netlink after a closed UDP probe) starts clean
+                events.append({"pid": pid, "call": "socket", "fd": int(ret), "addr": None, "port": None,
+                               "type": kinds[(pid, int(ret))], "line": line})
             continue
         if call not in ("connect", "sendto", "sendmsg", "sendmmsg"):
             continue
@@ -204,6 +207,9 @@ def leaks(events: list[dict]) -> list[dict]:
     to ask the kernel for a route, their IPv6 reachability probe): it is not a leak by itself."""
     out, udp_off = [], set()
     for e in events:
+        if e["call"] == "socket":
+            udp_off.discard((e["pid"], e["fd"]))
+            continue
         off = e["addr"] is not None and not is_loopback(e["addr"])
         if e["port"] == 53 and e["addr"] is not None:
             out.append(e)
@@ -293,3 +299,13 @@ def test_browsers_die_with_the_process_that_started_them(tmp_path):
     tree = {launcher} | descendants(launcher)
     proc.wait(60)
     assert not wait_gone(tree, timeout=20), "browser processes outlived the killed parent"
+
+
+def test_a_reused_fd_does_not_inherit_the_udp_probe():
+    probe = ['83    socket(AF_INET6, SOCK_DGRAM|SOCK_CLOEXEC, IPPROTO_IP) = 18',
+             '83    connect(18, {sa_family=AF_INET6, sin6_port=htons(443), '
+             'inet_pton(AF_INET6, "2001:4860:4860::8888", &sin6_addr)}, 28) = 0']
+    send = ['83    sendto(18, "x", 1, MSG_NOSIGNAL, NULL, 0) = 1']
+    assert leaks(trace_events("\n".join(probe + send)))          # a send on the probe: a leak
+    netlink = ['83    socket(AF_NETLINK, SOCK_RAW|SOCK_CLOEXEC, NETLINK_ROUTE) = 18']
+    assert not leaks(trace_events("\n".join(probe + netlink + send)))   # fd 18 is a new socket
