@@ -493,3 +493,44 @@ def test_invalid_configs_raise():
         policy_loss(lp, b["old"], b["adv"], b["mask"], aggregation="constant")          # no max_len
     with pytest.raises((ValueError, KeyError)):
         policy_loss(lp, b["old"], b["adv"], b["mask"], ref_logp=b["ref"], kl_coef=0.1, kl_estimator="k9")
+
+
+def test_cum_log_ratio_drift_by_position_matches_loop_reference():
+    # the mean square of the prefix sum of token log ratios, per position bucket and after
+    # position 100, over policy tokens only: a loop reference, with an inner tool-output gap and
+    # poisoned (huge) values on the masked tokens that must change nothing
+    from grpolab.objectives import LATE_POSITION, POSITION_BUCKETS
+    g = torch.Generator().manual_seed(3)
+    B, T = 3, 140
+    mask = torch.ones(B, T, dtype=torch.float64)
+    mask[0, 120:] = 0          # short row
+    mask[1, 30:40] = 0         # tool output in the middle
+    mask[2, :5] = 0            # leading non-policy tokens
+    logp = -torch.rand(B, T, generator=g, dtype=torch.float64)
+    old = logp + 0.05 * torch.randn(B, T, generator=g, dtype=torch.float64)
+    logp = torch.where(mask.bool(), logp, torch.full_like(logp, -1e6))
+    old = torch.where(mask.bool(), old, torch.full_like(old, 1e6))
+    _, m = policy_loss(logp, old, t64([1.0, -1.0, 0.5]), mask)
+    edges = list(POSITION_BUCKETS) + [10**9]
+    sq = [[] for _ in POSITION_BUCKETS]
+    late = []
+    for b in range(B):
+        cum, pos = 0.0, 0
+        for t in range(T):
+            if not mask[b, t]:
+                continue
+            pos += 1
+            cum += float(logp[b, t] - old[b, t])
+            k = next(i for i in range(len(POSITION_BUCKETS)) if edges[i] <= pos < edges[i + 1])
+            sq[k].append(cum * cum)
+            if pos > LATE_POSITION:
+                late.append(cum * cum)
+    for k, vals in enumerate(sq):
+        exp = sum(vals) / len(vals) if vals else 0.0
+        assert abs(m["cum_log_ratio_sq_by_pos"][k].item() - exp) < 1e-12, k
+    assert m["tokens_late"].item() == len(late) > 0
+    assert abs(m["cum_log_ratio_sq_late"].item() - sum(late) / len(late)) < 1e-12
+    # on-policy: no drift anywhere
+    _, m0 = policy_loss(logp, logp.clone(), t64([1.0, -1.0, 0.5]), mask)
+    assert m0["cum_log_ratio_sq_by_pos"].abs().max().item() == 0.0
+    assert m0["cum_log_ratio_sq_late"].item() == 0.0

@@ -93,3 +93,19 @@ def test_experience_joins_rows_to_items_by_index(policy_and_experience):
     assert [r.tolist() for r in exp.group_rows()] == [[4 * g + j for j in range(4)] for g in range(4)]
     with pytest.raises(ValueError, match="texts"):
         Experience(items=exp.items, rollout=exp.rollout, texts=exp.texts[:3], rewards=exp.rewards)
+
+
+def test_drift_of_the_cumulative_log_ratio_is_logged_by_position(policy_and_experience):
+    policy, tok, exp = policy_and_experience
+    key = "cum_log_ratio_rms_by_pos/1-16"
+    # one optimizer step on fresh experience: the behaviour policy is the current one, no drift
+    _, on, _ = _step(policy, tok, exp)
+    assert on[key] == 0.0
+    # four optimizer steps per batch: the later mini-batches see a policy that has moved
+    off = {mb: _step(policy, tok, exp, "trainer.epochs=2", "trainer.mini_batches=2",
+                     f"trainer.micro_batch_size={mb}")[1] for mb in (1, 0)}
+    assert off[0][key] > 1e-4
+    # token-weighted over micro-batches: the partition does not change it
+    assert off[1][key] == pytest.approx(off[0][key], rel=1e-6)  # float64, parameters agree to ~1e-9
+    # responses of <= 10 tokens have no position > 100
+    assert f"cum_log_ratio_rms_pos_gt{obj.LATE_POSITION}" not in off[0]

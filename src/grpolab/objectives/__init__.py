@@ -27,7 +27,7 @@ from grpolab.objectives.credit import (
     rlsd_advantages,
 )
 from grpolab.objectives.kl import KL_ESTIMATORS, kl_penalty
-from grpolab.objectives.loss import POSITION_BUCKETS, check_objective, policy_loss, position_bucket_labels
+from grpolab.objectives.loss import LATE_POSITION, POSITION_BUCKETS, check_objective, policy_loss, position_bucket_labels
 from grpolab.objectives.ratios import RATIO_LEVELS, log_importance_ratio
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "AGGREGATIONS",
     "KL_ESTIMATORS",
+    "LATE_POSITION",
     "POSITION_BUCKETS",
     "RATIO_LEVELS",
     "aggregation_weights",

@@ -31,6 +31,9 @@ CTPO_LOG_RATIO_CAP = 10.0
 LOG_RATIO_CAP = 20.0
 # Left edges (1-based policy-token positions) of the buckets used for the clip rate by position.
 POSITION_BUCKETS: tuple[int, ...] = (1, 17, 65, 257, 1025)
+# Positions after this one count as "late" for the drift statistic ``cum_log_ratio_sq_late``
+# (CTPO's precondition: the cumulative ratio's spread at positions > 100, docs/results/ratio_long.md).
+LATE_POSITION = 100
 
 
 def position_bucket_labels() -> list[str]:
@@ -118,7 +121,11 @@ def policy_loss(
         ``(loss, metrics)``: a scalar loss, and a dict of detached tensors (token means over valid
         tokens): ``loss, pg_loss, kl, clip_frac_low, clip_frac_high, clip_frac_dual, clip_frac,
         ratio_mean, ratio_min, ratio_max, approx_kl``, and ``clip_frac_by_pos`` /
-        ``tokens_by_pos`` (``[len(POSITION_BUCKETS)]``).
+        ``tokens_by_pos`` (``[len(POSITION_BUCKETS)]``); the drift of the behaviour policy, whatever the
+        ratio level: ``cum_log_ratio_sq_by_pos`` (``[len(POSITION_BUCKETS)]``, the mean square of the
+        cumulative token log ratio ``sum_{s<=t} (logp_s - old_logp_s)`` per position bucket, token means
+        over ``tokens_by_pos``) and ``cum_log_ratio_sq_late`` / ``tokens_late`` (the same over
+        positions > :data:`LATE_POSITION`, and how many tokens that is).
     """
     if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
         raise ValueError(
@@ -206,13 +213,18 @@ def _metrics(valid, mask_f, adv_BT, ratio_BT, log_ratio, logp, old_logp,
     approx_kl = mean(torch.expm1(d) - d)
     pos_BT = mask_f.cumsum(-1)
     clipped = low_clipped | high_clipped | dual_clipped
+    # the prefix sum of the token log ratios (what CTPO's cumulative ratio is before its cap)
+    cum_sq = torch.cumsum(d, -1).square()
     edges = list(POSITION_BUCKETS) + [float("inf")]
-    by_pos, tokens_by_pos = [], []
+    by_pos, tokens_by_pos, cum_by_pos = [], [], []
     for lo, hi in zip(edges, edges[1:]):
         in_bucket = valid & (pos_BT >= lo) & (pos_BT < hi)
         cnt = in_bucket.sum().to(mask_f.dtype)
         tokens_by_pos.append(cnt)
         by_pos.append((clipped & in_bucket).sum().to(mask_f.dtype) / cnt.clamp_min(1))
+        cum_by_pos.append(torch.where(in_bucket, cum_sq, zero).sum() / cnt.clamp_min(1))
+    late = valid & (pos_BT > LATE_POSITION)
+    tokens_late = late.sum().to(mask_f.dtype)
     return {
         "loss": loss.detach(),
         "pg_loss": (W * pg_BT).sum().detach(),
@@ -227,4 +239,7 @@ def _metrics(valid, mask_f, adv_BT, ratio_BT, log_ratio, logp, old_logp,
         "approx_kl": approx_kl,
         "clip_frac_by_pos": torch.stack(by_pos),
         "tokens_by_pos": torch.stack(tokens_by_pos),
+        "cum_log_ratio_sq_by_pos": torch.stack(cum_by_pos),
+        "cum_log_ratio_sq_late": torch.where(late, cum_sq, zero).sum() / tokens_late.clamp_min(1),
+        "tokens_late": tokens_late,
     }

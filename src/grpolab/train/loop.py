@@ -355,12 +355,14 @@ def load_run_config(run_dir: str | Path) -> Config:
 
 def metric_schema(cfg: Config) -> list[str]:
     """Keys every step row carries (null in metrics.jsonl when a step does not compute them): the
-    update's loss metrics (absent when every row was skipped), the clip rate of every position
-    bucket, and the evaluation keys (computed every ``trainer.eval_every`` steps)."""
+    update's loss metrics (absent when every row was skipped), the clip rate and the drift of the
+    cumulative log ratio of every position bucket, and the evaluation keys (computed every ``trainer.eval_every`` steps)."""
     keys = [f"update/{k}" for k in ("loss", "pg_loss", "kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
                                      "clip_frac", "ratio_mean", "ratio_min", "ratio_max", "approx_kl", "entropy",
                                      "skipped_rows_frac", "grad_norm")]
     keys += [f"update/clip_frac_by_pos/{label}" for label in obj.position_bucket_labels()]
+    keys += [f"update/cum_log_ratio_rms_by_pos/{label}" for label in obj.position_bucket_labels()]
+    keys += [f"update/cum_log_ratio_rms_pos_gt{obj.LATE_POSITION}"]
     keys += ["eval/accuracy", "eval/mean_reward", "eval/mean_length"]
     if cfg.log.metric_names == "both":
         keys = list(with_verl_names(dict.fromkeys(keys, float("nan"))))

@@ -118,6 +118,7 @@ class MetricMeans:
 
 
 SUMMED = ("loss", "pg_loss", "kl")  # per-mini-batch sums; everything else is a token mean
+_LATE = ("cum_log_ratio_sq_late", "tokens_late")  # weighted by the late tokens, not all of them
 
 
 def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) -> dict[str, float]:
@@ -128,7 +129,8 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
     ``exp.ref_logp`` (``[B,T]``, for the KL term) and ``exp.prompt_index`` (``[B]``: the
     mini-batches take whole prompt groups). Metrics: the ``policy_loss`` metrics as token means
     over the rows that went through the forward, ``loss``/``pg_loss``/``kl`` as the mean over
-    optimizer steps of each mini-batch's loss, ``clip_frac_by_pos/*``, ``skipped_rows_frac`` and
+    optimizer steps of each mini-batch's loss, ``clip_frac_by_pos/*``, ``cum_log_ratio_rms_by_pos/*`` and
+    ``cum_log_ratio_rms_pos_gt100`` (the drift of the behaviour policy by position), ``skipped_rows_frac`` and
     ``grad_norm`` (mean over optimizer steps).
     """
     rollout, advantages, old_logp, ref_logp = exp.rollout, exp.advantages, exp.old_logp, exp.ref_logp
@@ -136,7 +138,7 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
         raise ValueError("update() needs exp.advantages; compute them first (Experience.with_advantages)")
     policy.train()
     group_rows = exp.group_rows()  # mini-batches take whole prompt groups
-    means, clip_by_pos = MetricMeans(), MetricMeans()
+    means, clip_by_pos, drift_by_pos = MetricMeans(), MetricMeans(), MetricMeans()
     losses: dict[str, list[float]] = {}
     grad_norms = []
     skipped = total_rows = 0
@@ -167,10 +169,13 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
                 for k, v in m.items():
                     if k in SUMMED:  # micro-batch parts of one mini-batch loss add up
                         mb_losses[k] = mb_losses.get(k, 0.0) + v.item()
-                    elif v.dim() == 0:  # token means: weight by tokens
+                    elif v.dim() == 0 and k not in _LATE:  # token means: weight by tokens
                         means.add(k, v.item(), n_tok)
-                for b, (c, t) in enumerate(zip(m["clip_frac_by_pos"].tolist(), m["tokens_by_pos"].tolist())):
+                for b, (c, q, t) in enumerate(zip(m["clip_frac_by_pos"].tolist(),
+                                                  m["cum_log_ratio_sq_by_pos"].tolist(), m["tokens_by_pos"].tolist())):
                     clip_by_pos.add(str(b), c, t)
+                    drift_by_pos.add(str(b), q, t)
+                drift_by_pos.add("late", m["cum_log_ratio_sq_late"].item(), m["tokens_late"].item())
             grad_norms.append(_optimizer_step(policy, optimizer, scheduler, spec.grad_clip))
             for k in SUMMED:
                 losses.setdefault(k, []).append(mb_losses.pop(k, 0.0))
@@ -180,6 +185,13 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
     labels = obj.position_bucket_labels()
     out.update({f"clip_frac_by_pos/{labels[int(b)]}": v for b, v in clip_by_pos.means().items()
                 if clip_by_pos.counts[b] > 0})
+    # the spread (root mean square) of the cumulative log ratio: how far the behaviour policy has
+    # drifted by each position (0 on-policy at the first optimizer step)
+    drift = drift_by_pos.means()
+    out.update({f"cum_log_ratio_rms_by_pos/{labels[int(b)]}": float(np.sqrt(drift[b])) for b in drift
+                if b != "late" and drift_by_pos.counts[b] > 0})
+    if drift_by_pos.counts.get("late", 0) > 0:
+        out[f"cum_log_ratio_rms_pos_gt{obj.LATE_POSITION}"] = float(np.sqrt(drift["late"]))
     out["skipped_rows_frac"] = skipped / max(total_rows, 1)
     out["grad_norm"] = float(np.mean(grad_norms))
     return out
