@@ -3,8 +3,8 @@
     python studies/study_json.py runs/study_credit_teacher --name credit_teacher \
         [--baseline grpo] [--metric credit/segments_per_seq ...] [--command "grpolab compare ..."]
 
-Reads ``OUT/sweep.json`` and every finished run's ``metrics.jsonl`` (a ``grpolab compare`` output
-directory), and merges into the study's JSON (keeping its ``precondition`` and everything else):
+Reads ``OUT/sweep.json`` and every finished run's ``metrics.jsonl`` and ``result.json`` (its
+``start_accuracy`` is the step-0 point of the curve; a ``grpolab compare`` output directory), and merges into the study's JSON (keeping its ``precondition`` and everything else):
 
 - ``variants``: per variant, ``seeds`` and ``final`` (held-out greedy accuracy at the last step, same
   order), ``start``, ``best``, ``auc`` (the area under the held-out accuracy curve over the run,
@@ -63,6 +63,9 @@ def collect(out: Path, metrics: list[str]) -> dict[str, dict]:
             continue
         rows = read_metrics(run_dir)
         steps, acc = eval_curve(rows)
+        start = json.loads((run_dir / "result.json").read_text()).get("start_accuracy")
+        if start is not None and (not steps or steps[0] > 0):  # the step-0 evaluation is in result.json
+            steps, acc = [0, *steps], [float(start), *acc]
         if not steps:
             continue
         name = ",".join(str(v) for v in run["factors"].values())

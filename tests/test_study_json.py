@@ -18,7 +18,10 @@ def _run(out, name, factors, seed, curve, extra=None):
     rows = [{"step": s, "eval/accuracy": a, **(extra or {})} for s, a in curve]
     rows.insert(1, {"step": 5, "reward/mean": 0.5, **(extra or {})})  # a step without evaluation
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "result.json").write_text("{}")
+    start = [a for s, a in curve if s == 0]
+    if start:  # the trainer writes the step-0 evaluation to result.json, not to metrics.jsonl
+        curve = [(s, a) for s, a in curve if s != 0]
+    (d / "result.json").write_text(json.dumps({"start_accuracy": start[0]} if start else {}))
     return {"name": name, "setting": name.rsplit(",", 1)[0], "factors": factors, "seed": seed}
 
 
