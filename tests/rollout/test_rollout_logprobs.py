@@ -200,8 +200,9 @@ def test_shared_prompts_poisoned_padding_and_observation_tokens():
     mask[:, 2] = 0
     attn = r.response_attention if r.response_attention is not None else r.response_mask
     attn = attn.clone()
-    poisoned_prompt = torch.where(r.prompt_mask.bool(), r.prompt_ids, torch.randint(0, VOCAB, r.prompt_ids.shape, generator=g))
-    poisoned_resp = torch.where(attn.bool(), r.response_ids, torch.randint(0, VOCAB, r.response_ids.shape, generator=g))
+    noise = lambda shape: torch.randint(0, VOCAB, shape, generator=g)  # noqa: E731
+    poisoned_prompt = torch.where(r.prompt_mask.bool(), r.prompt_ids, noise(r.prompt_ids.shape))
+    poisoned_resp = torch.where(attn.bool(), r.response_ids, noise(r.response_ids.shape))
     assert not torch.equal(poisoned_prompt, r.prompt_ids) and not torch.equal(poisoned_resp, r.response_ids)
     w = torch.randn(r.response_ids.shape, generator=g)
     clean = (r.prompt_ids, r.prompt_mask, r.response_ids, mask, attn)

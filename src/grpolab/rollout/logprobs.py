@@ -243,7 +243,8 @@ def _activation_checkpointing(model) -> bool:
     return False
 
 
-def shared_prompt_logits(model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT):
+def shared_prompt_logits(model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT,
+                         response_attn_BT):
     """Logits ``[B, T, V]`` scoring the response tokens, each distinct prompt forwarded once.
 
     ``logits[:, t]`` predicts ``response_ids[:, t]`` (the same as the joint forward's positions
