@@ -21,9 +21,11 @@ repeat one prompt, and the joint forward recomputes it ``G`` times. The shared p
 distinct prompt of the (micro-)batch once with a KV cache, gathers its keys/values to the rows
 that repeat it (``index_select``: gradients from every row flow back into the one prompt forward
 and add up) and forwards only the response tokens on top, with the same attention mask and
-positions as the joint forward. It is the same function up to float rounding (summation order),
-which ``tests/rollout/test_rollout_logprobs.py`` checks for values and gradients, with left padding
-and poisoned pads. It falls back to the joint forward when no prompt repeats, when a prompt row is
+positions as the joint forward. It is the same function up to float rounding, which
+``tests/rollout/test_rollout_logprobs.py`` checks for values and gradients, with left padding and
+poisoned pads (to float32 rounding even for a float64 model: Hugging Face's RMSNorm computes in
+float32, and its backward rounds the summed gradient of a shared prompt position once instead of
+each row's part separately). It falls back to the joint forward when no prompt repeats, when a prompt row is
 empty, with gradient checkpointing on (the model drops its cache), and for models whose cache has
 layers other than plain full attention (:func:`shared_prompt_fallback` says why).
 """
