@@ -51,6 +51,9 @@ Run::
 starting model once; then TRL's own training step (its ``_generate_and_score_completions`` replaced,
 on the instance, by one returning that batch with TRL's advantages) and grpolab's update (skipping
 off) each run ``--steps`` times on it; the update seconds are compared (first step = warm-up).
+grpolab runs twice: ``grpolab`` with the shared-prompt forward (``trainer.share_prompts``, the
+default: each distinct prompt forwarded once per micro-batch) and ``grpolab-joint`` with the joint
+forward over ``[prompt; response]`` per row, as TRL computes it.
 
 It prints a table and writes ``benchmarks/results/vs_trl.json`` (atomically) with the machine, all
 settings, the prompt schedules' digests and every step's timings, lengths and rewards.
@@ -82,6 +85,8 @@ QUIET_CORES = 0.25
 #: the verdict needs the two trainers' mean completion lengths within this relative difference
 LENGTH_TOLERANCE = 0.10
 SIDES = ("trl", "grpolab", "grpolab+skip")
+#: --fixed-batch: grpolab with the shared-prompt forward (the default) and with the joint forward
+FIXED_SIDES = ("trl", "grpolab", "grpolab-joint")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -325,7 +330,7 @@ def grpolab_update_fn():
     return fn, "grpolab.train.update"
 
 
-def grpolab_setup(model_dir: Path, s: dict, seed: int, skip: bool, steps: int):
+def grpolab_setup(model_dir: Path, s: dict, seed: int, skip: bool, steps: int, share_prompts: bool = True):
     """Config, update function, generator, policy, tokenizer, optimizer and scheduler as ``train`` builds them."""
     from grpolab.config import load_config
     from grpolab.models import load_model
@@ -343,7 +348,7 @@ def grpolab_setup(model_dir: Path, s: dict, seed: int, skip: bool, steps: int):
         "optim.warmup_steps": 0, "optim.schedule": "constant", "optim.grad_clip": s["grad_clip"],
         "trainer.steps": steps, "trainer.epochs": 1, "trainer.mini_batches": 1,
         "trainer.micro_batch_size": 0, "trainer.skip_zero_advantage": "true" if skip else "false",
-        "trainer.seed": seed,
+        "trainer.seed": seed, "trainer.share_prompts": "true" if share_prompts else "false",
     }
     cfg = load_config(overrides={k: str(v) for k, v in overrides.items()})
     update, update_name = grpolab_update_fn()
@@ -452,11 +457,14 @@ def run_fixed_trl(model_dir: Path, rollout, rewards, batch, s: dict, seed: int, 
     return {"update_s": durations}
 
 
-def run_fixed_grpolab(model_dir: Path, rollout, rewards, s: dict, seed: int, steps: int) -> dict:
-    """grpolab's update ``steps`` times on the fixed batch (skipping off), with grpolab's advantages."""
+def run_fixed_grpolab(model_dir: Path, rollout, rewards, s: dict, seed: int, steps: int,
+                      share_prompts: bool = True) -> dict:
+    """grpolab's update ``steps`` times on the fixed batch (skipping off), with grpolab's advantages;
+    ``share_prompts=False`` is the joint forward (every row recomputes its prompt, as TRL does)."""
     from grpolab import objectives as obj
 
-    cfg, update, update_name, _, policy, _, optimizer, scheduler = grpolab_setup(model_dir, s, seed, False, steps)
+    cfg, update, update_name, _, policy, _, optimizer, scheduler = grpolab_setup(
+        model_dir, s, seed, False, steps, share_prompts=share_prompts)
     adv = obj.get_advantage_estimator("grpo")(rewards, rollout.group_ids)
     durations = []
     for _ in range(steps):
@@ -479,24 +487,41 @@ def main_fixed(a, s: dict, seeds: list[int], machine: dict) -> int:
             step_items = prompt_schedule(len(items), 1, s["prompts_per_step"], seed)[0]
             rollout, rewards, batch = fixed_batch(model_dir, items, step_items, s, seed)
             tokens = float(rollout.response_mask.sum())
-            for side in (("trl", "grpolab") if k % 2 == 0 else ("grpolab", "trl")):
+            sides = FIXED_SIDES if k % 2 == 0 else FIXED_SIDES[::-1]
+            for side in sides:
                 c0 = cpu_counters()
                 if side == "trl":
                     run_work = work / f"trl_{seed}"
                     run_work.mkdir()
                     r = run_fixed_trl(model_dir, rollout, rewards, batch, s, seed, a.steps, run_work)
                 else:
-                    r = run_fixed_grpolab(model_dir, rollout, rewards, s, seed, a.steps)
+                    r = run_fixed_grpolab(model_dir, rollout, rewards, s, seed, a.steps,
+                                          share_prompts=side == "grpolab")
                 r.update(side=side, seed=seed, completion_tokens=tokens, others_cores=others_cores(c0, cpu_counters()))
                 result["runs"].append(r)
                 print(f"seed {seed} {side}: update s {[round(x, 3) for x in r['update_s']]} on {tokens:.0f} "
                       f"completion tokens", flush=True)
     med = {side: statistics.median([x for r in result["runs"] if r["side"] == side for x in r["update_s"][1:]])
-           for side in ("trl", "grpolab")}
+           for side in FIXED_SIDES}
     result["median_update_s"] = med
     result["ratio_trl_over_grpolab_update"] = med["trl"] / med["grpolab"]
+    result["ratio_trl_over_grpolab_joint_update"] = med["trl"] / med["grpolab-joint"]
+    result["ratio_joint_over_shared_update"] = med["grpolab-joint"] / med["grpolab"]
+    per_seed = {}
+    for seed in seeds:
+        m = {side: statistics.median([x for r in result["runs"] if r["side"] == side and r["seed"] == seed
+                                      for x in r["update_s"][1:]]) for side in FIXED_SIDES}
+        per_seed[str(seed)] = {"trl_over_grpolab": m["trl"] / m["grpolab"],
+                               "trl_over_grpolab_joint": m["trl"] / m["grpolab-joint"],
+                               "joint_over_shared": m["grpolab-joint"] / m["grpolab"]}
+    result["ratios_per_seed"] = per_seed
     print(f"fixed batch, update only ({len(seeds)} seeds x {a.steps - 1} timed steps): median TRL {med['trl']:.3f} s, "
-          f"grpolab {med['grpolab']:.3f} s, TRL/grpolab {result['ratio_trl_over_grpolab_update']:.2f}x")
+          f"grpolab {med['grpolab']:.3f} s (shared prompts), grpolab-joint {med['grpolab-joint']:.3f} s; "
+          f"TRL/grpolab {result['ratio_trl_over_grpolab_update']:.2f}x, "
+          f"TRL/grpolab-joint {result['ratio_trl_over_grpolab_joint_update']:.2f}x, "
+          f"joint/shared {result['ratio_joint_over_shared_update']:.2f}x")
+    for seed, r in per_seed.items():
+        print(f"  seed {seed}: " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
     out = a.out if a.out != DEFAULT_OUT else DEFAULT_OUT.with_name("vs_trl_fixed_batch.json")
     atomic_write_json(out, result)
     print(f"wrote {out}")

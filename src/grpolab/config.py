@@ -261,6 +261,7 @@ class TrainerConfig:
     micro_batch_tokens: int = 2048  # padded tokens per forward/backward when micro_batch_size = 0
     policy_lag: int = 0  # rollouts come from the policy this many updates old
     skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
+    share_prompts: bool = True  # the update forwards each distinct prompt of a micro-batch once
     headroom: bool = True  # measure greedy vs sampled success before RL (RUN_DIR/headroom.md)
     eval_every: int = 25
     save_every: int = 25

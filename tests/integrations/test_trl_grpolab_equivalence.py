@@ -3,8 +3,8 @@
 This guards the equal-work comparison of ``benchmarks/vs_trl.py`` across TRL versions: on the same
 model, prompts, completions and rewards, TRL's ``GRPOTrainer._compute_loss`` (plain TRL, not the
 grpolab adapter) and the pieces grpolab's trainer runs -- the ``grpo`` advantage estimator,
-``response_logprobs``, ``aggregation_weights(mode="token")`` and ``policy_loss`` -- give the same loss
-and gradient. The one known difference is the epsilon added to the group std: TRL divides by
+``response_logprobs`` (with the update's shared-prompt forward and with the joint one),
+``aggregation_weights(mode="token")`` and ``policy_loss`` -- give the same loss and gradient. The one known difference is the epsilon added to the group std: TRL divides by
 ``std + 1e-4``, grpolab by ``std + 1e-6``, so grpolab's advantages are larger by the factor
 ``(std + 1e-4) / (std + 1e-6)`` and the loss and gradient by at most that factor (the surrogate is
 linear in the advantage on either side of the clip, and the sign of each advantage is the same).
@@ -81,8 +81,9 @@ def _grads(model):
     return torch.cat([p.grad.reshape(-1) for p in model.parameters()])
 
 
+@pytest.mark.parametrize("share_prompts", [True, False], ids=["shared-prompt-forward", "joint-forward"])
 @pytest.mark.parametrize("off_policy", [False, True], ids=["on-policy", "off-policy-clipped"])
-def test_grpolab_token_loss_and_gradient_equal_trl_dapo(tmp_path, off_policy):
+def test_grpolab_token_loss_and_gradient_equal_trl_dapo(tmp_path, off_policy, share_prompts):
     from trl import GRPOTrainer
 
     trainer = _trl_trainer(tmp_path)
@@ -110,7 +111,8 @@ def test_grpolab_token_loss_and_gradient_equal_trl_dapo(tmp_path, off_policy):
 
     def grpolab_loss(adv):
         model.zero_grad()
-        logp = response_logprobs(model, lp_args).logp
+        # the update's forward: trainer.share_prompts (default) forwards the one prompt once
+        logp = response_logprobs(model, lp_args, share_prompts=share_prompts).logp
         W = aggregation_weights(mask.float(), "token", advantages=adv, group_ids=gids)
         loss, _ = policy_loss(logp, logp.detach() if old is None else old, adv, mask.float(), group_ids=gids,
                               ratio="token", clip_low=0.2, clip_high=0.28, dual_clip=None, weights=W)

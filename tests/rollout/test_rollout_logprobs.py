@@ -134,3 +134,117 @@ def test_shape_validation(llama):
         response_logprobs(llama, (r.prompt_ids, r.prompt_mask[:, 1:], r.response_ids, r.response_mask))
     with pytest.raises(ValueError, match="temperature"):
         response_logprobs(llama, r, temperature=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# share_prompts: each distinct prompt forwarded once, the responses on its KV cache
+
+
+def _shapes_seen(model):
+    """Record the ``input_ids`` shape of every forward of the decoder stack."""
+    seen = []
+    handle = model.model.register_forward_pre_hook(
+        lambda mod, args, kwargs: seen.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    return seen, handle
+
+
+def _values_and_grads(model, batch, weights, **kw):
+    model.zero_grad()
+    res = response_logprobs(model, batch, return_entropy=True, **kw)
+    ((res.logp * weights).sum() + 0.3 * res.entropy.sum()).backward()
+    return res, _grads(model)
+
+
+def _assert_same(shared, joint, g_shared, g_joint):
+    # values: float32 rounding; gradients: HF's RMSNorm computes in float32, so the prompt
+    # positions' gradient (a sum over the G rows in the shared path, G separate parts in the joint
+    # one) is rounded differently: compare relative to each tensor's largest entry
+    torch.testing.assert_close(shared.logp, joint.logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(shared.entropy, joint.entropy, atol=1e-5, rtol=0)
+    assert g_shared.keys() == g_joint.keys() and len(g_joint) > 0
+    for k in g_joint:
+        scale = float(g_joint[k].abs().max())
+        assert scale > 0, k
+        torch.testing.assert_close(g_shared[k], g_joint[k], atol=1e-5 * scale, rtol=0)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_shared_prompts_same_values_and_gradients_as_joint_forward(temperature):
+    model = make_llama(2)
+    r = _rollout(model, G=3, seed=3, temperature=temperature)  # prompts of 2..9 tokens: left padding
+    assert (r.prompt_mask == 0).any() and (r.response_mask == 0).any()
+    w = torch.randn(r.response_ids.shape, generator=torch.Generator().manual_seed(1))
+    joint, g_joint = _values_and_grads(model, r, w, temperature=temperature)
+    seen, handle = _shapes_seen(model)
+    try:
+        shared, g_shared = _values_and_grads(model, r, w, temperature=temperature, share_prompts=True)
+    finally:
+        handle.remove()
+    B, T = r.response_ids.shape
+    # really the shared path: the 4 distinct prompts once, then the responses (but the last token)
+    assert seen == [(len(PROMPTS), r.prompt_ids.shape[1]), (B, T - 1)]
+    _assert_same(shared, joint, g_shared, g_joint)
+    # and both equal the slow per-row reference
+    for b, (p, resp) in enumerate(_rows(r)):
+        with torch.no_grad():
+            lp, _ = ref_logprobs_alone(model, p, resp, temperature)
+        torch.testing.assert_close(shared.logp[b, : len(resp)].double(), lp, atol=1e-5, rtol=0)
+
+
+def test_shared_prompts_poisoned_padding_and_observation_tokens():
+    model = make_llama(0)
+    r = _rollout(model, G=2, seed=4)
+    g = torch.Generator().manual_seed(7)
+    # observation-like tokens: attended to (response_attention 1) but not scored (response_mask 0)
+    mask = r.response_mask.clone()
+    mask[:, 2] = 0
+    attn = r.response_attention if r.response_attention is not None else r.response_mask
+    attn = attn.clone()
+    noise = lambda shape: torch.randint(0, VOCAB, shape, generator=g)  # noqa: E731
+    poisoned_prompt = torch.where(r.prompt_mask.bool(), r.prompt_ids, noise(r.prompt_ids.shape))
+    poisoned_resp = torch.where(attn.bool(), r.response_ids, noise(r.response_ids.shape))
+    assert not torch.equal(poisoned_prompt, r.prompt_ids) and not torch.equal(poisoned_resp, r.response_ids)
+    w = torch.randn(r.response_ids.shape, generator=g)
+    clean = (r.prompt_ids, r.prompt_mask, r.response_ids, mask, attn)
+    joint, g_joint = _values_and_grads(model, clean, w)
+    # pads differ between rows of one group: they must still share the prompt (tokens under the mask only)
+    poisoned = (poisoned_prompt, r.prompt_mask, poisoned_resp, mask, attn)
+    seen, handle = _shapes_seen(model)
+    try:
+        shared, g_shared = _values_and_grads(model, poisoned, w, share_prompts=True)
+    finally:
+        handle.remove()
+    assert seen[0][0] == len(PROMPTS)
+    assert (shared.logp[:, 2] == 0).all() and (joint.logp[:, 2] == 0).all()
+    _assert_same(shared, joint, g_shared, g_joint)
+
+
+def test_shared_prompts_falls_back_to_the_joint_forward():
+    from grpolab.rollout.logprobs import distinct_prompts
+
+    model = make_llama(6)
+    r = _rollout(model, G=1, seed=5)  # no prompt repeats: nothing to share
+    seen, handle = _shapes_seen(model)
+    try:
+        a = response_logprobs(model, r, share_prompts=True).logp
+    finally:
+        handle.remove()
+    assert seen == [(r.batch_size, r.prompt_ids.shape[1] + r.response_ids.shape[1])]
+    torch.testing.assert_close(a, response_logprobs(model, r).logp, atol=0, rtol=0)
+    # activation checkpointing in training: the model drops its cache, so the joint forward runs
+    r2 = _rollout(model, G=2, seed=5)
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    model.train()
+    try:
+        seen, handle = _shapes_seen(model)
+        try:
+            response_logprobs(model, r2, share_prompts=True)
+        finally:
+            handle.remove()
+        assert len(seen) == 1 and seen[0][0] == r2.batch_size
+    finally:
+        (getattr(model, "activation_checkpointing_disable", None) or model.gradient_checkpointing_disable)()
+        model.eval()
+    first, inverse = distinct_prompts(r2.prompt_ids, r2.prompt_mask)
+    assert sorted(first.tolist()) == [0, 2, 4, 6] and (inverse[first] == torch.arange(4)).all()
+    assert torch.equal(inverse[0::2], inverse[1::2]) and len(set(inverse.tolist())) == 4

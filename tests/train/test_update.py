@@ -46,7 +46,11 @@ def _step(policy, tok, exp, *overrides):
     spec = UpdateSpec.from_config(cfg)
     torch.manual_seed(0)  # the mini-batch order
     exp = learning_signal(exp, state, spec, obj.get_advantage_estimator(cfg.objective.advantage))
+    grads = []  # the gradient each optimizer step sees (after clipping)
+    state.optimizer.register_step_pre_hook(
+        lambda opt, args, kwargs: grads.append([p.grad.detach().clone() for p in model.parameters()]))
     stats = update(state.policy, state.optimizer, state.scheduler, exp, spec)
+    stats["grads"] = grads
     return [p.detach().clone() for p in model.parameters()], stats, exp
 
 
@@ -56,13 +60,36 @@ def _step(policy, tok, exp, *overrides):
     ["preset=ctpo", "objective.aggregation=sequence", "objective.kl_coef=0.1"],
 ])
 def test_micro_batch_size_changes_nothing_at_trainer_level(policy_and_experience, extra):
+    # the joint forward (trainer.share_prompts=false): the partition changes neither loss nor gradient
+    # to float64 rounding; the shared-prompt forward is compared with it in the next test
     policy, tok, exp = policy_and_experience
-    runs = {mb: _step(policy, tok, exp, f"trainer.micro_batch_size={mb}", *extra)[0] for mb in (1, 3, 0)}
+    runs = {mb: _step(policy, tok, exp, f"trainer.micro_batch_size={mb}", "trainer.share_prompts=false", *extra)[0]
+            for mb in (1, 3, 0)}
     for mb in (1, 3):  # 0 = fill up to micro_batch_tokens (2048): the whole batch in one forward
         for a, b in zip(runs[mb], runs[0]):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
     moved = max(float((a - p.detach()).abs().max()) for a, p in zip(runs[0], policy.parameters()))
     assert moved > 1e-4  # the step really changed the policy
+
+
+@pytest.mark.parametrize("extra", [[], ["trainer.micro_batch_size=3"], ["objective.kl_coef=0.1"]])
+def test_shared_prompt_forward_takes_the_same_step(policy_and_experience, extra):
+    # trainer.share_prompts (the default) forwards each distinct prompt of a micro-batch once. The
+    # step equals the joint forward's to float32 rounding, not float64: Hugging Face's RMSNorm
+    # computes in float32 even in a float64 model, so its backward rounds each position's gradient
+    # to float32, and the shared prompt position receives the sum of G rows' gradients before that
+    # rounding instead of G separately rounded ones (per row the two paths agree to 1e-15).
+    # Compared: the gradient of every optimizer step (parameters after AdamW would amplify float32
+    # rounding of near-zero gradients by up to lr / eps).
+    policy, tok, exp = policy_and_experience
+    _, s_joint, _ = _step(policy, tok, exp, "trainer.share_prompts=false", *extra)
+    _, s_shared, _ = _step(policy, tok, exp, "trainer.share_prompts=true", *extra)
+    assert len(s_joint["grads"]) == len(s_shared["grads"]) == 1
+    for a, b in zip(s_shared["grads"][0], s_joint["grads"][0]):
+        assert b.abs().max() > 0
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6 * float(b.abs().max()))
+    assert s_shared["loss"] == pytest.approx(s_joint["loss"], rel=1e-9, abs=1e-12)
+    assert s_shared["grad_norm"] == pytest.approx(s_joint["grad_norm"], rel=1e-6)
 
 
 def test_kl_term_turns_zero_advantage_skipping_off(policy_and_experience):

@@ -15,6 +15,19 @@ asked. Runs with gradients: this is the forward of the policy update. It does no
 The same function is the "teacher forward" of RLSD-style credit assignment: pass a *privileged*
 prompt with the student's response tensors, ``(teacher_prompt_ids, teacher_prompt_mask,
 response_ids, response_mask)``, to score the same tokens under another context.
+
+Shared prompts (``share_prompts=True``, what the policy update uses): the ``G`` rows of a group
+repeat one prompt, and the joint forward recomputes it ``G`` times. The shared path forwards each
+distinct prompt of the (micro-)batch once with a KV cache, gathers its keys/values to the rows
+that repeat it (``index_select``: gradients from every row flow back into the one prompt forward
+and add up) and forwards only the response tokens on top, with the same attention mask and
+positions as the joint forward. It is the same function up to float rounding, which
+``tests/rollout/test_rollout_logprobs.py`` checks for values and gradients, with left padding and
+poisoned pads (to float32 rounding even for a float64 model: Hugging Face's RMSNorm computes in
+float32, and its backward rounds the summed gradient of a shared prompt position once instead of
+each row's part separately). It falls back to the joint forward when no prompt repeats, when a prompt row is
+empty, with gradient checkpointing on (the model drops its cache), and for models whose cache has
+layers other than plain full attention (:func:`shared_prompt_fallback` says why).
 """
 
 from __future__ import annotations
@@ -24,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from .batch import Rollout
-from .cache import ForwardSignature
+from .cache import DynamicLayer, ForwardSignature, new_cache
 
 
 @dataclass
@@ -33,7 +46,8 @@ class LogprobResult:
 
     Attributes:
         logp: ``FloatTensor [B, T]`` log-probability of each response token under
-            ``softmax(logits / temperature)``; 0 where ``response_mask`` is 0.
+            ``softmax(logits / temperature)``; 0 where ``response_mask`` is 0. float32, or
+            float64 for a float64 model.
         entropy: ``FloatTensor [B, T]`` entropy of that distribution at each response position
             (0 where masked), or ``None`` if not requested.
     """
@@ -49,6 +63,7 @@ def response_logprobs(
     temperature: float = 1.0,
     return_entropy: bool = False,
     micro_batch_size: int | None = None,
+    share_prompts: bool = False,
 ) -> LogprobResult:
     """Log-probs (and optionally entropies) of the response tokens, with gradients.
 
@@ -65,6 +80,9 @@ def response_logprobs(
         return_entropy: also return the per-token entropy.
         micro_batch_size: run the forward in chunks of this many rows (concatenated on
             return).
+        share_prompts: forward each distinct prompt of a chunk once and the responses on top of
+            its KV cache (see the module docstring); the same values and gradients up to float
+            rounding, fewer FLOPs when rows repeat prompts (groups).
 
     Each (micro-)batch is trimmed to its own longest prompt and response before the forward.
 
@@ -104,6 +122,7 @@ def response_logprobs(
             prompt_ids[s : s + mb], prompt_mask[s : s + mb], response_ids[s : s + mb], response_mask[s : s + mb],
             temperature=temperature, return_entropy=return_entropy,
             response_attn_BT=None if response_attention is None else response_attention[s : s + mb],
+            share_prompts=share_prompts,
         )
         logps.append(lp)
         ents.append(ent)
@@ -136,7 +155,7 @@ def joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, respons
 
 def _score(
     model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT,
-    *, temperature: float, return_entropy: bool, response_attn_BT=None,
+    *, temperature: float, return_entropy: bool, response_attn_BT=None, share_prompts: bool = False,
 ):
     """One forward. Returns ``(logp [B, T], entropy [B, T] | None)``."""
     if response_attn_BT is None:
@@ -160,12 +179,17 @@ def _score(
         response_ids_BT, response_mask_BT = response_ids_BT[:, :T], response_mask_BT[:, :T]
         response_attn_BT = response_attn_BT[:, :T]
     P = prompt_ids_BP.shape[1]
-    kwargs = {"logits_to_keep": T + 1} if sig.logits_to_keep else {}
-    out = joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT, **kwargs)
-    logits = out.logits
-    # logits[:, p] predicts token p + 1: keep positions P - 1 .. P + T - 2
-    logits_BTV = logits[:, -(T + 1) : -1] if sig.logits_to_keep else logits[:, P - 1 : P + T - 1]
-    logits_BTV = logits_BTV.float()
+    logits_BTV = None
+    if share_prompts:
+        logits_BTV = shared_prompt_logits(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT)
+    if logits_BTV is None:
+        kwargs = {"logits_to_keep": T + 1} if sig.logits_to_keep else {}
+        out = joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT, **kwargs)
+        logits = out.logits
+        # logits[:, p] predicts token p + 1: keep positions P - 1 .. P + T - 2
+        logits_BTV = logits[:, -(T + 1) : -1] if sig.logits_to_keep else logits[:, P - 1 : P + T - 1]
+    if logits_BTV.dtype != torch.float64:  # half precision is scored in float32; float64 stays float64
+        logits_BTV = logits_BTV.float()
     if temperature != 1.0:
         logits_BTV = logits_BTV / temperature
     lse_BT = torch.logsumexp(logits_BTV, dim=-1)
@@ -183,3 +207,78 @@ def _score(
         logp_BT = torch.nn.functional.pad(logp_BT, pad)
         ent_BT = torch.nn.functional.pad(ent_BT, pad) if ent_BT is not None else None
     return logp_BT, ent_BT
+
+
+def distinct_prompts(prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor):
+    """The distinct prompts of a batch: ``(first_N, inverse_B)``.
+
+    ``first_N`` (``LongTensor [N]``) is the first row holding each distinct prompt, ``inverse_B``
+    (``LongTensor [B]``) the index into ``first_N`` of every row's prompt. Two rows share a prompt
+    when their tokens and mask agree at every position; token ids under padding are ignored.
+    """
+    key_BP = prompt_ids_BP.masked_fill(prompt_mask_BP == 0, -1)
+    _, inverse_B = torch.unique(key_BP, dim=0, return_inverse=True)
+    N = int(inverse_B.max()) + 1 if inverse_B.numel() else 0
+    rows_B = torch.arange(inverse_B.shape[0], device=inverse_B.device)
+    first_N = torch.full((N,), inverse_B.shape[0], dtype=torch.long, device=inverse_B.device)
+    first_N = first_N.scatter_reduce(0, inverse_B, rows_B, reduce="amin")
+    return first_N, inverse_B
+
+
+def shared_prompt_fallback(model, sig: ForwardSignature, prompt_mask_BP: torch.Tensor, n_distinct: int) -> str | None:
+    """``None`` if the shared-prompt forward applies to this batch, else why the joint forward is used."""
+    if n_distinct >= prompt_mask_BP.shape[0]:
+        return "no prompt repeats"
+    if prompt_mask_BP.shape[1] == 0 or not bool(prompt_mask_BP.bool().any(dim=1).all()):
+        return "a prompt row is empty"
+    if _activation_checkpointing(model) and model.training:
+        return "gradient checkpointing is on (the model drops its KV cache)"
+    if DynamicLayer is None:
+        return "transformers has no layered cache API"
+    return None
+
+
+def _activation_checkpointing(model) -> bool:
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # newer name first
+        if hasattr(type(model), name) or hasattr(model, name):
+            return bool(getattr(model, name))
+    return False
+
+
+def shared_prompt_logits(model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT,
+                         response_attn_BT):
+    """Logits ``[B, T, V]`` scoring the response tokens, each distinct prompt forwarded once.
+
+    ``logits[:, t]`` predicts ``response_ids[:, t]`` (the same as the joint forward's positions
+    ``P - 1 .. P + T - 2``). Returns ``None`` when :func:`shared_prompt_fallback` says to use the
+    joint forward (or the model returned a cache with other layer kinds).
+    """
+    first_N, inverse_B = distinct_prompts(prompt_ids_BP, prompt_mask_BP)
+    if shared_prompt_fallback(model, sig, prompt_mask_BP, first_N.shape[0]) is not None:
+        return None
+    T = response_ids_BT.shape[1]
+    ids_NP, mask_NP = prompt_ids_BP[first_N], prompt_mask_BP[first_N].long()
+    pos_NP = (mask_NP.cumsum(-1) - 1).clamp_(min=0)
+    cache = new_cache(model)
+    extra = {"logits_to_keep": 1} if sig.logits_to_keep else {}
+    out = model(input_ids=ids_NP, attention_mask=mask_NP, position_ids=pos_NP, use_cache=True,
+                **{sig.cache_kw: cache}, **extra)
+    layers = getattr(cache, "layers", None)  # the model filled the cache in place
+    if not isinstance(layers, list) or not layers or any(
+            type(layer) is not DynamicLayer or layer.keys is None or layer.keys.shape[0] != ids_NP.shape[0]
+            for layer in layers):
+        return None
+    first_BV = out.logits[:, -1][inverse_B]  # the last prompt position predicts response token 0
+    if T == 1:
+        return first_BV[:, None]
+    # every row gets its prompt's keys/values (index_select: the backward sums the rows' gradients)
+    rows = new_cache(model)
+    for i, layer in enumerate(layers):
+        rows.update(layer.keys.index_select(0, inverse_B), layer.values.index_select(0, inverse_B), i)
+    # the response tokens but the last (it is only ever a target), at the joint forward's positions
+    attn_BT = response_attn_BT.long()
+    attn_BL = torch.cat([prompt_mask_BP.long(), attn_BT[:, : T - 1]], dim=1)
+    pos_BT = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BT[:, : T - 1].cumsum(-1) - 1).clamp_(min=0)
+    out = model(input_ids=response_ids_BT[:, : T - 1], attention_mask=attn_BL, position_ids=pos_BT, use_cache=True,
+                **{sig.cache_kw: rows})
+    return torch.cat([first_BV[:, None], out.logits], dim=1)

@@ -72,6 +72,9 @@ class UpdateSpec:
     micro_batch_tokens: int = 2048
     skip_zero_advantage: bool = True
     grad_clip: float = 1.0  # 0 = no clipping (the norm is still measured)
+    # forward each distinct prompt of a micro-batch once, the responses on its KV cache: the same
+    # loss and gradient up to float rounding (grpolab.rollout.logprobs, share_prompts)
+    share_prompts: bool = True
 
     @classmethod
     def from_config(cls, cfg: Config) -> "UpdateSpec":
@@ -79,6 +82,7 @@ class UpdateSpec:
         return cls(loss=LossSpec.from_config(cfg), temperature=cfg.rollout.temperature, epochs=tr.epochs,
                    mini_batches=tr.mini_batches, micro_batch_size=tr.micro_batch_size,
                    micro_batch_tokens=tr.micro_batch_tokens, skip_zero_advantage=tr.skip_zero_advantage,
+                   share_prompts=tr.share_prompts,
                    grad_clip=cfg.optim.grad_clip)
 
     @property
@@ -199,7 +203,8 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
 
 def _forward_backward(policy, part, adv, old_logp, ref_logp, W, spec: UpdateSpec):
     """One micro-batch: forward, loss, backward. Returns ``(metrics, response tokens)``."""
-    lp = response_logprobs(policy, part, temperature=spec.temperature, return_entropy=True)
+    lp = response_logprobs(policy, part, temperature=spec.temperature, return_entropy=True,
+                           share_prompts=spec.share_prompts)
     loss, m = obj.policy_loss(
         lp.logp, lp.logp.detach() if old_logp is None else old_logp, adv, part.response_mask,
         group_ids=part.group_ids, ref_logp=ref_logp, weights=W, **spec.loss.kwargs(),
