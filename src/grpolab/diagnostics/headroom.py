@@ -10,7 +10,8 @@ per-item outcomes into that comparison:
   temperature, ``c_i`` of them correct);
 * pass@k with the unbiased estimator (:func:`grpolab.diagnostics.pass_at_k`);
 * the gap ``sampled - greedy`` paired by item, with a bootstrap CI over items;
-* all of it overall and per task family (``item.meta["family"]`` or ``["difficulty"]``).
+* all of it overall and per task family (``item.meta["family"]`` or ``["difficulty"]``), each
+  family with its own verdict by the same rule (on its own, wider, intervals).
 
 The verdict, on the overall 95% intervals (bootstrap over items, paired by item):
 
@@ -69,15 +70,18 @@ class HeadroomStats:
 class HeadroomResult:
     overall: HeadroomStats
     families: dict[str, HeadroomStats] = field(default_factory=dict)
-    verdict: str = ""  # "headroom", "no headroom", "unclear", "saturated"
+    verdict: str = ""  # "headroom", "pass@k headroom", "no headroom", "unclear", "saturated"
     message: str = ""
+    family_verdicts: dict[str, str] = field(default_factory=dict)  # the same rule on each family
     temperature: float | None = None
     source: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {"source": self.source, "temperature": self.temperature, "verdict": self.verdict,
                 "message": self.message, "overall": self.overall.to_dict(),
-                "families": {f: s.to_dict() for f, s in self.families.items()}}
+                "families": {f: {**s.to_dict(), **({"verdict": self.family_verdicts[f]}
+                                                     if f in self.family_verdicts else {})}
+                             for f, s in self.families.items()}}
 
 
 def _stats(greedy: np.ndarray, correct: np.ndarray, k: int, seed: int) -> HeadroomStats:
@@ -127,7 +131,9 @@ def headroom_from_outcomes(
                 idx = np.array([f == lab for f in families])
                 fams[lab] = _stats(g[idx], c[idx], k, seed)
     verdict, message = _verdict(overall, saturated, min_pass_gap)
-    return HeadroomResult(overall=overall, families=fams, verdict=verdict, message=message)
+    fam_verdicts = {lab: _verdict(st, saturated, min_pass_gap)[0] for lab, st in fams.items()}
+    return HeadroomResult(overall=overall, families=fams, verdict=verdict, message=message,
+                          family_verdicts=fam_verdicts)
 
 
 def _verdict(s: HeadroomStats, saturated: float, min_pass_gap: float) -> tuple[str, str]:
@@ -163,7 +169,7 @@ def headroom_markdown(res: HeadroomResult) -> str:
     """A short markdown report: verdict line, then one table row per family and overall."""
     ks = list(res.overall.pass_at_k)
     head = ["family", "items", "greedy", f"sampled (mean of {res.overall.k})", "sampled - greedy",
-            f"pass@{res.overall.k} - greedy"] + [f"pass@{k}" for k in ks]
+            f"pass@{res.overall.k} - greedy"] + [f"pass@{k}" for k in ks] + ["verdict"]
     lines = ["# Headroom", "", f"**verdict: {res.verdict}** -- {res.message}", ""]
     if res.source:
         lines += [f"- model: `{res.source}`"]
@@ -172,7 +178,8 @@ def headroom_markdown(res: HeadroomResult) -> str:
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = list(res.families.items()) + [("overall", res.overall)]
     for name, s in rows:
+        verdict = res.verdict if name == "overall" else res.family_verdicts.get(name, "")
         cells = [name, str(s.n_items), s.greedy.fmt(), s.sampled.fmt(), s.gap.fmt(), s.pass_gap.fmt()] + \
-            [s.pass_at_k[k].fmt() if k in s.pass_at_k else "" for k in ks]
+            [s.pass_at_k[k].fmt() if k in s.pass_at_k else "" for k in ks] + [verdict]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -23,6 +23,27 @@ class EvalResult:
     scores: list[float] = field(default_factory=list)
 
 
+def per_family(items, scores) -> dict[str, dict[str, float]]:
+    """``{family: {"accuracy", "solved", "n"}}`` of per-item scores, by ``item.meta["family"]``
+    (else ``["difficulty"]``; :func:`grpolab.diagnostics.headroom.family_of`). Empty when the
+    items carry no family label. ``scores``: one per item (greedy evaluation)."""
+    from grpolab.diagnostics.headroom import family_of
+
+    if len(items) != len(scores):
+        raise ValueError(f"per_family needs one score per item; got {len(items)} items and {len(scores)} scores")
+    out: dict[str, dict[str, float]] = {}
+    for it, s in zip(items, scores):
+        fam = family_of(getattr(it, "meta", None))
+        if fam == "all":
+            return {}
+        d = out.setdefault(fam.split("=", 1)[1], {"solved": 0, "n": 0})
+        d["solved"] += int(s >= SOLVED)
+        d["n"] += 1
+    for d in out.values():
+        d["accuracy"] = d["solved"] / d["n"]
+    return out
+
+
 def evaluate(
     model,
     tokenizer,

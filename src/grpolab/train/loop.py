@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -31,7 +31,7 @@ from grpolab.config import Config
 from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import save_checkpoint
 from grpolab.train.collector import Collector, collector_for
-from grpolab.train.evaluate import SOLVED, evaluate
+from grpolab.train.evaluate import SOLVED, evaluate, per_family
 from grpolab.train.experience import Experience
 from grpolab.train.metrics_log import MetricsLog
 from grpolab.train.report import write_report
@@ -60,6 +60,10 @@ class TrainResult:
     final_accuracy: float
     best_accuracy: float
     seconds: float
+    # held-out greedy success per task family before RL and at the end:
+    # {family: {"accuracy", "solved", "n"}} (empty when the items have no family label)
+    start_families: dict = field(default_factory=dict)
+    final_families: dict = field(default_factory=dict)
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -200,7 +204,7 @@ def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Con
                    log: Callable[[str], None]) -> None:
     """Step 0: held-out greedy accuracy, and the headroom check (``trainer.headroom``)."""
     start = _evaluate(state.policy, state.tokenizer, eval_items, cfg, collector)
-    state.record_eval(0, start.accuracy, start.mean_reward)
+    state.record_eval(0, start.accuracy, start.mean_reward, per_family(eval_items, start.scores))
     log(f"step 0  held-out greedy accuracy {start.accuracy:.3f}")
     if cfg.trainer.headroom:  # own generator: the training RNG streams are untouched
         from grpolab.train.headroom import run_headroom_check
@@ -233,7 +237,7 @@ def learning_signal(exp: Experience, state: TrainState, spec: UpdateSpec, advant
 def evaluate_now(state: TrainState, collector: Collector, eval_items, cfg: Config) -> dict[str, float]:
     """Held-out greedy evaluation after a step; recorded in the state's history."""
     ev = _evaluate(state.policy, state.tokenizer, eval_items, cfg, collector)
-    state.record_eval(state.step, ev.accuracy, ev.mean_reward)
+    state.record_eval(state.step, ev.accuracy, ev.mean_reward, per_family(eval_items, ev.scores))
     return {"eval/accuracy": ev.accuracy, "eval/mean_reward": ev.mean_reward, "eval/mean_length": ev.mean_length}
 
 
@@ -245,6 +249,7 @@ def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: floa
     result = TrainResult(
         run_dir=run_dir.path, steps=state.step, start_accuracy=evals[0]["accuracy"],
         final_accuracy=evals[-1]["accuracy"], best_accuracy=max(e["accuracy"] for e in evals), seconds=seconds,
+        start_families=evals[0].get("families", {}), final_families=evals[-1].get("families", {}),
     )
     write_report(run_dir.path, cfg, result, plots=cfg.log.plots)
     log(f"done: held-out greedy accuracy {result.start_accuracy:.3f} -> {result.final_accuracy:.3f} "

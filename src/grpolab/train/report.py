@@ -1,4 +1,11 @@
-"""End-of-run report: PNG plots and a short markdown summary in the run directory."""
+"""End-of-run report: PNG plots, a short markdown summary and its JSON twin in the run directory.
+
+``RUN_DIR/summary.md`` and ``RUN_DIR/summary.json`` hold the held-out greedy accuracy before RL
+and at the end and, when the items carry a task family (``item.meta["family"]``, e.g. the
+MiniWoB++ task name), a per-task table: success before and after RL, the number of held-out
+episodes, and the headroom verdict measured before training (``RUN_DIR/headroom.json``, written
+when ``trainer.headroom`` is on; see docs/when-grpo-helps.md).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.train.metrics_log import read_metrics
-from grpolab.utils.io import atomic_write_text
+from grpolab.utils.io import atomic_write_json, atomic_write_text
 
 PLOTS = {
     "reward": ["reward/mean", "accuracy"],
@@ -71,6 +78,62 @@ def _sandbox_line(run_dir: Path) -> list[str]:
     return [f"- {'**WARNING** ' if iso['degraded'] else ''}{iso['description']}"]
 
 
+def _read_headroom(run_dir: Path) -> dict[str, Any] | None:
+    path = run_dir / "headroom.json"
+    if not path.exists():
+        return None
+    import json
+
+    return json.loads(path.read_text())
+
+
+def per_task_rows(start: dict[str, dict], final: dict[str, dict],
+                  headroom: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """One row per task family: held-out greedy success before RL and at the end, episodes, and
+    the family's headroom verdict before training (``None`` where not measured).
+
+    ``start`` / ``final``: ``{family: {"accuracy", "solved", "n"}}`` (``TrainResult.start_families``);
+    ``headroom``: the parsed ``headroom.json`` (its families are keyed ``family=NAME``).
+    """
+    fams = (headroom or {}).get("families", {})
+    rows = []
+    for name in list(dict.fromkeys([*start, *final])):
+        b, a = start.get(name), final.get(name)
+        h = fams.get(f"family={name}") or fams.get(name) or {}
+        rows.append({
+            "task": name,
+            "n": (a or b)["n"],
+            "before": b["accuracy"] if b else None,
+            "after": a["accuracy"] if a else None,
+            "change": a["accuracy"] - b["accuracy"] if a and b else None,
+            "headroom_verdict": h.get("verdict"),
+            "headroom_items": h.get("n_items"),
+            "headroom_greedy": (h.get("greedy") or {}).get("value"),
+            "headroom_sampled": (h.get("sampled") or {}).get("value"),
+            "headroom_pass_at_k": ((h.get("pass_at_k") or {}).get(str(h.get("k"))) or {}).get("value"),
+        })
+    return rows
+
+
+def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[str]:
+    """The per-task table of ``summary.md`` (no lines when there are no rows)."""
+    if not rows:
+        return []
+    f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    pk = f"pass@{k}" if k else "pass@k"
+    lines = ["Per task (held-out greedy success; headroom measured before RL on the first held-out items):", "",
+             f"| task | held-out episodes | before RL | final | change | headroom verdict | headroom items | "
+             f"greedy / sampled / {pk} |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ch = "-" if r["change"] is None else f"{r['change']:+.3f}"
+        h = ("-" if r["headroom_greedy"] is None else
+             f"{f(r['headroom_greedy'])} / {f(r['headroom_sampled'])} / {f(r['headroom_pass_at_k'])}")
+        lines.append(f"| {r['task']} | {r['n']} | {f(r['before'])} | {f(r['after'])} | {ch} | "
+                     f"{r['headroom_verdict'] or 'not measured'} | {r['headroom_items'] or '-'} | {h} |")
+    return lines + [""]
+
+
 def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
@@ -96,6 +159,10 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
         f"| change | {result.final_accuracy - result.start_accuracy:+.3f} |",
         "",
     ]
+    headroom = _read_headroom(run_dir)
+    tasks = per_task_rows(getattr(result, "start_families", {}) or {}, getattr(result, "final_families", {}) or {},
+                          headroom)
+    lines += per_task_markdown(tasks, k=(headroom or {}).get("overall", {}).get("k"))
     if last:
         lines += [
             f"Last step: reward {last.get('reward/mean', 0):.3f}, response length "
@@ -103,6 +170,14 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
             "",
         ]
     lines += [f"![{p.stem}](plots/{p.name})" for p in figs]
+    atomic_write_json(run_dir / "summary.json", {
+        "run": run_dir.name, "task": cfg.task.name, "model": cfg.model.path or "tiny (built-in)",
+        "steps": result.steps, "seconds": result.seconds,
+        "accuracy": {"before_rl": result.start_accuracy, "final": result.final_accuracy,
+                     "best": result.best_accuracy, "change": result.final_accuracy - result.start_accuracy},
+        "headroom_verdict": (headroom or {}).get("verdict"),
+        "per_task": tasks,
+    })
     path = run_dir / "summary.md"
     atomic_write_text(path, "\n".join(lines) + "\n")
     return path

@@ -6,7 +6,7 @@ Layout::
     RUN_DIR/sft/             the cached warm start (HF model) + sft.json (its settings key)
     RUN_DIR/checkpoints/     step_NNNNNN/{model/, state.pt} and ``latest`` (see checkpoint.py)
     RUN_DIR/final/           the trained model (HF format)
-    RUN_DIR/metrics.jsonl    one row per step; tb/ plots/ summary.md headroom.{json,md}
+    RUN_DIR/metrics.jsonl    one row per step; tb/ plots/ summary.{md,json} headroom.{json,md}
 
 :meth:`RunDir.model_dir` is the one answer to "which model does this run hold" (used by
 ``grpolab eval``, ``headroom``, ``diagnose`` and ``credit``). The warm-start cache is keyed on the
@@ -202,7 +202,7 @@ class RunDir:
         """Delete the previous run's outputs (``--overwrite``); the warm start too unless kept."""
         for sub in ("checkpoints", "tb", "plots", "final") + (() if keep_warm_start else ("sft",)):
             shutil.rmtree(self.path / sub, ignore_errors=True)
-        for f in ("metrics.jsonl", "summary.md"):
+        for f in ("metrics.jsonl", "summary.md", "summary.json"):
             (self.path / f).unlink(missing_ok=True)
 
 

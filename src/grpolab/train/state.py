@@ -60,7 +60,7 @@ class TrainState:
         behaviour: the model rollouts are sampled from with ``trainer.policy_lag > 0``, else None.
         snapshots: the last ``policy_lag + 1`` policy weights (CPU), oldest first.
         credit: the credit step holding the teacher (:class:`grpolab.train.credit.CreditStep`), or None.
-        history: ``{"eval": [{"step", "accuracy", "mean_reward"}, ...]}``.
+        history: ``{"eval": [{"step", "accuracy", "mean_reward"[, "families"]}, ...]}``.
         step: optimizer-step batches done so far (0 before the first).
         prompt_format, stop_ids: how prompts are encoded (the run's resolved
             :class:`grpolab.tasks.PromptFormat`) and the ids that end a response; derived from the
@@ -127,8 +127,13 @@ class TrainState:
         if self.behaviour is not None:
             self.snapshots.append(_cpu_state(self.policy))
 
-    def record_eval(self, step: int, accuracy: float, mean_reward: float) -> None:
-        self.history["eval"].append({"step": step, "accuracy": accuracy, "mean_reward": mean_reward})
+    def record_eval(self, step: int, accuracy: float, mean_reward: float,
+                    families: dict[str, dict[str, float]] | None = None) -> None:
+        """One held-out evaluation; ``families``: per task family ``{"accuracy", "solved", "n"}``."""
+        entry: dict[str, Any] = {"step": step, "accuracy": accuracy, "mean_reward": mean_reward}
+        if families:
+            entry["families"] = families
+        self.history["eval"].append(entry)
 
     # ------------------------------------------------------------------ save / restore
     def state_dict(self) -> dict[str, Any]:
