@@ -38,7 +38,8 @@ def test_split_is_disjoint():
     assert not any(prompt_in_eval(p, 0.1) for p in train)
 
 
-@pytest.mark.parametrize("opts", [{}, {"min_numbers": 3, "max_numbers": 6, "max_value": 20}])
+@pytest.mark.parametrize("opts", [{}, {"min_numbers": 3, "max_numbers": 6, "max_value": 20},
+                                  {"show_target": False}])
 def test_demonstration_solves_every_item(opts):
     task = PairSumTask(**opts)
     items = task.items("train", 600) + task.items("eval", 60)
@@ -58,22 +59,30 @@ def test_demonstration_solves_every_item(opts):
         assert answer == item.reference == f"{numbers[i]}+{numbers[j]}"
         checks = checks.split(";")
         assert len(checks) == k  # stops at the first (only) hit
+        tail = "" if opts.get("show_target") is False else f",{target}"
         for (a, b), check in zip(order, checks):
-            assert check == f"{numbers[a]}+{numbers[b]}={numbers[a] + numbers[b]}"
+            assert check == f"{numbers[a]}+{numbers[b]}={numbers[a] + numbers[b]}{tail}"
         assert item.reward == "pair_sum" and item.privileged == item.demonstration
         assert item.reward_options == {"numbers": numbers, "target": target}
         assert len(item.demonstration) <= task.max_completion_length()
         assert item.score(item.demonstration).score == 1.0
         positions.add(k)
-    if not opts:  # 4 numbers: the solving pair occurs at each of the 6 positions
+    if opts.get("max_numbers", 4) == 4:  # the solving pair occurs at each of the 6 positions
         assert positions == set(range(1, 7))
 
 
-def test_default_lengths_fit_the_default_budget():
+def test_lengths_and_the_target_echo():
+    assert PairSumTask(show_target=False).max_completion_length() == 45  # 6 x "9+9=18", 5 ";", "#9+9"
     task = PairSumTask()
-    assert task.max_completion_length() == 45 <= 48
+    assert task.max_completion_length() == 63  # 6 x "9+9=18,18", 5 ";", "#9+9"
     lengths = [len(i.demonstration) for i in task.items("train", 2000)]
-    assert max(lengths) <= 45 and min(lengths) >= len("0+1=1#0+1")
+    assert max(lengths) <= 63 and min(lengths) >= len("0+1=1,1#0+1")
+    plain = PairSumTask(show_target=False).items("train", 50)
+    for a, b in zip(task.items("train", 50), plain):
+        assert a.prompt == b.prompt and a.reference == b.reference
+        target = a.reward_options["target"]
+        assert a.demonstration.split("#")[0] == ";".join(
+            f"{c},{target}" for c in b.demonstration.split("#")[0].split(";"))
     # the solving pair is uniform over the 6 positions: successes vary in length with it
     by_k = {}
     for i in task.items("train", 2000):
@@ -137,3 +146,5 @@ def test_validation(kwargs, match):
         PairSumTask(**kwargs)
     with pytest.raises(TypeError, match="max_value"):
         PairSumTask(max_value=9.0)
+    with pytest.raises(TypeError, match="show_target"):
+        PairSumTask(show_target="yes")

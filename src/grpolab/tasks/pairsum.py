@@ -5,7 +5,8 @@ Built for the aggregation study where failures are longer than successes (issue 
 docs/results/aggregation_coupled.md). A problem with ``n`` numbers::
 
     prompt:         "3 7 1 5 sum 8="
-    demonstration:  "3+7=10;3+1=4;3+5=8#3+5"   (one "a+b=s" check per pair, in the fixed order
+    demonstration:  "3+7=10,8;3+1=4,8;3+5=8,8#3+5"
+                                               (one "a+b=s,T" check per pair, in the fixed order
                                                 (1,2), (1,3), ..., (1,n), (2,3), ...; ";" after a
                                                 miss, "#" and the pair at the first hit; the
                                                 trainer appends EOS)
@@ -15,6 +16,12 @@ docs/results/aggregation_coupled.md). A problem with ``n`` numbers::
     privileged:     the demonstration           (option ``privileged``: "solution" | "hint" = the
                                                 first check | "answer" = the pair)
     meta:           {"difficulty": k, "n_numbers": n, "n_checks": k, "pair": [i, j]}
+
+Each check writes the target ``T`` after the sum, so the decision to stop compares two adjacent
+numbers instead of a sum with a number far back in the prompt. With ``show_target=False`` a check
+is ``a+b=s`` only: the tiny model then learns *how many* checks solutions take better than *when* a
+sum hits the target, stops early about as often as it walks past, and failures are hardly longer
+than successes (within-group ratio 1.11, docs/results/aggregation_coupled.md).
 
 Exactly one pair sums to the target (lists with a second solving pair are redrawn), and the
 solving pair is drawn uniformly among all pairs, so the number of checks ``k`` a correct solution
@@ -28,8 +35,8 @@ short failure; which one dominates is measured, not assumed
 (``benchmarks/preconditions.py lengths``).
 
 Numbers are 0..``max_value`` (default 9: one character each for the tiny model). With the default
-4 numbers a demonstration has at most 6 checks and 45 characters (:meth:`max_completion_length`),
-within the default ``rollout.max_new_tokens`` of 48.
+4 numbers a demonstration has at most 6 checks and 63 characters (:meth:`max_completion_length`;
+45 with ``show_target=False``), so set ``rollout.max_new_tokens`` to 64 or more.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ class PairSumTask(ProceduralTask):
     Args:
         min_numbers, max_numbers: how many numbers the list holds, ``3 <= min <= max <= 8``.
         max_value: numbers are drawn from ``0..max_value`` (9..99).
+        show_target: each check writes ``,T`` after its sum (default True; see the module docstring).
         privileged: what ``TaskItem.privileged`` holds: "solution", "hint" or "answer".
         seed, eval_fraction: see :class:`ProceduralTask`.
     """
@@ -63,6 +71,7 @@ class PairSumTask(ProceduralTask):
         max_numbers: int = 4,
         max_value: int = 9,
         privileged: str = "solution",
+        show_target: bool = True,
         seed: int = 0,
         eval_fraction: float = 0.1,
     ) -> None:
@@ -79,6 +88,9 @@ class PairSumTask(ProceduralTask):
             raise ValueError(f"PairSumTask.max_value must be in 9..99, got {max_value!r}")
         if privileged not in PRIVILEGED_KINDS:
             raise ValueError(f"PairSumTask.privileged must be one of {PRIVILEGED_KINDS}, got {privileged!r}")
+        if not isinstance(show_target, bool):
+            raise TypeError(f"PairSumTask.show_target must be a bool, got {show_target!r}")
+        self.show_target = show_target
         self.min_numbers = min_numbers
         self.max_numbers = max_numbers
         self.max_value = max_value
@@ -95,7 +107,8 @@ class PairSumTask(ProceduralTask):
                 break
         checks = []
         for a, b in pairs:
-            checks.append(f"{numbers[a]}+{numbers[b]}={numbers[a] + numbers[b]}")
+            checks.append(f"{numbers[a]}+{numbers[b]}={numbers[a] + numbers[b]}"
+                          + (f",{target}" if self.show_target else ""))
             if (a, b) == (i, j):
                 break
         answer = f"{numbers[i]}+{numbers[j]}"
@@ -115,5 +128,7 @@ class PairSumTask(ProceduralTask):
         """Upper bound on ``len(demonstration)``: every pair checked, all numbers at ``max_value``."""
         m = len(str(self.max_value))
         check = m + 1 + m + 1 + len(str(2 * self.max_value))
+        if self.show_target:
+            check += 1 + len(str(2 * self.max_value))
         n_pairs = self.max_numbers * (self.max_numbers - 1) // 2
         return n_pairs * check + (n_pairs - 1) + 1 + (2 * m + 1)
