@@ -50,6 +50,11 @@ def read_run(run_dir: Path, window: int) -> dict:
     }
 
 
+def _attempt(setting: str, measured: dict) -> dict:
+    return {"setting": setting, **{k: v for k, v in measured.items()
+                                   if isinstance(v, (int, float)) and not isinstance(v, bool)}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("study")
@@ -57,6 +62,8 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--baseline", default="token")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--attempt", action="append", default=[], metavar="LABEL=FILE",
+                    help="an earlier precondition measurement to record under attempts (repeatable)")
     ap.add_argument("--command", action="append", default=[])
     args = ap.parse_args()
     runs: dict[str, dict[int, dict]] = {}
@@ -65,6 +72,8 @@ def main() -> None:
             continue
         factors = dict(kv.split("=", 1) for kv in d.name.split(","))
         runs.setdefault(factors["aggregation"], {})[int(factors["seed"])] = read_run(d, args.window)
+    order = ["token", "sequence", "constant", "balanced"]
+    runs = dict(sorted(runs.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
     base = runs[args.baseline]
     variants = {}
     print("| variant | seeds | before RL | final (95% CI) | final - token (paired) |")
@@ -114,8 +123,9 @@ def main() -> None:
         "status": "precondition met on pairsum; 4 variants x 5 seeds run" if (
             pre["fail_success_length_ratio"] or 0) >= 1.25 else "precondition not met on pairsum",
         "precondition": precondition,
-        "attempts": [{"setting": f"pairsum ({pre.get('task_options') or 'defaults'}), max_new_tokens {pre['max_new_tokens']}",
-                      **precondition}] + [a for a in old.get("attempts", []) if not a["setting"].startswith("pairsum")],
+        "attempts": [_attempt(f"pairsum ({pre.get('task_options') or 'defaults'}), max_new_tokens {pre['max_new_tokens']}", pre)]
+        + [_attempt(*a.split("=", 1)[0:1], json.loads(Path(a.split("=", 1)[1]).read_text())) for a in args.attempt]
+        + [a for a in old.get("attempts", []) if not a["setting"].startswith("pairsum")],
         "variants": variants,
         "window_steps": args.window,
         "command": args.command,
