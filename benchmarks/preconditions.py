@@ -8,7 +8,8 @@ within every group that holds both a success (reward >= 1) and a failure, compar
 of the failed responses with that of the successful ones. Reports ``fail_success_length_ratio`` =
 (mean over mixed groups of the failures' mean length) / (the same for the successes), the mean of
 the per-group ratios, the same ratio pooled over all responses (not within groups: that one mixes
-easy and hard prompts), and how many failures were cut at ``rollout.max_new_tokens``. The issue's
+easy and hard prompts), the shares of the mixed groups' failures that are longer / shorter than
+their group's mean success, and how many failures were cut at ``rollout.max_new_tokens``. The issue's
 precondition is a within-group ratio >= 1.25 over >= 1,000 responses.
 
 Prints one JSON line and writes ``--out`` (default ``benchmarks/results/preconditions_lengths.json``).
@@ -29,6 +30,7 @@ RESULTS = Path(__file__).parent / "results"
 def length_coupling(lengths: list[float], correct: list[bool], group_size: int) -> dict:
     """Within-group fail/success lengths of rows in groups of ``group_size`` consecutive rows."""
     fail_means, succ_means, ratios = [], [], []
+    longer = shorter = n_fail_mixed = 0
     for g in range(0, len(lengths), group_size):
         ln, ok = lengths[g:g + group_size], correct[g:g + group_size]
         f = [x for x, c in zip(ln, ok) if not c]
@@ -37,6 +39,9 @@ def length_coupling(lengths: list[float], correct: list[bool], group_size: int) 
             fail_means.append(sum(f) / len(f))
             succ_means.append(sum(s) / len(s))
             ratios.append(fail_means[-1] / max(succ_means[-1], 1e-9))
+            n_fail_mixed += len(f)
+            longer += sum(x > succ_means[-1] for x in f)
+            shorter += sum(x < succ_means[-1] for x in f)
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
     fail_all = [x for x, c in zip(lengths, correct) if not c]
     succ_all = [x for x, c in zip(lengths, correct) if c]
@@ -48,6 +53,9 @@ def length_coupling(lengths: list[float], correct: list[bool], group_size: int) 
         "mean_fail_tokens_mixed": mean(fail_means), "mean_success_tokens_mixed": mean(succ_means),
         "pooled_fail_success_ratio": (mean(fail_all) / mean(succ_all)) if fail_all and succ_all else None,
         "mean_response_tokens": mean(lengths),
+        # which failures dominate: longer / shorter than their group's mean success length
+        "fail_longer_frac": longer / n_fail_mixed if n_fail_mixed else None,
+        "fail_shorter_frac": shorter / n_fail_mixed if n_fail_mixed else None,
     }
 
 

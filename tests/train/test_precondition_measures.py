@@ -75,5 +75,6 @@ def test_length_coupling_is_within_groups():
     # pooled: failures mean 15, successes (10+10+5*4)/6
     assert res["pooled_fail_success_ratio"] == pytest.approx(15 / (40 / 6))
     assert res["mean_response_tokens"] == pytest.approx(70 / 8)
+    assert res["fail_longer_frac"] == 0.5 and res["fail_shorter_frac"] == 0.0  # 20 > 10, 10 == 10
     none = preconditions.length_coupling([5, 6], [True, True], 2)
     assert none["fail_success_length_ratio"] is None and none["mixed_groups"] == 0

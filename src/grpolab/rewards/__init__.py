@@ -15,6 +15,8 @@ Registry: :func:`register_reward`, :func:`get_reward`, :func:`list_rewards`; sco
   database (:mod:`grpolab.rewards.sql`).
 * ``"json_schema"`` -- the completion's JSON validated with ``jsonschema``, optional partial
   credit (:mod:`grpolab.rewards.json_schema`).
+* ``"pair_sum"`` -- the answer names two listed numbers that add up to the target (the "pairsum"
+  task's verifier, :mod:`grpolab.rewards.pair_sum`).
 
 The ``math`` reward also uses ``math-verify`` (LaTeX, sets, intervals, expressions) when it is
 installed. Sandbox: :func:`run_sandboxed` (:mod:`grpolab.rewards.sandbox`); the isolation in
@@ -60,6 +62,7 @@ from grpolab.rewards.code import code_reward, extract_code
 from grpolab.rewards.sql import extract_sql, sql_reward
 from grpolab.rewards.json_schema import extract_json, json_schema_reward
 from grpolab.rewards.batch import ScoreRequest, score_batch
+from grpolab.rewards.pair_sum import pair_sum_reward
 
 __all__ = [
     "Extraction",
@@ -92,6 +95,7 @@ __all__ = [
     "import_reasoning_gym",
     "list_rewards",
     "math_reward",
+    "pair_sum_reward",
     "normalize_answer",
     "numbers_equal",
     "parse_number",

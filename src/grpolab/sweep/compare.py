@@ -7,8 +7,8 @@ For each variant (a setting of the ``--vary`` factors) over its seeds:
   same initial sampling stream), with a 95% bootstrap CI over seed pairs;
 * learning curves (mean over seeds, band = 95% bootstrap CI over seeds at each evaluation);
 * training statistics averaged over steps, then over seeds, that explain a difference:
-  aggregation -- response-length spread (``length/std``) and the incorrect-minus-correct length
-  gap; ratios -- clip fraction (overall and by position bucket) and ratio spread
+  aggregation -- response-length spread (``length/std``), the incorrect-minus-correct length
+  gap, and right vs wrong lengths within mixed groups (``length/mixed_*``); ratios -- clip fraction (overall and by position bucket) and ratio spread
   (``ratio_max - ratio_min``); credit -- the ``credit/*`` metrics, among them the spread of the
   per-token credit multipliers (``multiplier_max - multiplier_min``); plus entropy and KL.
 
@@ -33,7 +33,8 @@ __all__ = ["EXPLAIN_KEYS", "pick_baseline", "training_statistics", "write_compar
 
 #: Metrics that explain differences between objectives (averaged over steps), in report order.
 EXPLAIN_KEYS: tuple[str, ...] = (
-    "length/mean", "length/std", "length/gap_incorrect_minus_correct", "update/clip_frac",
+    "length/mean", "length/std", "length/gap_incorrect_minus_correct", "length/mixed_correct",
+    "length/mixed_incorrect", "length/mixed_ratio", "update/clip_frac",
     "update/clip_frac_low", "update/clip_frac_high", "update/ratio_spread", "update/approx_kl",
     "update/entropy", "groups/all_equal_frac",
 )

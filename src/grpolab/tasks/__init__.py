@@ -8,7 +8,7 @@
   template: how an item (or a TRL conversation in ``item.messages``) becomes prompt token ids.
 * registry -- :func:`register_task`, :func:`get_task`, :func:`list_tasks`.
 * built-in tasks: "arith" (:class:`ArithTask`, the tiny model's default), "reverse"
-  (:class:`ReverseTask`), "dataset" (:func:`load_dataset_task` for .jsonl/.json/.parquet),
+  (:class:`ReverseTask`), "pairsum" (:class:`PairSumTask`, a search whose failures run long), "dataset" (:func:`load_dataset_task` for .jsonl/.json/.parquet),
   "reasoning_gym" (:class:`ReasoningGymTask`); multi-turn tasks for :mod:`grpolab.envs`:
   "tool_arith" (:class:`ToolArithTask`), "web" (:class:`WebTask`) and "miniwob"
   (:class:`MiniWoBTask`, real MiniWoB++ pages; needs ``grpolab[miniwob]`` and a browser).
@@ -32,6 +32,7 @@ from grpolab.tasks.base import (
 from grpolab.tasks.dataset import DatasetTask, JsonlTask, load_dataset_task, split_final_answer
 from grpolab.tasks.prompt import CHAT_TEMPLATE_MODES, PromptFormat, check_messages, looks_like_chat_model
 from grpolab.tasks.miniwob import MiniWoBTask
+from grpolab.tasks.pairsum import PairSumTask
 from grpolab.tasks.reasoning_gym import DEFAULT_RG_TEMPLATE, ReasoningGymTask
 from grpolab.tasks.reverse import ReverseTask
 from grpolab.tasks.tool_arith import ToolArithTask
@@ -50,6 +51,7 @@ __all__ = [
     "DatasetTask",
     "JsonlTask",
     "MiniWoBTask",
+    "PairSumTask",
     "ProceduralTask",
     "ReasoningGymTask",
     "ReverseTask",

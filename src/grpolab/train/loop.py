@@ -291,14 +291,51 @@ def step_metrics(exp: Experience, update_stats: dict[str, float]) -> dict[str, f
     row["length/correct"] = float(lengths[solved].mean()) if solved.any() else nan
     row["length/incorrect"] = float(lengths[~solved].mean()) if (~solved).any() else nan
     row["length/gap_incorrect_minus_correct"] = row["length/incorrect"] - row["length/correct"]
-    # fraction of groups whose rewards are all equal (they carry no GRPO signal)
     idx = exp.prompt_index
     n = len(exp.items)
+    row.update(within_group_lengths(lengths, solved, idx.cpu(), n))
+    # fraction of groups whose rewards are all equal (they carry no GRPO signal)
     hi = torch.full((n,), -float("inf")).scatter_reduce(0, idx, rewards, "amax")
     lo = torch.full((n,), float("inf")).scatter_reduce(0, idx, rewards, "amin")
     row["groups/all_equal_frac"] = float((hi - lo <= 1e-12).float().mean())
     row.update({f"update/{k}": v for k, v in update_stats.items()})
     return row
+
+
+def within_group_lengths(lengths_B: torch.Tensor, solved_B: torch.Tensor, group_B: torch.Tensor,
+                         n_groups: int) -> dict[str, float]:
+    """Lengths of right and wrong responses *within* groups, where the advantage is computed.
+
+    Over the groups that hold both a solved and an unsolved response ("mixed" groups):
+    ``length/mixed_correct`` and ``length/mixed_incorrect`` are the means over those groups of the
+    solved and of the unsolved responses' mean length, ``length/mixed_ratio`` is their ratio
+    (incorrect / correct: > 1 when failures run longer than successes of the same prompt, the
+    sign-length coupling Balanced Aggregation removes; the precondition of
+    docs/results/aggregation_coupled.md), and ``groups/mixed_frac`` the share of groups that are
+    mixed. NaN when no group is mixed. ``length/correct`` / ``length/incorrect`` pool all rows and
+    so mix easy and hard prompts.
+
+    Args:
+        lengths_B: response lengths, float ``[B]``.
+        solved_B: bool ``[B]``.
+        group_B: group (prompt) index of each row in ``0..n_groups-1``, long ``[B]``.
+    """
+    zeros = torch.zeros(n_groups)
+    ok = solved_B.float()
+    n_ok = zeros.scatter_add(0, group_B, ok)
+    n_bad = zeros.scatter_add(0, group_B, 1.0 - ok)
+    sum_ok = zeros.scatter_add(0, group_B, lengths_B * ok)
+    sum_bad = zeros.scatter_add(0, group_B, lengths_B * (1.0 - ok))
+    mixed = (n_ok > 0) & (n_bad > 0)
+    nan = float("nan")
+    if not mixed.any():
+        return {"length/mixed_correct": nan, "length/mixed_incorrect": nan, "length/mixed_ratio": nan,
+                "groups/mixed_frac": 0.0}
+    correct = float((sum_ok[mixed] / n_ok[mixed]).mean())
+    incorrect = float((sum_bad[mixed] / n_bad[mixed]).mean())
+    return {"length/mixed_correct": correct, "length/mixed_incorrect": incorrect,
+            "length/mixed_ratio": incorrect / correct if correct > 0 else nan,
+            "groups/mixed_frac": float(mixed.float().mean())}
 
 
 def _throughput(state: TrainState, exp: Experience, timer: PhaseTimer) -> dict[str, float]:
@@ -375,4 +412,4 @@ def metric_schema(cfg: Config) -> list[str]:
 
 
 __all__ = ["PhaseTimer", "metric_schema", "TrainResult", "learning_signal", "load_run_config", "seed_everything",
-           "step_metrics", "train"]
+           "step_metrics", "train", "within_group_lengths"]
