@@ -31,3 +31,34 @@ def kill_during_step(monkeypatch):
         assert calls["n"] == n, "the run ended before the step that was to be killed"
 
     return kill
+
+
+class SFTSteps:
+    """The supervised warm start's steps, counted: ``taken`` calls of ``sft_batch`` (one per step).
+
+    With ``kill_at = n`` the n-th call raises KeyboardInterrupt before that step's update, as a
+    Ctrl-C or a scheduler would: steps 1..n-1 and their checkpoints are done. ``reset()`` starts
+    a new count and disarms the kill.
+    """
+
+    def __init__(self) -> None:
+        self.taken, self.kill_at = 0, None
+
+    def reset(self) -> None:
+        self.taken, self.kill_at = 0, None
+
+
+@pytest.fixture
+def sft_steps(monkeypatch):
+    from grpolab.train import sft
+
+    steps, real = SFTSteps(), sft.sft_batch
+
+    def counted(*a, **k):
+        steps.taken += 1
+        if steps.taken == steps.kill_at:
+            raise KeyboardInterrupt("simulated kill")
+        return real(*a, **k)
+
+    monkeypatch.setattr(sft, "sft_batch", counted)
+    return steps

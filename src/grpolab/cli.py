@@ -203,7 +203,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted; resume with `grpolab train --resume RUN_DIR`", file=sys.stderr)
+        if args.command == "sft":  # the warm start continues from OUT.partial when run again
+            print("interrupted; run the same `grpolab sft` command again to continue from its last "
+                  "checkpoint (sft.save_every)", file=sys.stderr)
+        else:
+            print("interrupted; resume with `grpolab train --resume RUN_DIR`", file=sys.stderr)
         return 130
 
 

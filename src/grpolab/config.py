@@ -140,6 +140,10 @@ class SFTConfig:
     ema: float = 0.0  # > 0 (e.g. 0.99): evaluate and keep an exponential moving average of the weights
     target_accuracy: float = 0.4
     eval_every: int = 25
+    # Steps between in-progress checkpoints (RUN_DIR/sft.partial, or OUT.partial for `grpolab sft
+    # --out OUT`), from which a killed warm start run again with the same settings resumes exactly.
+    # None (default): at each check (every eval_every steps); 0: never.
+    save_every: int | None = None
     n_eval: int = 256
     # Which items decide when to stop: "validation" = the last n_eval training items, held out of
     # the demonstrations (the held-out test set stays untouched until RL measures its gain);
@@ -164,6 +168,10 @@ class SFTConfig:
         _positive("sft.batch_size", self.batch_size)
         _positive("sft.lr", self.lr)
         _positive("sft.eval_every", self.eval_every)
+        if self.save_every is not None:
+            if isinstance(self.save_every, bool) or not isinstance(self.save_every, int) or self.save_every < 0:
+                raise ConfigError(f"sft.save_every={self.save_every!r} must be a whole number of steps >= 0 "
+                                  "(0 = never; unset or null = at each check, every sft.eval_every steps)")
         if not 0 <= self.target_accuracy <= 1:
             raise ConfigError(f"sft.target_accuracy={self.target_accuracy} must be in [0, 1]")
 

@@ -169,3 +169,38 @@ def test_headroom_measures_as_many_items_as_the_run_evaluates(run):
     assert main(["headroom", str(run), "--k", "2"]) == 0
     report = json.loads((run / "headroom.json").read_text())
     assert report["overall"]["n_items"] == 8
+
+
+VOLATILE = ("time/", "tokens_per_s", "timing_s/", "perf/throughput")  # wall-clock metrics (+ verl aliases)
+
+
+@pytest.mark.parametrize("how", ["--resume", "the same command"])
+def test_a_killed_warm_start_continues_where_it_stopped(tmp_path, capsys, sft_steps, how):
+    # before: the warm start saved only at its end, so a kill lost all of it, and `--resume` found
+    # no config.yaml (it was written after the warm start)
+    warm = ["sft.max_steps=6", "sft.target_accuracy=1.0", "trainer.steps=2"]
+    assert _train(tmp_path / "full", *warm) == 0
+    sft_steps.reset()
+    sft_steps.kill_at = 5  # during warm-start step 5: its checkpoint after step 4 is on disk
+    run = tmp_path / "run"
+    assert _train(run, *warm) == 130
+    assert "--resume" in capsys.readouterr().err
+    assert (run / "config.yaml").exists() and not (run / "sft").exists()
+    assert (run / "sft.partial" / "checkpoints" / "latest").read_text().strip() == "step_000004"
+
+    sft_steps.reset()
+    assert (main(["train", "--resume", str(run)]) if how == "--resume" else _train(run, *warm)) == 0
+    assert sft_steps.taken == 2  # warm-start steps 5 and 6, not 1-6
+    said = [line for line in capsys.readouterr().out.splitlines() if "warm start: resuming" in line]
+    assert len(said) == 1 and "step 4" in said[0], said
+    assert not (run / "sft.partial").exists()
+    assert json.loads((run / "sft" / "sft.json").read_text())["resumed_from"] == 4
+    # the warm start, and the RL run after it, are those of the run that was never killed
+    from safetensors.torch import load_file
+
+    for sub in ("sft", "final"):
+        a = load_file(str(tmp_path / "full" / sub / "model.safetensors"))
+        b = load_file(str(run / sub / "model.safetensors"))
+        assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a), sub
+    stable = lambda rows: [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]  # noqa: E731
+    assert stable(read_metrics(run)) == stable(read_metrics(tmp_path / "full"))

@@ -1,4 +1,7 @@
-"""Supervised warm start: learning-rate schedule, early stop at the target, config validation."""
+"""Supervised warm start: learning-rate schedule, early stop at the target, config validation,
+in-progress checkpoints and an exact resume after a kill."""
+
+import json
 
 import pytest
 
@@ -139,3 +142,99 @@ def test_warm_start_validation_needs_training_items():
         sft_selection_split(cfg, train, train)
     with pytest.raises(ConfigError, match="sft.select_on"):
         load_config(None, ["sft.select_on=test"])
+
+
+# ---------------------------------------------------------------------------------------------
+# In-progress checkpoints: `grpolab sft --out OUT` killed part-way continues from OUT.partial.
+
+SFT_SMALL = [
+    "model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+    "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=64", "task.n_eval=8",
+    "sft.max_steps=6", "sft.eval_every=2", "sft.batch_size=8", "sft.n_eval=8", "sft.target_accuracy=1.0",
+    "rollout.max_new_tokens=8",
+]
+
+
+def _sft(out, *extra):
+    from grpolab.cli import main
+
+    return main(["sft", *sum([["--set", s] for s in SFT_SMALL + list(extra)], []), "--out", str(out)])
+
+
+def _same_weights(a, b) -> bool:
+    import torch
+    from safetensors.torch import load_file
+
+    wa, wb = load_file(str(a / "model.safetensors")), load_file(str(b / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    return all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+@pytest.mark.parametrize("extra", [[], ["sft.ema=0.9", "sft.schedule=cosine", "sft.privileged_share=0.5"]])
+def test_killed_warm_start_resumes_bit_identical(tmp_path, capsys, sft_steps, extra):
+    assert _sft(tmp_path / "full", *extra) == 0
+    assert sft_steps.taken == 6
+    full = json.loads((tmp_path / "full" / "sft.json").read_text())
+    assert full["steps"] == 6 and full["resumed_from"] == 0
+    assert not (tmp_path / "full.partial").exists()  # removed once the final output is complete
+
+    # killed during step 5: steps 1-4 are done, checkpoints after steps 2 and 4 (sft.save_every
+    # unset: at each check), the older one pruned
+    sft_steps.reset()
+    sft_steps.kill_at = 5
+    capsys.readouterr()
+    assert _sft(tmp_path / "out", *extra) == 130
+    assert "same `grpolab sft` command" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    partial = tmp_path / "out.partial" / "checkpoints"
+    assert sorted(p.name for p in partial.iterdir()) == ["latest", "step_000004"]
+
+    # the same command again: steps 5 and 6 only, and the result of the run that was never killed
+    sft_steps.reset()
+    assert _sft(tmp_path / "out", *extra) == 0
+    assert sft_steps.taken == 2
+    said = [line for line in capsys.readouterr().out.splitlines() if "resuming" in line]
+    assert len(said) == 1 and "step 4" in said[0], said
+    record = json.loads((tmp_path / "out" / "sft.json").read_text())
+    assert record["resumed_from"] == 4 and record["steps"] == 6
+    assert record["history"] == full["history"]  # losses, accuracies and rates, exactly
+    assert _same_weights(tmp_path / "full", tmp_path / "out")
+    assert not (tmp_path / "out.partial").exists()
+
+
+def test_a_checkpoint_made_with_other_settings_starts_over_and_says_so(tmp_path, capsys, sft_steps):
+    sft_steps.kill_at = 5
+    assert _sft(tmp_path / "out") == 130
+    assert (tmp_path / "out.partial" / "checkpoints" / "step_000004").exists()
+    capsys.readouterr()
+    sft_steps.reset()
+    assert _sft(tmp_path / "out", "sft.lr=2e-3") == 0
+    said = capsys.readouterr().out
+    assert "other settings (sft.lr: 0.001 -> 0.002)" in said and "starting the warm start over" in said
+    assert "resuming" not in said
+    assert sft_steps.taken == 6  # from scratch
+    # and nothing of the old checkpoint leaked in: the same as a fresh run with the new settings
+    assert _sft(tmp_path / "fresh", "sft.lr=2e-3") == 0
+    assert _same_weights(tmp_path / "out", tmp_path / "fresh")
+
+
+@pytest.mark.parametrize("save_every,newest,left", [("0", None, 6), ("3", "step_000003", 3)])
+def test_save_every_sets_the_checkpoints(tmp_path, sft_steps, save_every, newest, left):
+    sft_steps.kill_at = 5
+    assert _sft(tmp_path / "out", f"sft.save_every={save_every}") == 130
+    ckpts = tmp_path / "out.partial" / "checkpoints"
+    assert (sorted(p.name for p in ckpts.glob("step_*")) if ckpts.exists() else []) == ([newest] if newest else [])
+    sft_steps.reset()
+    assert _sft(tmp_path / "out", f"sft.save_every={save_every}") == 0
+    assert sft_steps.taken == left
+
+
+def test_save_every_validated_and_not_a_setting_of_the_result():
+    from grpolab.train.rundir import warm_start_key
+
+    for bad in ("-1", "2.5", "often"):
+        with pytest.raises(ConfigError, match="sft.save_every"):
+            load_config(overrides={"sft.save_every": bad})
+    assert load_config(overrides={"sft.save_every": "null"}).sft.save_every is None
+    # how often it checkpoints does not change what it learns: a cached warm start stays valid
+    assert warm_start_key(load_config(overrides={"sft.save_every": "7"})) == warm_start_key(load_config())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Callable
 
 from grpolab.config import load_config
@@ -40,19 +39,18 @@ def train_command(config: str | None, overrides: list[str], *, resume: str | Non
 
 
 def sft_command(config: str | None, overrides: list[str], *, out: str) -> int:
-    """Supervised warm start only; saves the model (HF format) and ``sft.json`` to ``out``."""
-    from grpolab.models import save_model
+    """Supervised warm start only; saves the model (HF format) and ``sft.json`` to ``out``.
+
+    Progress is checkpointed to ``OUT.partial`` (``sft.save_every``): the same command run again
+    after a kill continues from there."""
     from grpolab.train.loop import seed_everything
-    from grpolab.train.setup import build_policy, build_task_splits, resolve_device, sft_from_config, write_sft_record
+    from grpolab.train.setup import build_policy, build_task_splits, build_warm_start, resolve_device
 
     cfg = load_config(config, overrides)
     seed_everything(cfg.trainer.seed)
     train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
     model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
-    t0 = time.time()
-    res = sft_from_config(cfg, model, tok, train_items, eval_items)
-    saved = save_model(model, tok, out)
-    write_sft_record(saved, cfg, res, time.time() - t0)
+    saved, res = build_warm_start(cfg, model, tok, train_items, eval_items, out)
     print(f"saved warm-started model to {saved} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
           f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
     return 0

@@ -8,6 +8,8 @@ Layout of ``RUN_DIR/checkpoints/``::
 
 A checkpoint is written to a hidden temporary folder and renamed into place; ``latest`` is
 rewritten atomically afterwards, so a crash at any point leaves the previous checkpoint usable.
+The supervised warm start's in-progress checkpoints use the same writer and layout (see
+:class:`grpolab.train.rundir.WarmStartCheckpoint`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import numpy as np
 import torch
 
 from grpolab.utils.io import atomic_write_text
+from grpolab.utils.proc import pid_alive
 
 
 def rng_state(generator: torch.Generator | None = None) -> dict[str, Any]:
@@ -98,3 +101,39 @@ def latest_checkpoint(run_dir: str | Path) -> Checkpoint | None:
     if complete:
         return Checkpoint(complete[-1], int(complete[-1].name.split("_")[1]))
     return None
+
+
+def remove_stale_temporaries(root: str | Path) -> list[Path]:
+    """Remove the ``.tmp-*`` folders in ``root`` (e.g. ``RUN_DIR/checkpoints``) whose writer is gone.
+
+    A folder named for a live process other than this one is left alone: it is being written.
+    """
+    root = Path(root)
+    removed = []
+    for p in sorted(root.glob(".tmp-*")) if root.exists() else []:
+        pid = p.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
+            continue  # another process is writing it right now
+        shutil.rmtree(p, ignore_errors=True)
+        removed.append(p)
+    return removed
+
+
+def load_weights(model_dir: str | Path, like) -> dict[str, torch.Tensor]:
+    """The state dict saved in ``model_dir`` (safetensors), for ``like`` (a model of the same shape).
+
+    A tied head (``lm_head`` saved once, as the embedding) keeps ``like``'s own tensor; any other
+    missing parameter is an error.
+    """
+    from safetensors.torch import load_file
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    state: dict[str, torch.Tensor] = {}
+    for f in files:
+        state.update(load_file(str(f)))
+    missing = set(like.state_dict()) - set(state)
+    if missing and not all("lm_head" in k for k in missing):
+        raise RuntimeError(f"checkpoint {model_dir} lacks parameters: {sorted(missing)[:5]} ...")
+    for k in missing:  # tied head: saved once as the embedding
+        state[k] = like.state_dict()[k]
+    return state

@@ -29,7 +29,7 @@ import torch
 from grpolab import objectives as obj
 from grpolab.config import Config
 from grpolab.rollout import response_logprobs
-from grpolab.train.checkpoint import save_checkpoint
+from grpolab.train.checkpoint import load_weights, save_checkpoint
 from grpolab.train.collector import Collector, collector_for
 from grpolab.train.evaluate import SOLVED, evaluate, per_family
 from grpolab.train.experience import Experience
@@ -161,8 +161,10 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     """``(state, eval_items, train_items)``: model, data and state, fresh or from the last checkpoint.
 
     The run's ``config.yaml`` is written, and with ``overwrite`` the previous run deleted, only
-    after the model and the data loaded, so a config that cannot run never destroys what a run
-    directory holds. Temporary checkpoint folders left by a killed process are removed first.
+    after the model and the data loaded (and, on resume, the checkpoint's weights), so a config
+    that cannot run never destroys what a run directory holds. A fresh run writes it before its
+    warm start, so that a killed warm start can be continued with ``--resume``. Temporary
+    checkpoint folders left by a killed process are removed first.
     """
     run_dir.clean_stale()
     ckpt = run_dir.latest_checkpoint() if resume else None
@@ -184,14 +186,16 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
         log(f"--overwrite: removed the previous run's outputs in {run_dir.path}" +
             (f" and its warm start (built with other settings: {'; '.join(diffs[:3])})" if status == "differs" else ""))
     if ckpt is None:
-        run_dir.path.mkdir(parents=True, exist_ok=True)
+        # the config first: a warm start killed part-way is then continued by `--resume` (from its
+        # in-progress checkpoint RUN_DIR/sft.partial) as well as by the same command run again
+        run_dir.write_config(cfg)
         policy = warm_start(cfg, policy, tokenizer, from_scratch, train_items, eval_items, run_dir, log=log)
         policy = prepare_policy(cfg.model, policy)  # LoRA adapters, after the warm start
     else:  # the checkpoint holds the weights: no warm start needed
         policy = prepare_policy(cfg.model, policy)
-        policy.load_state_dict(_load_weights(ckpt.model_dir, policy))
+        policy.load_state_dict(load_weights(ckpt.model_dir, policy))
+        run_dir.write_config(cfg)
     policy.to(device)
-    run_dir.write_config(cfg)
     record_sandbox_isolation(cfg, train_items + eval_items, run_dir.path, log=log)
     state = TrainState.create(cfg, policy, tokenizer, gen, prompt_format=fmt)
     if ckpt is not None:
@@ -354,21 +358,6 @@ def _logprobs(model, rollout, spec: UpdateSpec) -> torch.Tensor:
 def _evaluate(model, tokenizer, items, cfg: Config, collector: Collector | None = None):
     return evaluate(model, tokenizer, items, greedy=True, max_new_tokens=cfg.rollout.max_new_tokens, env=cfg.env,
                     collector=collector)
-
-
-def _load_weights(model_dir: Path, like) -> dict[str, torch.Tensor]:
-    from safetensors.torch import load_file
-
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    state: dict[str, torch.Tensor] = {}
-    for f in files:
-        state.update(load_file(str(f)))
-    missing = set(like.state_dict()) - set(state)
-    if missing and not all("lm_head" in k for k in missing):
-        raise RuntimeError(f"checkpoint {model_dir} lacks parameters: {sorted(missing)[:5]} ...")
-    for k in missing:  # tied head: saved once as the embedding
-        state[k] = like.state_dict()[k]
-    return state
 
 
 def _progress(cfg: Config, initial: int):

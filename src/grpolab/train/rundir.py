@@ -4,6 +4,8 @@ Layout::
 
     RUN_DIR/config.yaml      the run's config (written only after its model and data loaded)
     RUN_DIR/sft/             the cached warm start (HF model) + sft.json (its settings key)
+    RUN_DIR/sft.partial/     the warm start's in-progress checkpoint while it trains (see
+                             WarmStartCheckpoint); removed once sft/ is complete
     RUN_DIR/checkpoints/     step_NNNNNN/{model/, state.pt} and ``latest`` (see checkpoint.py)
     RUN_DIR/final/           the trained model (HF format)
     RUN_DIR/metrics.jsonl    one row per step; tb/ plots/ summary.{md,json} headroom.{json,md}
@@ -11,8 +13,9 @@ Layout::
 :meth:`RunDir.model_dir` is the one answer to "which model does this run hold" (used by
 ``grpolab eval``, ``headroom``, ``diagnose`` and ``credit``). The warm-start cache is keyed on the
 settings that produced it (:func:`warm_start_key`): a cache built with other settings is rebuilt,
-never silently reused. Problems a user can fix raise :class:`RunDirError` with the fix in the
-message.
+never silently reused; a killed warm start continues from its in-progress checkpoint when it is
+run again with the same settings (:class:`WarmStartCheckpoint`). Problems a user can fix raise
+:class:`RunDirError` with the fix in the message.
 """
 
 from __future__ import annotations
@@ -22,16 +25,17 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
 from grpolab.config import Config, ConfigError, config_from_dict
-from grpolab.train.checkpoint import Checkpoint, latest_checkpoint
+from grpolab.train.checkpoint import (Checkpoint, latest_checkpoint, load_weights, remove_stale_temporaries,
+                                      save_checkpoint)
 from grpolab.utils.io import atomic_write_text
-from grpolab.utils.proc import pid_alive
 
-__all__ = ["RESUME_FIXED_KEYS", "RunDir", "RunDirError", "resolve_model", "warm_start_key"]
+__all__ = ["RESUME_FIXED_KEYS", "RunDir", "RunDirError", "WarmStartCheckpoint", "in_progress_dir", "resolve_model",
+           "warm_start_key"]
 
 
 class RunDirError(ConfigError):
@@ -47,15 +51,18 @@ RESUME_FIXED_KEYS = ("model.hidden_size", "model.num_layers", "model.num_heads",
 
 _NOT_WARM_START_MODEL = ("device", "lora", "lora_save", "attn_implementation", "gradient_checkpointing")
 _NOT_WARM_START_TASK = ("chat_template", "system_prompt", "prompt_template")
+_NOT_WARM_START_SFT = ("save_every",)
 
 
 def warm_start_key(cfg: Config) -> dict[str, Any]:
     """The settings that produce a run's warm start: model (but its device), task, sft, seed, eval length, env."""
     # LoRA is added after the warm start, and attention kernels / checkpointing / the prompt
-    # format of RL prompts do not change what the warm start learns: they are not part of the key
+    # format of RL prompts do not change what the warm start learns: they are not part of the key;
+    # nor is how often it checkpoints (a resumed warm start is bit-identical to an uninterrupted one)
     model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k not in _NOT_WARM_START_MODEL}
     task = {k: v for k, v in dataclasses.asdict(cfg.task).items() if k not in _NOT_WARM_START_TASK}
-    key = {"model": model, "task": task, "sft": dataclasses.asdict(cfg.sft),
+    sft = {k: v for k, v in dataclasses.asdict(cfg.sft).items() if k not in _NOT_WARM_START_SFT}
+    key = {"model": model, "task": task, "sft": sft,
            "seed": cfg.trainer.seed, "max_new_tokens": cfg.rollout.max_new_tokens,
            "env": dataclasses.asdict(cfg.env)}
     if cfg.sft.privileged_share > 0:  # the teacher-template share was rendered in credit.template
@@ -90,6 +97,11 @@ class RunDir:
     @property
     def sft(self) -> Path:
         return self.path / "sft"
+
+    @property
+    def sft_in_progress(self) -> Path:
+        """The warm start's in-progress checkpoint (:class:`WarmStartCheckpoint`), while it trains."""
+        return in_progress_dir(self.sft)
 
     @property
     def final(self) -> Path:
@@ -173,7 +185,7 @@ class RunDir:
         "match" or "differs" (``differences`` lists ``key: old -> new``).
         """
         if not (self.sft / "config.json").exists():
-            return "missing", []
+            return "missing", []  # (a killed warm start's sft.partial/ is resumed by the warm start itself)
         record = self.sft / "sft.json"
         try:
             saved = json.loads(record.read_text())
@@ -188,24 +200,76 @@ class RunDir:
     # ------------------------------------------------------------------ housekeeping
     def clean_stale(self) -> list[Path]:
         """Remove temporary folders and files left by a killed process (their writer is gone)."""
-        removed = []
-        candidates = list(self.checkpoints.glob(".tmp-*")) if self.checkpoints.exists() else []
-        for p in candidates:
-            pid = p.name.rsplit("-", 1)[-1]
-            if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
-                continue  # another process is writing it right now
-            shutil.rmtree(p, ignore_errors=True)
-            removed.append(p)
-        return removed
+        return remove_stale_temporaries(self.checkpoints)
 
     def start_over(self, *, keep_warm_start: bool) -> None:
-        """Delete the previous run's outputs (``--overwrite``); the warm start too unless kept."""
+        """Delete the previous run's outputs (``--overwrite``); the warm start too unless kept.
+
+        A killed warm start's ``sft.partial/`` stays: the next warm start resumes it if it has the
+        same settings, and starts over (and says so) if not."""
         for sub in ("checkpoints", "tb", "plots", "final") + (() if keep_warm_start else ("sft",)):
             shutil.rmtree(self.path / sub, ignore_errors=True)
         for f in ("metrics.jsonl", "summary.md", "summary.json"):
             (self.path / f).unlink(missing_ok=True)
 
 
+
+
+def in_progress_dir(out: str | os.PathLike) -> Path:
+    """Where the warm start whose final output is ``out`` keeps its in-progress checkpoint: the
+    sibling folder ``OUT.partial`` (``RUN_DIR/sft`` -> ``RUN_DIR/sft.partial``)."""
+    out = Path(os.path.abspath(out))
+    return out.with_name(out.name + ".partial")
+
+
+class WarmStartCheckpoint:
+    """The in-progress checkpoint of one supervised warm start, and whether it may be resumed.
+
+    It lives in :func:`in_progress_dir` of the warm start's final output and is written every
+    ``sft.save_every`` steps (unset: at each check, every ``sft.eval_every`` steps; 0: never) by
+    :func:`grpolab.train.checkpoint.save_checkpoint`, atomically and in the RL checkpoints' layout
+    (``OUT.partial/checkpoints/step_N/{model/, state.pt}`` + ``latest``; only the newest kept).
+    ``state.pt`` holds :meth:`grpolab.train.sft.SFTState.state_dict` and the settings key
+    (:func:`warm_start_key`). The caller removes it once the final output is complete.
+
+    A checkpoint made with other settings is not resumed: the warm start starts over (and says so,
+    naming the settings that changed), exactly as the finished warm-start cache is rebuilt rather
+    than reused (:meth:`RunDir.warm_start_status`). It is replaced at the new run's first save.
+    """
+
+    def __init__(self, out: str | os.PathLike, cfg: Config, *, log: Callable[[str], None] = print) -> None:
+        self.path = in_progress_dir(out)
+        self.key = json.loads(json.dumps(warm_start_key(cfg)))  # as it reads back: tuples -> lists
+        self.save_every = cfg.sft.eval_every if cfg.sft.save_every is None else cfg.sft.save_every
+        self.log = log
+
+    def __repr__(self) -> str:
+        return f"WarmStartCheckpoint({str(self.path)!r}, save_every={self.save_every})"
+
+    def load(self, model) -> dict[str, Any] | None:
+        """Load the newest checkpoint's weights into ``model`` and return its warm-start state;
+        None (the warm start starts from scratch) when there is none or it was made with other
+        settings. Temporary folders of a writer that was killed are removed first."""
+        remove_stale_temporaries(self.path / "checkpoints")
+        ckpt = latest_checkpoint(self.path)
+        if ckpt is None:
+            return None
+        saved = ckpt.load_state()
+        diffs = _differences(saved.get("key"), self.key)
+        if diffs:
+            self.log(f"warm start: {self.path} was made with other settings ({'; '.join(diffs[:3])}); "
+                     "starting the warm start over with these settings")
+            return None
+        model.load_state_dict(load_weights(ckpt.model_dir, model))
+        self.log(f"warm start: resuming from its in-progress checkpoint {ckpt.path} (step {ckpt.step})")
+        return saved["sft"]
+
+    def save(self, step: int, model, tokenizer, state: dict[str, Any]) -> None:
+        """Write step ``step``'s checkpoint (atomic) and drop the one before it."""
+        save_checkpoint(self.path, step, model, tokenizer, {"key": self.key, "sft": state}, keep=1)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
 
 
 def resolve_model(path: str | os.PathLike) -> tuple[Path, Config | None]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import time
 from pathlib import Path
 from typing import Callable
@@ -150,9 +151,10 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
     The cache is reused only when it was built with the same settings
     (:func:`grpolab.train.rundir.warm_start_key`: model, task, sft section, seed, ...); with
     other settings it is rebuilt. A cache from an older grpolab without a settings record is
-    reused as it is (and said so).
+    reused as it is (and said so). While it trains, the warm start checkpoints to
+    ``RUN_DIR/sft.partial`` (``sft.save_every``); a killed one continues from there when the run
+    is started again with the same settings.
     """
-    from grpolab.models import load_model, save_model
     from grpolab.train.rundir import RunDir
 
     enabled = cfg.sft.enabled == "yes" or (cfg.sft.enabled == "auto" and from_scratch)
@@ -161,10 +163,13 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
     rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     status, diffs = rd.warm_start_status(cfg)
     if status in ("match", "legacy"):
+        from grpolab.models import load_model
+
         log(f"warm start: reusing {rd.sft}" + (" (no settings record: built by an older grpolab)"
                                                if status == "legacy" else ""))
         cached, _ = load_model(rd.sft, device=next(model.parameters()).device)
         model.load_state_dict(cached.state_dict())
+        shutil.rmtree(rd.sft_in_progress, ignore_errors=True)  # left if killed just after sft/ was complete
         return model
     if status == "differs":
         log(f"warm start: {rd.sft} was built with other settings ({'; '.join(diffs[:3])}); rebuilding it")
@@ -174,16 +179,37 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
         else "held-out items"
     log(f"warm start: supervised training on demonstrations until greedy accuracy on {where} >= "
         f"{cfg.sft.target_accuracy:.2f} (at most {cfg.sft.max_steps} steps)")
-    t0 = time.time()
-    result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log)
-    save_model(model, tokenizer, rd.sft)
-    write_sft_record(rd.sft, cfg, result, time.time() - t0)
+    build_warm_start(cfg, model, tokenizer, train_items, eval_items, rd.sft, log=log)
     return model
 
 
+def build_warm_start(cfg: Config, model, tokenizer, train_items, eval_items, out, *,
+                     log: Callable[[str], None] = print):
+    """Run the warm start (model trained in place) and write it to ``out`` with its ``sft.json``.
+
+    ``grpolab sft --out OUT`` and ``grpolab train`` (``RUN_DIR/sft``) both come here. Progress is
+    checkpointed to the sibling ``OUT.partial`` (:class:`grpolab.train.rundir.WarmStartCheckpoint`)
+    and resumed from there by a later call with the same settings; it is removed once ``out``
+    and its record are complete. Returns ``(final_path, SFTResult)``.
+    """
+    from grpolab.models import save_model
+    from grpolab.train.rundir import WarmStartCheckpoint
+
+    checkpoint = WarmStartCheckpoint(out, cfg, log=log)
+    result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log, checkpoint=checkpoint)
+    t0 = time.time()
+    saved = save_model(model, tokenizer, out)
+    write_sft_record(saved, cfg, result, result.seconds + time.time() - t0)
+    checkpoint.remove()
+    return saved, result
+
+
 def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
-                    log: Callable[[str], None] = print):
-    """Run the supervised warm start with the ``sft`` section of ``cfg`` (model trained in place)."""
+                    log: Callable[[str], None] = print, checkpoint=None):
+    """Run the supervised warm start with the ``sft`` section of ``cfg`` (model trained in place).
+
+    ``checkpoint``: where to keep and find its in-progress checkpoint
+    (:class:`grpolab.train.rundir.WarmStartCheckpoint`); None: no checkpoints."""
     from grpolab.train.sft import run_sft
 
     demos, select_items = sft_selection_split(cfg, train_items, eval_items)
@@ -194,6 +220,7 @@ def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
         schedule=cfg.sft.schedule, ema=cfg.sft.ema,
         seed=cfg.trainer.seed, log=log, env=cfg.env,
         privileged_share=cfg.sft.privileged_share, teacher_template=cfg.credit.template,
+        checkpoint=checkpoint,
     )
 
 
@@ -225,7 +252,8 @@ def write_sft_record(model_dir: Path, cfg: Config, result, seconds: float) -> No
 
     atomic_write_json(Path(model_dir) / "sft.json", {
         "steps": result.steps, "accuracy": result.accuracy, "history": result.history,
-        "seconds": seconds, "sft_config": dataclasses.asdict(cfg.sft), "key": warm_start_key(cfg),
+        "seconds": seconds, "resumed_from": result.resumed_from,
+        "sft_config": dataclasses.asdict(cfg.sft), "key": warm_start_key(cfg),
     })
 
 

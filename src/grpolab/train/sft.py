@@ -10,6 +10,11 @@ With ``privileged_share`` > 0, that share of every batch is shown in the *teache
 so the model also learns to continue correctly when a reference solution is in its context: the
 self-teacher of RLSD / GEAR / OPSD (docs/credit.md) then reads the reference instead of ignoring
 it. The student never sees the template: rollouts and the stopping check use the plain prompts.
+
+Everything a warm start needs to continue lives in :class:`SFTState`. Given a ``checkpoint``
+(:class:`grpolab.train.rundir.WarmStartCheckpoint`), ``run_sft`` saves it every
+``checkpoint.save_every`` steps and, when started again with the same settings, resumes from the
+newest one; the result is bit-identical to a run that was never interrupted.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ import contextlib
 import random
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, build_teacher_prompts, check_template
+from grpolab.train.checkpoint import rng_state, set_rng_state
 from grpolab.train.evaluate import evaluate
 from grpolab.train.optim import build_scheduler
 from grpolab.train.text import encode_completion, encode_prompts
@@ -32,7 +39,61 @@ class SFTResult:
     steps: int
     accuracy: float
     history: list[dict] = field(default_factory=list)
+    seconds: float = 0.0  # training time, summed over the processes of a resumed warm start
+    resumed_from: int = 0  # the step it resumed from (0: it did not resume)
+
+
+@dataclass
+class SFTState:
+    """A warm start between two steps: what an in-progress checkpoint must hold.
+
+    :meth:`state_dict` / :meth:`load_state_dict` are the only code that lists it, so saving and
+    resuming cannot drift apart. The model's (raw) weights are saved separately, in Hugging Face
+    format (:func:`grpolab.train.checkpoint.save_checkpoint`).
+
+    Attributes:
+        model: the model being trained, in place.
+        optimizer, scheduler: AdamW and its learning-rate schedule.
+        data_rng: draws each step's batch; the global python, numpy and torch streams are saved
+            with it (a model with dropout draws from torch's).
+        average: the exponential moving average of the weights (``ema`` > 0), else None.
+        step: optimizer steps done; accuracy: that of the last check (before the first step: the
+            starting model's); history: one row per check.
+        seconds: training time spent by the processes before this one.
+    """
+
+    model: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    data_rng: random.Random
+    average: "_WeightAverage | None" = None
+    step: int = 0
+    accuracy: float = 0.0
+    history: list[dict] = field(default_factory=list)
     seconds: float = 0.0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the model's weights."""
+        return {
+            "step": self.step, "accuracy": self.accuracy, "history": self.history, "seconds": self.seconds,
+            "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "data_rng": self.data_rng.getstate(), "rng": rng_state(),
+            "average": self.average.state_dict() if self.average is not None else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (the model's weights are loaded by the caller)."""
+        if (state["average"] is None) != (self.average is None):
+            raise ValueError("this warm-start checkpoint was saved " + ("without" if state["average"] is None
+                             else "with") + " a weight average (sft.ema); resume it with the same sft.ema")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.data_rng.setstate(state["data_rng"])
+        set_rng_state(state["rng"])
+        if self.average is not None:
+            self.average.load_state_dict(state["average"])
+        self.step, self.accuracy = int(state["step"]), float(state["accuracy"])
+        self.history, self.seconds = list(state["history"]), float(state["seconds"])
 
 
 def encode_transcript(tokenizer, transcript) -> tuple[list[int], list[int]]:
@@ -109,6 +170,7 @@ def run_sft(
     env=None,
     privileged_share: float = 0.0,
     teacher_template: str = DEFAULT_TEACHER_TEMPLATE,
+    checkpoint=None,
 ) -> SFTResult:
     """Train ``model`` in place on demonstrations; returns the steps taken and the final accuracy.
 
@@ -125,6 +187,11 @@ def run_sft(
     ``privileged_share`` in [0, 1): ``round(privileged_share * batch)`` rows of every batch are
     drawn in the teacher template ``teacher_template`` (see the module docstring; the stopping
     check always uses the plain prompts).
+
+    ``checkpoint``: a :class:`grpolab.train.rundir.WarmStartCheckpoint` (``load(model)`` ->
+    state or None, ``save(step, model, tokenizer, state)``, ``save_every``), or None for none.
+    The warm start resumes from what ``load`` returns, and saves after every ``save_every``-th
+    step (0: never) unless it has just finished (the caller writes the final model then).
     """
     if isinstance(privileged_share, bool) or not 0.0 <= privileged_share < 1.0:
         raise ValueError(f"privileged_share={privileged_share!r} must be in [0, 1) (0 = off; e.g. 0.5)")
@@ -140,17 +207,22 @@ def run_sft(
             "(set sft.enabled=no, or start from a model that already solves some items)"
         )
     device = next(model.parameters()).device
-    rng = random.Random(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    sched = build_scheduler(opt, warmup_steps=warmup_steps, total_steps=max_steps, schedule=schedule)
-    averaged = _WeightAverage(model, ema) if ema > 0 else None
+    state = SFTState(
+        model=model, optimizer=opt, data_rng=random.Random(seed),
+        scheduler=build_scheduler(opt, warmup_steps=warmup_steps, total_steps=max_steps, schedule=schedule),
+        average=_WeightAverage(model, ema) if ema > 0 else None,
+    )
     start = time.time()
-    history: list[dict] = []
-    acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
-    step = 0
-    while step < max_steps and acc < target_accuracy:
+    saved = checkpoint.load(model) if checkpoint is not None else None
+    if saved is not None:
+        state.load_state_dict(saved)
+    else:
+        state.accuracy = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
+    resumed_from = state.step
+    while state.step < max_steps and state.accuracy < target_accuracy:
         model.train()
-        batch = rng.sample(demos, min(batch_size, len(demos)))
+        batch = state.data_rng.sample(demos, min(batch_size, len(demos)))
         ids, att, lab = sft_batch(tokenizer, batch, device, teacher_template=teacher_template,
                                   teacher_rows=round(privileged_share * len(batch)))
         loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
@@ -159,22 +231,27 @@ def run_sft(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         lr_used = opt.param_groups[0]["lr"]
-        sched.step()
-        step += 1
-        if averaged is not None:
-            averaged.update(step)
+        state.scheduler.step()
+        state.step += 1
+        step = state.step
+        if state.average is not None:
+            state.average.update(step)
         if step % eval_every == 0 or step == max_steps:
-            if averaged is not None:
-                with averaged.swapped_in():
-                    acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
-            else:
-                acc = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
-            history.append({"step": step, "loss": loss.item(), "accuracy": acc, "lr": lr_used})
-            log(f"sft step {step:4d}  loss {loss.item():.3f}  greedy accuracy {acc:.3f}")
-    if averaged is not None and step > 0:
-        averaged.copy_to_model()
+            with state.average.swapped_in() if state.average is not None else contextlib.nullcontext():
+                state.accuracy = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens,
+                                          env=env).accuracy
+            state.history.append({"step": step, "loss": loss.item(), "accuracy": state.accuracy, "lr": lr_used})
+            log(f"sft step {step:4d}  loss {loss.item():.3f}  greedy accuracy {state.accuracy:.3f}")
+        finished = step >= max_steps or state.accuracy >= target_accuracy
+        if checkpoint is not None and checkpoint.save_every and step % checkpoint.save_every == 0 and not finished:
+            state.seconds += time.time() - start
+            start = time.time()
+            checkpoint.save(step, model, tokenizer, state.state_dict())
+    if state.average is not None and state.step > 0:
+        state.average.copy_to_model()
     model.eval()
-    return SFTResult(steps=step, accuracy=acc, history=history, seconds=time.time() - start)
+    return SFTResult(steps=state.step, accuracy=state.accuracy, history=state.history,
+                     seconds=state.seconds + time.time() - start, resumed_from=resumed_from)
 
 
 class _WeightAverage:
@@ -192,6 +269,16 @@ class _WeightAverage:
         d = min(self.decay, (1 + step) / (10 + step))
         for a, p in zip(self.avg, self.params):
             a.lerp_(p.detach(), 1.0 - d)
+
+    def state_dict(self) -> list[torch.Tensor]:
+        return [a.detach().to("cpu", copy=True) for a in self.avg]
+
+    @torch.no_grad()
+    def load_state_dict(self, avg: list[torch.Tensor]) -> None:
+        if len(avg) != len(self.avg) or any(a.shape != b.shape for a, b in zip(avg, self.avg)):
+            raise ValueError("the saved weight average does not match this model's parameters")
+        for a, saved in zip(self.avg, avg):
+            a.copy_(saved)
 
     @torch.no_grad()
     def copy_to_model(self) -> None:
