@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -28,29 +29,38 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def length_coupling(lengths: list[float], correct: list[bool], group_size: int) -> dict:
-    """Within-group fail/success lengths of rows in groups of ``group_size`` consecutive rows."""
-    fail_means, succ_means, ratios = [], [], []
-    longer = shorter = n_fail_mixed = 0
-    for g in range(0, len(lengths), group_size):
-        ln, ok = lengths[g:g + group_size], correct[g:g + group_size]
-        f = [x for x, c in zip(ln, ok) if not c]
-        s = [x for x, c in zip(ln, ok) if c]
-        if f and s:
-            fail_means.append(sum(f) / len(f))
-            succ_means.append(sum(s) / len(s))
-            ratios.append(fail_means[-1] / max(succ_means[-1], 1e-9))
-            n_fail_mixed += len(f)
-            longer += sum(x > succ_means[-1] for x in f)
-            shorter += sum(x < succ_means[-1] for x in f)
+    """Within-group fail/success lengths of rows in groups of ``group_size`` consecutive rows.
+
+    The within-group ratio and means are the training metric ``length/mixed_*``
+    (:func:`grpolab.train.loop.within_group_lengths`), in float64; this adds the per-group ratio, the
+    shares of longer / shorter failures and the pooled ratio. A field with no group to average is None."""
+    import torch
+
+    from grpolab.train.loop import group_lengths, within_group_lengths
+
+    len_B = torch.tensor(lengths, dtype=torch.float64)
+    ok_B = torch.tensor(correct, dtype=torch.bool)
+    group_B = torch.arange(len(lengths)) // group_size
+    n_groups = -(-len(lengths) // group_size)
+    core = within_group_lengths(len_B, ok_B, group_B, n_groups)
+    core = {k: (None if math.isnan(v) else v) for k, v in core.items()}
+    g = group_lengths(len_B, ok_B, group_B, n_groups)
+    mixed = g.mixed_G
+    ratios = (g.incorrect_G[mixed] / g.correct_G[mixed].clamp_min(1e-9)).tolist()
+    fail_mixed_B = ~ok_B & mixed[group_B]  # failures of mixed groups, against their group's mean success
+    n_fail_mixed = int(fail_mixed_B.sum())
+    longer = int((fail_mixed_B & (len_B > g.correct_G[group_B])).sum())
+    shorter = int((fail_mixed_B & (len_B < g.correct_G[group_B])).sum())
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
     fail_all = [x for x, c in zip(lengths, correct) if not c]
     succ_all = [x for x, c in zip(lengths, correct) if c]
     return {
         "responses": len(lengths), "correct_frac": sum(correct) / max(len(correct), 1),
-        "mixed_groups": len(ratios),
-        "fail_success_length_ratio": (mean(fail_means) / mean(succ_means)) if ratios else None,
+        "mixed_groups": int(mixed.sum()),
+        "fail_success_length_ratio": core["length/mixed_ratio"],
         "mean_group_ratio": mean(ratios),
-        "mean_fail_tokens_mixed": mean(fail_means), "mean_success_tokens_mixed": mean(succ_means),
+        "mean_fail_tokens_mixed": core["length/mixed_incorrect"],
+        "mean_success_tokens_mixed": core["length/mixed_correct"],
         "pooled_fail_success_ratio": (mean(fail_all) / mean(succ_all)) if fail_all and succ_all else None,
         "mean_response_tokens": mean(lengths),
         # which failures dominate: longer / shorter than their group's mean success length

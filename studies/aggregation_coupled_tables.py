@@ -4,9 +4,10 @@
         --precondition docs/results/raw/aggregation_coupled_lengths_pairsum.json \
         --window 10 --out docs/results/aggregation_coupled.json
 
-Per variant and seed: held-out greedy accuracy before RL and at the end (``result.json``), and the
-within-group lengths of right and wrong responses (``length/mixed_correct``,
-``length/mixed_incorrect``, ``length/mixed_ratio``) plus the truncated share, each averaged over the
+Per variant and seed: held-out greedy accuracy before RL, best and at the end, and the paired
+difference to ``--baseline`` (``collect`` and ``paired`` of studies/study_json.py), plus what this
+study adds: the within-group lengths of right and wrong responses (``length/mixed_correct``,
+``length/mixed_incorrect``, ``length/mixed_ratio``) and the truncated share, each averaged over the
 first and the last ``--window`` steps (``metrics.jsonl``): how the lengths move during training.
 Keeps the ``attempts`` of the existing ``--out`` file (the earlier, unmet measurements) and adds the
 new precondition as the first attempt. Prints markdown tables; writes ``--out`` atomically.
@@ -19,13 +20,14 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from grpolab.diagnostics import mean_ci, paired_bootstrap_ci  # noqa: E402
+from grpolab.diagnostics import mean_ci  # noqa: E402
 from grpolab.utils.io import atomic_write_json  # noqa: E402
+from study_json import collect, fmt_diff, paired  # noqa: E402
 
 KEYS = ("length/mixed_correct", "length/mixed_incorrect", "length/mixed_ratio", "length/truncated_frac",
         "length/mean", "accuracy")
@@ -36,18 +38,12 @@ def _mean(values):
     return sum(v) / len(v) if v else None
 
 
-def read_run(run_dir: Path, window: int) -> dict:
-    result = json.loads((run_dir / "result.json").read_text())
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def length_windows(rows: list[dict], window: int) -> dict:
+    """Each of KEYS averaged (NaN left out) over a run's first and last ``window`` training steps."""
     rows = [r for r in rows if "length/mean" in r]
     first, last = rows[:window], rows[-window:]
-    return {
-        "start": result["start_accuracy"], "final": result["final_accuracy"], "best": result["best_accuracy"],
-        "seconds": result.get("seconds"),
-        "first": {k: _mean([r.get(k) for r in first]) for k in KEYS},
-        "last": {k: _mean([r.get(k) for r in last]) for k in KEYS},
-        "curve": {k: [r.get(k) for r in rows] for k in ("length/mixed_correct", "length/mixed_incorrect")},
-    }
+    return {"first": {k: _mean([r.get(k) for r in first]) for k in KEYS},
+            "last": {k: _mean([r.get(k) for r in last]) for k in KEYS}}
 
 
 def _attempt(setting: str, measured: dict) -> dict:
@@ -66,42 +62,31 @@ def main() -> None:
                     help="an earlier precondition measurement to record under attempts (repeatable)")
     ap.add_argument("--command", action="append", default=[])
     args = ap.parse_args()
-    runs: dict[str, dict[int, dict]] = {}
-    for d in sorted((Path(args.study) / "runs").iterdir()):
-        if not (d / "result.json").exists():
-            continue
-        factors = dict(kv.split("=", 1) for kv in d.name.split(","))
-        runs.setdefault(factors["aggregation"], {})[int(factors["seed"])] = read_run(d, args.window)
-    order = ["token", "sequence", "constant", "balanced"]
-    runs = dict(sorted(runs.items(), key=lambda kv: order.index(kv[0]) if kv[0] in order else len(order)))
-    base = runs[args.baseline]
+    runs = collect(Path(args.study), [], per_run=lambda rows: length_windows(rows, args.window))
+    pairs = paired(runs, args.baseline)
     variants = {}
-    print("| variant | seeds | before RL | final (95% CI) | final - token (paired) |")
+    print(f"| variant | seeds | before RL | final (95% CI) | final - {args.baseline} (paired) |")
     print("|---|---|---|---|---|")
-    for name, by_seed in runs.items():
-        seeds = sorted(by_seed)
-        final = [by_seed[s]["final"] for s in seeds]
-        ci = asdict(mean_ci(final))
-        entry = {"seeds": seeds, "final": final, "start": [by_seed[s]["start"] for s in seeds],
-                 "best": [by_seed[s]["best"] for s in seeds], "final_ci": ci,
-                 "lengths_first": {k: _mean([by_seed[s]["first"][k] for s in seeds]) for k in KEYS},
-                 "lengths_last": {k: _mean([by_seed[s]["last"][k] for s in seeds]) for k in KEYS},
-                 "per_seed": {str(s): {"first": by_seed[s]["first"], "last": by_seed[s]["last"]} for s in seeds}}
-        common = [s for s in seeds if s in base]
-        if name != args.baseline and common:
-            entry["diff_vs_token"] = asdict(paired_bootstrap_ci([by_seed[s]["final"] for s in common],
-                                                                [base[s]["final"] for s in common]))
+    for name, run in runs.items():
+        seeds, windows = run["seeds"], run["per_run"]
+        ci = mean_ci(run["final"]).to_dict()
+        entry = {"seeds": seeds, "final": run["final"], "start": run["start"], "best": run["best"], "final_ci": ci,
+                 "lengths_first": {k: _mean([w["first"][k] for w in windows]) for k in KEYS},
+                 "lengths_last": {k: _mean([w["last"][k] for w in windows]) for k in KEYS},
+                 "per_seed": {str(s): w for s, w in zip(seeds, windows)}}
+        if name in pairs:
+            entry["diff_vs_token"] = pairs[name]["final"]
         variants[name] = entry
         d = entry.get("diff_vs_token")
-        dtxt = "(baseline)" if d is None else f"{d['value']:+.3f} [{d['low']:+.3f}, {d['high']:+.3f}]"
         print(f"| {name} | {len(seeds)} | {entry['start'][0]:.3f} | {ci['value']:.3f} [{ci['low']:.3f}, "
-              f"{ci['high']:.3f}] | {dtxt} |")
+              f"{ci['high']:.3f}] | {'(baseline)' if d is None else fmt_diff(d)} |")
     print()
-    seeds = sorted({s for v in runs.values() for s in v})
+    seeds = sorted({s for v in variants.values() for s in v["seeds"]})
     print("| variant | " + " | ".join(f"seed {s}" for s in seeds) + " |")
     print("|---|" + "---|" * len(seeds))
-    for name, by_seed in runs.items():
-        print(f"| {name} | " + " | ".join(f"{by_seed[s]['final']:.3f}" if s in by_seed else "-" for s in seeds) + " |")
+    for name, e in variants.items():
+        final = dict(zip(e["seeds"], e["final"]))
+        print(f"| {name} | " + " | ".join(f"{final[s]:.3f}" if s in final else "-" for s in seeds) + " |")
     print()
     print(f"| variant | right, first {args.window} steps | right, last {args.window} | wrong, first | wrong, last "
           "| ratio first | ratio last | truncated first | truncated last | batch accuracy first | last |")

@@ -25,6 +25,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -54,7 +55,10 @@ def first_reach(steps: list[int], acc: list[float], target: float) -> int | None
     return next((s for s, a in zip(steps, acc) if a >= target - 1e-12), None)
 
 
-def collect(out: Path, metrics: list[str]) -> dict[str, dict]:
+def collect(out: Path, metrics: list[str], per_run: Callable[[list[dict]], Any] | None = None) -> dict[str, dict]:
+    """Per variant (``sweep.json``'s factor values), its finished runs' results in seed order.
+
+    With ``per_run``, each run's ``per_run(metrics.jsonl rows)`` too, under ``"per_run"`` (same order)."""
     plan = json.loads((out / "sweep.json").read_text())
     variants: dict[str, dict] = {}
     for run in plan["runs"]:
@@ -71,7 +75,7 @@ def collect(out: Path, metrics: list[str]) -> dict[str, dict]:
         name = ",".join(str(v) for v in run["factors"].values())
         v = variants.setdefault(name, {"seeds": [], "final": [], "start": [], "best": [], "auc": [],
                                        "curve": {"steps": steps, "accuracy": []}, "collapsed": 0,
-                                       "metrics": {m: [] for m in metrics}})
+                                       "metrics": {m: [] for m in metrics}, **({"per_run": []} if per_run else {})})
         v["seeds"].append(run["seed"])
         v["final"].append(acc[-1])
         v["start"].append(acc[0])
@@ -82,9 +86,11 @@ def collect(out: Path, metrics: list[str]) -> dict[str, dict]:
         for m in metrics:
             vals = [float(r[m]) for r in rows if isinstance(r.get(m), (int, float))]
             v["metrics"][m].append(sum(vals) / len(vals) if vals else None)
+        if per_run:
+            v["per_run"].append(per_run(rows))
     for v in variants.values():  # seed order
         order = sorted(range(len(v["seeds"])), key=lambda i: v["seeds"][i])
-        for k in ("seeds", "final", "start", "best", "auc"):
+        for k in ("seeds", "final", "start", "best", "auc", *(("per_run",) if per_run else ())):
             v[k] = [v[k][i] for i in order]
         v["curve"]["accuracy"] = [v["curve"]["accuracy"][i] for i in order]
         v["metrics"] = {m: [xs[i] for i in order] for m, xs in v["metrics"].items()}
@@ -112,13 +118,15 @@ def paired(variants: dict[str, dict], baseline: str) -> dict[str, dict]:
     return out
 
 
+def fmt_diff(c: dict) -> str:
+    """A paired difference from :func:`paired`: ``+0.012 [-0.003, +0.027]`` (no interval with one seed)."""
+    return f"{c['value']:+.3f}" + (f" [{c['low']:+.3f}, {c['high']:+.3f}]" if "low" in c else "")
+
+
 def tables(variants: dict[str, dict], pairs: dict[str, dict], baseline: str, metrics: list[str]) -> str:
     def ci(xs):
         c = mean_ci(xs).to_dict() if len(xs) > 1 else {"value": xs[0], "low": xs[0], "high": xs[0]}
         return f"{c['value']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
-
-    def d(c):
-        return f"{c['value']:+.3f}" + (f" [{c['low']:+.3f}, {c['high']:+.3f}]" if "low" in c else "")
 
     lines = ["| variant | seeds | start | final, per seed | final | auc | final - " + baseline
              + " | auc - " + baseline + " | steps to " + baseline + "'s final | collapsed |",
@@ -129,8 +137,8 @@ def tables(variants: dict[str, dict], pairs: dict[str, dict], baseline: str, met
         lines.append(
             f"| {name} | {len(v['seeds'])} | {sum(v['start']) / len(v['start']):.3f} | "
             f"{' '.join(f'{x:.3f}' for x in v['final'])} | {ci(v['final'])} | {ci(v['auc'])} | "
-            f"{d(p['final']) + ' (' + str(p['final_above']) + ' up, ' + str(p['final_below']) + ' down)' if p else '(baseline)'} | "
-            f"{d(p['auc']) if p else ''} | {reach} | {v['collapsed']}/{len(v['seeds'])} |")
+            f"{fmt_diff(p['final']) + ' (' + str(p['final_above']) + ' up, ' + str(p['final_below']) + ' down)' if p else '(baseline)'} | "
+            f"{fmt_diff(p['auc']) if p else ''} | {reach} | {v['collapsed']}/{len(v['seeds'])} |")
     if metrics:
         lines += ["", "| variant | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
         for name, v in variants.items():

@@ -78,3 +78,40 @@ def test_length_coupling_is_within_groups():
     assert res["fail_longer_frac"] == 0.5 and res["fail_shorter_frac"] == 0.0  # 20 > 10, 10 == 10
     none = preconditions.length_coupling([5, 6], [True, True], 2)
     assert none["fail_success_length_ratio"] is None and none["mixed_groups"] == 0
+
+
+def test_length_coupling_pinned_hand_example():
+    # groups of 3 (the last one cut short, 2 rows); S = success, F = failure
+    # g0: S4  F8  F12 -> mixed: fail mean 10, success mean 4, ratio 2.5; 8, 12 > 4: 2 longer
+    # g1: S6  S6  S6  -> all right, not mixed
+    # g2: F9  F3  F30 -> all wrong, not mixed
+    # g3: S10 S20 F5  -> mixed: fail 5, success 15, ratio 1/3; 5 < 15: 1 shorter
+    # g4: F7  S7  F1  -> mixed: fail 4, success 7, ratio 4/7; 7 == 7 neither, 1 < 7: 1 shorter
+    # g5: S2  F3      -> mixed: fail 3, success 2, ratio 1.5; 3 > 2: 1 longer
+    # within groups: fail means 10, 5, 4, 3 -> 22/4 = 5.5; success means 4, 15, 7, 2 -> 28/4 = 7
+    # ratio of means 5.5 / 7 = 11/14; mean of ratios (2.5 + 1/3 + 4/7 + 1.5) / 4 = (103/21) / 4 = 103/84
+    # failures in mixed groups: 2 + 1 + 2 + 1 = 6; longer 2 + 1 = 3, shorter 1 + 1 = 2
+    # pooled: failures 8+12+9+3+30+5+7+1+3 = 78 over 9, successes 4+6+6+6+10+20+7+2 = 61 over 8
+    #   -> (78/9) / (61/8) = 208/183; all 139 tokens over 17 responses; 8 of 17 correct
+    lengths = [4, 8, 12, 6, 6, 6, 9, 3, 30, 10, 20, 5, 7, 7, 1, 2, 3]
+    correct = [True, False, False, True, True, True, False, False, False, True, True, False,
+               False, True, False, True, False]
+    res = preconditions.length_coupling([float(x) for x in lengths], correct, 3)
+    exact = pytest.approx
+    assert res == {
+        "responses": 17, "correct_frac": exact(8 / 17, rel=1e-12), "mixed_groups": 4,
+        "fail_success_length_ratio": exact(11 / 14, rel=1e-12), "mean_group_ratio": exact(103 / 84, rel=1e-12),
+        "mean_fail_tokens_mixed": exact(5.5, rel=1e-12), "mean_success_tokens_mixed": exact(7.0, rel=1e-12),
+        "pooled_fail_success_ratio": exact(208 / 183, rel=1e-12), "mean_response_tokens": exact(139 / 17, rel=1e-12),
+        "fail_longer_frac": exact(3 / 6, rel=1e-12), "fail_shorter_frac": exact(2 / 6, rel=1e-12),
+    }
+    # no group mixed (one all right, one all wrong): the within-group fields are None, the pooled one is not
+    # pooled: failures 9 over 1, successes 3+5 = 8 over 2 -> 9 / 4; 17 tokens over 3 responses
+    none = preconditions.length_coupling([3.0, 5.0, 9.0], [True, True, False], 2)
+    assert none == {
+        "responses": 3, "correct_frac": exact(2 / 3, rel=1e-12), "mixed_groups": 0,
+        "fail_success_length_ratio": None, "mean_group_ratio": None,
+        "mean_fail_tokens_mixed": None, "mean_success_tokens_mixed": None,
+        "pooled_fail_success_ratio": exact(9 / 4, rel=1e-12), "mean_response_tokens": exact(17 / 3, rel=1e-12),
+        "fail_longer_frac": None, "fail_shorter_frac": None,
+    }

@@ -306,6 +306,33 @@ def step_metrics(exp: Experience, update_stats: dict[str, float]) -> dict[str, f
     return row
 
 
+@dataclass
+class GroupLengths:
+    """Mean length of each group's solved and unsolved responses (see :func:`group_lengths`)."""
+
+    correct_G: torch.Tensor    # mean length of the group's solved responses, [G]; NaN where none
+    incorrect_G: torch.Tensor  # the same for the unsolved ones, [G]; NaN where none
+    mixed_G: torch.Tensor      # bool [G]: the group holds both a solved and an unsolved response
+
+
+def group_lengths(lengths_B: torch.Tensor, solved_B: torch.Tensor, group_B: torch.Tensor,
+                  n_groups: int) -> GroupLengths:
+    """Per group, the mean length of its solved and of its unsolved responses.
+
+    Args:
+        lengths_B: response lengths, float ``[B]`` (the sums keep its dtype).
+        solved_B: bool ``[B]``.
+        group_B: group (prompt) index of each row in ``0..n_groups-1``, long ``[B]``.
+    """
+    zeros = torch.zeros(n_groups, dtype=lengths_B.dtype)
+    ok = solved_B.to(lengths_B.dtype)
+    n_ok = zeros.scatter_add(0, group_B, ok)
+    n_bad = zeros.scatter_add(0, group_B, 1.0 - ok)
+    sum_ok = zeros.scatter_add(0, group_B, lengths_B * ok)
+    sum_bad = zeros.scatter_add(0, group_B, lengths_B * (1.0 - ok))
+    return GroupLengths(correct_G=sum_ok / n_ok, incorrect_G=sum_bad / n_bad, mixed_G=(n_ok > 0) & (n_bad > 0))
+
+
 def within_group_lengths(lengths_B: torch.Tensor, solved_B: torch.Tensor, group_B: torch.Tensor,
                          n_groups: int) -> dict[str, float]:
     """Lengths of right and wrong responses *within* groups, where the advantage is computed.
@@ -324,19 +351,14 @@ def within_group_lengths(lengths_B: torch.Tensor, solved_B: torch.Tensor, group_
         solved_B: bool ``[B]``.
         group_B: group (prompt) index of each row in ``0..n_groups-1``, long ``[B]``.
     """
-    zeros = torch.zeros(n_groups)
-    ok = solved_B.float()
-    n_ok = zeros.scatter_add(0, group_B, ok)
-    n_bad = zeros.scatter_add(0, group_B, 1.0 - ok)
-    sum_ok = zeros.scatter_add(0, group_B, lengths_B * ok)
-    sum_bad = zeros.scatter_add(0, group_B, lengths_B * (1.0 - ok))
-    mixed = (n_ok > 0) & (n_bad > 0)
+    g = group_lengths(lengths_B, solved_B, group_B, n_groups)
+    mixed = g.mixed_G
     nan = float("nan")
     if not mixed.any():
         return {"length/mixed_correct": nan, "length/mixed_incorrect": nan, "length/mixed_ratio": nan,
                 "groups/mixed_frac": 0.0}
-    correct = float((sum_ok[mixed] / n_ok[mixed]).mean())
-    incorrect = float((sum_bad[mixed] / n_bad[mixed]).mean())
+    correct = float(g.correct_G[mixed].mean())
+    incorrect = float(g.incorrect_G[mixed].mean())
     return {"length/mixed_correct": correct, "length/mixed_incorrect": incorrect,
             "length/mixed_ratio": incorrect / correct if correct > 0 else nan,
             "groups/mixed_frac": float(mixed.float().mean())}
@@ -400,5 +422,5 @@ def metric_schema(cfg: Config) -> list[str]:
     return keys
 
 
-__all__ = ["PhaseTimer", "metric_schema", "TrainResult", "learning_signal", "load_run_config", "seed_everything",
-           "step_metrics", "train", "within_group_lengths"]
+__all__ = ["GroupLengths", "PhaseTimer", "metric_schema", "TrainResult", "group_lengths", "learning_signal",
+           "load_run_config", "seed_everything", "step_metrics", "train", "within_group_lengths"]
