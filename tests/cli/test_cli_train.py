@@ -204,3 +204,22 @@ def test_a_killed_warm_start_continues_where_it_stopped(tmp_path, capsys, sft_st
         assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a), sub
     stable = lambda rows: [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]  # noqa: E731
     assert stable(read_metrics(run)) == stable(read_metrics(tmp_path / "full"))
+
+
+def test_a_resumed_runs_wall_time_counts_the_earlier_processes(run):
+    # before: summary.json's "seconds" was the resuming process's time alone (a 55-minute run
+    # finished by a resume reported 19 s). The checkpoint now carries the time spent up to it.
+    import torch
+
+    first = json.loads((run / "summary.json").read_text())["seconds"]
+    ckpt = sorted((run / "checkpoints").glob("step_*"))[-1] / "state.pt"
+    state = torch.load(ckpt, weights_only=False)
+    assert 0 < state["seconds"] <= first  # the time up to the step-2 checkpoint
+    state["seconds"] = 5000.0  # as if the first process had run for 83 minutes
+    torch.save(state, ckpt)
+    assert main(["train", "--resume", str(run), "--set", "trainer.steps=3"]) == 0
+    resumed = json.loads((run / "summary.json").read_text())["seconds"]
+    assert 5000.0 < resumed < 5000.0 + 600.0
+    assert "wall time: 50" in (run / "summary.md").read_text()
+    state = torch.load(sorted((run / "checkpoints").glob("step_*"))[-1] / "state.pt", weights_only=False)
+    assert state["step"] == 3 and 5000.0 < state["seconds"] <= resumed

@@ -108,6 +108,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     t_start = time.time()
     run_dir = RunDir(cfg.trainer.run_dir)
     state, eval_items, train_items = start_run(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
+    earlier = state.seconds  # wall time of the processes before this one (resumed runs)
     collector = collector_for(cfg, state.tokenizer, prompt_format=state.prompt_format, stop_ids=state.stop_ids)
     if state.step == 0:
         evaluate_start(state, collector, eval_items, cfg, run_dir, log=log)
@@ -145,11 +146,12 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         progress.set_postfix(reward=f"{row['reward/mean']:.2f}", acc=f"{row['accuracy']:.2f}",
                              eval=f"{state.history['eval'][-1]['accuracy']:.2f}", s=f"{row['time/step']:.1f}")
         if state.step % tr.save_every == 0 or state.step == tr.steps:
+            state.seconds = earlier + time.time() - t_start
             save_checkpoint(run_dir.path, state.step, state.policy, state.tokenizer, state.state_dict(),
                             keep=tr.keep_checkpoints)
     progress.close()
     metrics_log.close()
-    return finish_run(state, cfg, run_dir, seconds=time.time() - t_start, log=log)
+    return finish_run(state, cfg, run_dir, seconds=earlier + time.time() - t_start, log=log)
 
 
 # ---------------------------------------------------------------------------------------------

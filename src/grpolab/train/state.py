@@ -62,6 +62,8 @@ class TrainState:
         credit: the credit step holding the teacher (:class:`grpolab.train.credit.CreditStep`), or None.
         history: ``{"eval": [{"step", "accuracy", "mean_reward"[, "families"]}, ...]}``.
         step: optimizer-step batches done so far (0 before the first).
+        seconds: wall time the run's earlier processes spent, up to the checkpoint this one resumed
+            from (0 for a fresh run); the summary's wall time adds this process's time to it.
         prompt_format, stop_ids: how prompts are encoded (the run's resolved
             :class:`grpolab.tasks.PromptFormat`) and the ids that end a response; derived from the
             config and the tokenizer, so not saved.
@@ -79,6 +81,7 @@ class TrainState:
     credit: Any = None
     history: dict[str, Any] = field(default_factory=lambda: {"eval": []})
     step: int = 0
+    seconds: float = 0.0
     prompt_format: Any = None
     stop_ids: Any = None
 
@@ -139,7 +142,7 @@ class TrainState:
     def state_dict(self) -> dict[str, Any]:
         """Everything but the policy weights (saved in HF format next to it)."""
         return {
-            "step": self.step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+            "step": self.step, "seconds": self.seconds, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "snapshots": list(self.snapshots), "data_rng": self.data_rng.getstate(), "history": self.history,
             "rng": rng_state(self.generator),
             "reference": self.reference.state_dict() if self.reference is not None else None,
@@ -160,3 +163,4 @@ class TrainState:
         self.history = state["history"]
         set_rng_state(state["rng"], self.generator)
         self.step = int(state["step"])
+        self.seconds = float(state.get("seconds", 0.0))  # absent in older checkpoints
