@@ -63,8 +63,11 @@ def main() -> None:
     items = [{"task": t, "seed": s} for t, s in zip(start["tasks"], start["seeds"])]
     base = start["solved"]
     tasks = list(dict.fromkeys(it["task"] for it in items))
-    out = {"start": args.start, "per_task": args.per_task, "models": []}
-    print(f"greedy held-out success, {args.per_task} seeds per task; start = {args.start}\n")
+    start_rows = {task: sum(base[i] for i, it in enumerate(items) if task == "all" or it["task"] == task)
+                  / sum(1 for it in items if task == "all" or it["task"] == task) for task in tasks + ["all"]}
+    out = {"start": args.start, "per_task": args.per_task, "start_success": start_rows, "models": []}
+    print(f"greedy held-out success, {args.per_task} seeds per task; start = {args.start}")
+    print("start model: " + ", ".join(f"{t} {v:.3f}" for t, v in start_rows.items()) + "\n")
     print("| model | task | start | trained | change (points) | gained | lost | McNemar p |")
     print("|---|---|---|---|---|---|---|---|")
     for m in args.models:

@@ -137,6 +137,19 @@ def test_config_differences_ignore_sft_only_when_no_warm_start_runs():
     assert _config_differences(cfg("ws", "auto"), cfg("ws", "yes")) == ["sft.enabled: 'auto' -> 'yes'"]
 
 
+def test_config_differences_ignore_keys_that_only_change_saving():
+    from grpolab.sweep.runner import _config_differences
+
+    def cfg(sft_save=None, save=10, progress=True, steps=40):
+        return {"model": {"path": ""}, "sft": {"save_every": sft_save, "max_steps": 100},
+                "trainer": {"run_dir": "x", "save_every": save, "steps": steps}, "log": {"progress": progress}}
+
+    # checkpoint frequency and the progress bar cannot change a run (resume is exact) ...
+    assert _config_differences(cfg(), cfg(sft_save=50, save=5, progress=False)) == []
+    # ... the number of steps can
+    assert _config_differences(cfg(), cfg(steps=80)) == ["trainer.steps: 40 -> 80"]
+
+
 def test_sweep_and_compare_usage_errors_are_one_line(tmp_path, capsys):
     from grpolab.cli import main
 

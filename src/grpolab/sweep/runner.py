@@ -87,10 +87,15 @@ class SweepRun:
         return self.out / "runs" / spec.name
 
 
+#: Config keys that do not change a run's result, only where and how often it is saved or shown.
+_NO_EFFECT = {("trainer", "run_dir"), ("trainer", "save_every"), ("sft", "save_every"), ("log", "progress")}
+
+
 def _config_differences(old: dict, new: dict) -> list[str]:
     """Keys whose values differ between a run's saved config and the planned one.
 
-    ``trainer.run_dir`` is ignored, and so are keys present in only one of them (a field added to
+    Keys that cannot change what a run computes are ignored (:data:`_NO_EFFECT`: where it is
+    written, how often it checkpoints, whether a progress bar is drawn; resume is exact), and so are keys present in only one of them (a field added to
     grpolab after the run started takes its default, which keeps the old behaviour), and the whole
     ``sft`` section when neither config runs a warm start (``model.path`` set with ``sft.enabled``
     auto, or ``sft.enabled: no``): a changed default there cannot change the run.
@@ -105,7 +110,7 @@ def _config_differences(old: dict, new: dict) -> list[str]:
                 diffs.append(section)
             continue
         for k in set(a) & set(b):
-            if (section, k) != ("trainer", "run_dir") and a[k] != b[k]:
+            if (section, k) not in _NO_EFFECT and a[k] != b[k]:
                 diffs.append(f"{section}.{k}: {a[k]!r} -> {b[k]!r}")
     return sorted(diffs)
 
