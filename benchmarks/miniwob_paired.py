@@ -87,7 +87,34 @@ def main() -> None:
                          "p_mcnemar": p})
             print(f"| {m} | {task} | {b:.3f} | {s:.3f} | {100 * (s - b):+.1f} | {gained} | {lost} | {p:.3g} |")
         out["models"].append({"model": m, "rows": rows})
+    if len(args.models) > 1:
+        out["across_models"] = across_models(out["models"], tasks + ["all"])
+        print(f"\nacross the {len(args.models)} trained models (pooled: gained and lost summed over models)\n")
+        print("| task | start | mean change (points) | models up / down / same | pooled gained / lost | pooled p |")
+        print("|---|---|---|---|---|---|")
+        for r in out["across_models"]:
+            print(f"| {r['task']} | {r['start']:.3f} | {r['mean_change'] * 100:+.1f} | {r['up']} / {r['down']} / "
+                  f"{r['same']} | {r['gained']} / {r['lost']} | {r['p_mcnemar_pooled']:.3g} |")
     atomic_write_json(args.out, out)
+
+
+def across_models(models: list[dict], tasks: list[str]) -> list[dict]:
+    """Per task over several trained models (e.g. seeds): mean change, how many models went up /
+    down / stayed, and gained / lost summed over models with McNemar's exact test on the sums.
+
+    The pooled test treats every (model, seed) pair as one paired outcome; the models share their
+    start, so it says whether GRPO from this start moves the task, not whether each seed does.
+    """
+    rows = []
+    for task in tasks:
+        per = [next(r for r in m["rows"] if r["task"] == task) for m in models]
+        changes = [r["trained"] - r["start"] for r in per]
+        gained, lost = sum(r["gained"] for r in per), sum(r["lost"] for r in per)
+        rows.append({"task": task, "start": per[0]["start"], "mean_change": sum(changes) / len(changes),
+                     "up": sum(c > 0 for c in changes), "down": sum(c < 0 for c in changes),
+                     "same": sum(c == 0 for c in changes), "gained": gained, "lost": lost,
+                     "p_mcnemar_pooled": mcnemar_exact(gained, lost)})
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,0 +1,32 @@
+"""benchmarks/miniwob_paired.py: the summary over several trained models, against hand values."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "miniwob_paired.py"
+_spec = importlib.util.spec_from_file_location("miniwob_paired", _PATH)
+miniwob_paired = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(miniwob_paired)
+
+
+def _row(task, start, trained, gained, lost):
+    return {"task": task, "n": 200, "start": start, "trained": trained, "gained": gained, "lost": lost}
+
+
+def test_across_models_counts_directions_and_pools_discordant_seeds():
+    models = [
+        {"model": "s0", "rows": [_row("a", 0.5, 0.6, 25, 5), _row("b", 0.2, 0.2, 3, 3)]},
+        {"model": "s1", "rows": [_row("a", 0.5, 0.45, 4, 14), _row("b", 0.2, 0.25, 10, 0)]},
+        {"model": "s2", "rows": [_row("a", 0.5, 0.55, 12, 2), _row("b", 0.2, 0.2, 0, 0)]},
+    ]
+    a, b = miniwob_paired.across_models(models, ["a", "b"])
+    assert a["task"] == "a" and a["start"] == 0.5
+    assert a["mean_change"] == pytest.approx((0.1 - 0.05 + 0.05) / 3)
+    assert (a["up"], a["down"], a["same"]) == (2, 1, 0)
+    assert (a["gained"], a["lost"]) == (41, 21)
+    assert a["p_mcnemar_pooled"] == pytest.approx(miniwob_paired.mcnemar_exact(41, 21))
+    assert (b["up"], b["down"], b["same"]) == (1, 0, 2) and (b["gained"], b["lost"]) == (13, 3)
+    # pooled over models, 13 vs 3 discordant seeds: 2 * P(X <= 3), X ~ Bin(16, 1/2)
+    assert b["p_mcnemar_pooled"] == pytest.approx(2 * (1 + 16 + 120 + 560) / 2**16)
