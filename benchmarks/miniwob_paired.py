@@ -63,8 +63,8 @@ def main() -> None:
     items = [{"task": t, "seed": s} for t, s in zip(start["tasks"], start["seeds"])]
     base = start["solved"]
     tasks = list(dict.fromkeys(it["task"] for it in items))
-    start_rows = {task: sum(base[i] for i, it in enumerate(items) if task == "all" or it["task"] == task)
-                  / sum(1 for it in items if task == "all" or it["task"] == task) for task in tasks + ["all"]}
+    index = {task: [i for i, it in enumerate(items) if task == "all" or it["task"] == task] for task in tasks + ["all"]}
+    start_rows = {task: sum(base[i] for i in idx) / len(idx) for task, idx in index.items()}
     out = {"start": args.start, "per_task": args.per_task, "start_success": start_rows, "models": []}
     print(f"greedy held-out success, {args.per_task} seeds per task; start = {args.start}")
     print("start model: " + ", ".join(f"{t} {v:.3f}" for t, v in start_rows.items()) + "\n")
@@ -76,9 +76,8 @@ def main() -> None:
             raise SystemExit(f"{m} was evaluated on other seeds than the start model")
         solved = res["solved"]
         rows = []
-        for task in tasks + ["all"]:
-            idx = [i for i, it in enumerate(items) if task == "all" or it["task"] == task]
-            b = sum(base[i] for i in idx) / len(idx)
+        for task, idx in index.items():
+            b = start_rows[task]
             s = sum(solved[i] for i in idx) / len(idx)
             gained = sum(solved[i] and not base[i] for i in idx)
             lost = sum(base[i] and not solved[i] for i in idx)

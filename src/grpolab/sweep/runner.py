@@ -95,8 +95,9 @@ def _config_differences(old: dict, new: dict) -> list[str]:
     """Keys whose values differ between a run's saved config and the planned one.
 
     Keys that cannot change what a run computes are ignored (:data:`_NO_EFFECT`: where it is
-    written, how often it checkpoints, whether a progress bar is drawn; resume is exact), and so are keys present in only one of them (a field added to
-    grpolab after the run started takes its default, which keeps the old behaviour), and the whole
+    written, how often it checkpoints, whether a progress bar is drawn; resume is exact), and so
+    are keys present in only one of them (a field added to grpolab after the run started takes
+    its default, which keeps the old behaviour), and the whole
     ``sft`` section when neither config runs a warm start (``model.path`` set with ``sft.enabled``
     auto, or ``sft.enabled: no``): a changed default there cannot change the run.
     """
