@@ -135,6 +135,13 @@ def test_experts_on_hand_made_pages():
     boxes = [Element(1, 2, "checkbox", "a", checked=True), Element(2, 3, "checkbox", "b"),
              Element(3, 4, "button", "Submit")]
     assert expert_action("click-checkboxes", "", {"target 0": "b"}, boxes, []) == Action("click", 1)  # untick a
+    widgets = [Element(1, 2, "radio", "x"), Element(2, -1, "checkbox", "y"), Element(3, 4, "text", "checkbox"),
+               Element(4, 5, "checkbox", "z")]
+    # click-widget matches the element's kind, not its text, and skips what cannot be clicked
+    assert expert_action("click-widget", "", {"target": "checkbox"}, widgets, []) == Action("click", 4)
+    assert expert_action("click-widget", "", {"target": "textarea"}, widgets, []) is None
+    two = [Element(1, 2, "button", "ONE"), Element(2, 3, "button", "TWO")]
+    assert expert_action("click-test-transfer", "", {"target": "TWO"}, two, []) == Action("click", 2)
     with pytest.raises(ValueError, match="no scripted expert.*supported"):
         expert_action("book-flight", "", {}, els, [])
     assert {"click-test-2", "click-button", "click-link", "focus-text", "click-dialog", "enter-text", "login-user",

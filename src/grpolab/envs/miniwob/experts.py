@@ -52,7 +52,7 @@ def _submit(els: list[Element], label: str = "submit") -> Action | None:
     return _click(_find(els, ("button",), label))
 
 
-@_expert("click-test", "click-test-2", "click-button")
+@_expert("click-test", "click-test-2", "click-test-transfer", "click-button")
 def _click_button(utterance, fields, els, history):
     if "target" in fields:
         return _click(_find(els, ("button",), fields["target"]))
@@ -151,6 +151,13 @@ def _click_option(utterance, fields, els, history):
 def _click_button_sequence(utterance, fields, els, history):
     label = "ONE" if not history else "TWO"
     return _click(_find(els, ("button",), label))
+
+
+@_expert("click-widget")
+def _click_widget(utterance, fields, els, history):
+    # "Click on a "<kind>" widget.": the first clickable element of that kind (radio, checkbox,
+    # text, textarea, button); a text input renders as kind "text".
+    return _click(_find(els, (fields["target"],)))
 
 
 SUPPORTED_TASKS: tuple[str, ...] = tuple(sorted(EXPERTS))
