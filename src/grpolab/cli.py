@@ -46,14 +46,14 @@ def cmd_headroom(args: argparse.Namespace) -> int:
 
     return headroom_command(args.model, task=args.task, task_option=args.task_option, n=args.n, k=args.k,
                             temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                            out=args.out)
+                            out=args.out, config=args.config, overrides=args.overrides)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from grpolab.sweep.commands import sweep_command
 
     sweep_command(args.config, args.overrides, args.grid, seeds=args.seeds, jobs=args.jobs, out=args.out,
-                  summary_only=args.summary_only)
+                  summary_only=args.summary_only, design=args.design)
     return 0
 
 
@@ -120,6 +120,10 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
     h.add_argument("--n", type=int, default=None,
                    help="held-out items (default: the run's task.n_eval, else 256)")
+    h.add_argument("--config", default=None, help="a training config whose task, env and rollout settings to "
+                   "use for a bare model directory (e.g. a warm start measured for the runs that start from it)")
+    h.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a --config value (repeatable)")
     h.add_argument("--k", type=int, default=8, help="samples per item")
     h.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default: the run's rollout.temperature, else 1.0)")
@@ -133,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(w)
     w.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                    help="one factor of the grid, e.g. --grid optim.lr=1e-4,3e-4 (repeatable)")
+    w.add_argument("--design", default=None, metavar="FILE",
+                   help="run the points listed in a YAML file instead of a grid (runs: [{optim.lr: '1e-4', "
+                        "trainer.seed: 0}, ...]; e.g. an orthogonal array, studies/web_lr_grid_design.yaml)")
     w.add_argument("--seeds", type=int, default=1, help="seeds per grid point (trainer.seed = 0..N-1)")
     w.add_argument("--jobs", type=int, default=1, help="runs at once (torch threads per run = cores // jobs)")
     w.add_argument("--out", default="runs/sweep", help="sweep directory")

@@ -159,3 +159,66 @@ def test_sweep_and_compare_usage_errors_are_one_line(tmp_path, capsys):
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
     assert "--grid" in lines[0] and "--vary" in lines[1]
+
+
+def test_design_file_runs_listed_points(tmp_path):
+    from grpolab.sweep import design_balance, load_design
+
+    d = tmp_path / "d.yaml"
+    d.write_text("runs:\n  - {optim.lr: '1e-4', objective.kl_coef: 0, trainer.seed: 0}\n"
+                 "  - {optim.lr: '1e-3', objective.kl_coef: 0.1, trainer.seed: 0}\n"
+                 "  - {optim.lr: '1e-4', objective.kl_coef: 0.1, trainer.seed: 1}\n"
+                 "  - {optim.lr: '1e-3', objective.kl_coef: 0, trainer.seed: 1}\n")
+    specs = load_design(d)
+    assert [s.name for s in specs] == ["lr=1e-4,kl_coef=0,seed=0", "lr=1e-3,kl_coef=0.1,seed=0",
+                                       "lr=1e-4,kl_coef=0.1,seed=1", "lr=1e-3,kl_coef=0,seed=1"]
+    assert specs[1].overrides() == ["optim.lr=1e-3", "objective.kl_coef=0.1", "trainer.seed=0"]
+    assert design_balance(specs) == []  # a 2^(3-1) fraction: every pair balanced
+    out, planned = plan_sweep(None, ["trainer.steps=3"], [], 1, tmp_path / "s", design=d)
+    assert [s.name for s in planned] == [s.name for s in specs]
+    plan = json.loads((out / "sweep.json").read_text())
+    assert plan["design"] == str(d) and plan["seeds"] == [0, 1]
+    assert plan["factors"] == [{"key": "optim.lr", "values": ["1e-4", "1e-3"]},
+                               {"key": "objective.kl_coef", "values": ["0", "0.1"]}]
+    assert "kl_coef: 0.1" in (out / "runs" / specs[1].name / "config.yaml").read_text()
+    # dropping a run unbalances lr x seed and kl x seed ... and the check names the pairs
+    assert set(design_balance(specs[:3])) == {"optim.lr x objective.kl_coef", "optim.lr x seed",
+                                              "objective.kl_coef x seed"}
+    # rows without a seed are repeated per seed; with one, --seeds is refused
+    d2 = tmp_path / "d2.yaml"
+    d2.write_text("runs:\n  - {optim.lr: '1e-4'}\n  - {optim.lr: '1e-3'}\n")
+    assert [s.name for s in load_design(d2, [0, 1])] == ["lr=1e-4,seed=0", "lr=1e-4,seed=1",
+                                                         "lr=1e-3,seed=0", "lr=1e-3,seed=1"]
+    with pytest.raises(ValueError, match="drop --seeds"):
+        load_design(d, [0, 1, 2])
+    with pytest.raises(ValueError, match="not both"):
+        plan_sweep(None, [], ["optim.lr=1e-4"], 1, tmp_path / "s2", design=d)
+
+
+@pytest.mark.parametrize("text,msg", [
+    ("runs: []\n", "non-empty list"), ("nope: 1\n", "non-empty list"), ("runs:\n  - 3\n", "non-empty list"),
+    ("runs:\n  - {optim.lr: '1e-4'}\n  - {objective.kl_coef: 0}\n", "same keys"),
+    ("runs:\n  - {optim.lr: '1e-4'}\n  - {optim.lr: '1e-4'}\n", "twice"),
+    ("runs:\n  - {optim.lr: [1, 2]}\n", "number or a string"),
+])
+def test_design_file_errors_name_the_problem(tmp_path, text, msg):
+    from grpolab.sweep import load_design
+
+    d = tmp_path / "d.yaml"
+    d.write_text(text)
+    with pytest.raises(ValueError, match=msg):
+        load_design(d)
+    with pytest.raises(ValueError, match="cannot read"):
+        load_design(tmp_path / "missing.yaml")
+
+
+def test_study_design_is_an_orthogonal_array():
+    """studies/web_lr_grid_design.yaml: 18 runs, every pair of its five factors balanced."""
+    from pathlib import Path
+
+    from grpolab.sweep import design_balance, design_factors, load_design
+
+    specs = load_design(Path(__file__).resolve().parents[2] / "studies" / "web_lr_grid_design.yaml")
+    assert len(specs) == 18 and design_balance(specs) == []
+    assert [len(v) for _, v in design_factors(specs)] == [2, 3, 3, 3]
+    assert sorted({s.seed for s in specs}) == [0, 1, 2]

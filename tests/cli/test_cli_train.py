@@ -223,3 +223,19 @@ def test_a_resumed_runs_wall_time_counts_the_earlier_processes(run):
     assert "wall time: 50" in (run / "summary.md").read_text()
     state = torch.load(sorted((run / "checkpoints").glob("step_*"))[-1] / "state.pt", weights_only=False)
     assert state["step"] == 3 and 5000.0 < state["seconds"] <= resumed
+
+
+def test_headroom_of_a_bare_model_takes_a_training_config(run, tmp_path, capsys):
+    # a warm start is measured on the task and settings of the runs that will start from it
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("task: {name: arith, n_eval: 5}\nrollout: {temperature: 0.5, max_new_tokens: 20}\n")
+    out = tmp_path / "h"
+    assert main(["headroom", str(run / "final"), "--config", str(cfg), "--set", "task.n_eval=6",
+                 "--k", "2", "--out", str(out)]) == 0
+    report = json.loads((out / "headroom.json").read_text())
+    assert report["overall"]["n_items"] == 6
+    assert report["temperature"] == 0.5
+    assert not (run / "final" / "headroom.json").exists()
+    capsys.readouterr()
+    assert main(["headroom", str(run), "--config", str(cfg)]) == 2  # a run brings its own config
+    _one_error_line(capsys, "drop --config")

@@ -100,11 +100,12 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
 
 def headroom_command(model: str, *, task: str | None = None, task_option: list[str] = (), n: int | None = None,
                      k: int = 8, temperature: float | None = None, max_new_tokens: int | None = None,
-                     seed: int = 0, out: str | None = None) -> int:
+                     seed: int = 0, out: str | None = None, config: str | None = None,
+                     overrides: list[str] = ()) -> int:
     """Greedy vs sampled success and pass@k, with a verdict (see :mod:`grpolab.train.headroom`)."""
     from grpolab.train.headroom import headroom_command as run
 
     res = run(model, task=task, task_options=list(task_option), n=n, k=k, temperature=temperature,
-              max_new_tokens=max_new_tokens, seed=seed, out=out)
+              max_new_tokens=max_new_tokens, seed=seed, out=out, config=config, overrides=list(overrides))
     print(res.message)
     return 0

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable
 
 from grpolab.config import ConfigError
-from grpolab.sweep.grid import parse_factor
+from grpolab.sweep.grid import design_balance, design_factors, parse_factor
 from grpolab.sweep.runner import load_specs, plan_sweep, run_sweep
 from grpolab.sweep.summary import write_sweep_summary
 from grpolab.utils.io import atomic_write_json
@@ -17,7 +17,7 @@ from grpolab.utils.io import atomic_write_json
 __all__ = ["compare_command", "sweep_command"]
 
 
-def _run(config, overrides, factors_text, seeds, jobs, out, summary_only, log):
+def _run(config, overrides, factors_text, seeds, jobs, out, summary_only, log, design=None):
     try:
         factors = [parse_factor(g) for g in factors_text]
         if summary_only:
@@ -28,13 +28,17 @@ def _run(config, overrides, factors_text, seeds, jobs, out, summary_only, log):
             inv = Path(out) / "invocations.json"
             history = json.loads(inv.read_text()) if inv.exists() else []
             info = {"config": plan.get("config") or "defaults", "overrides": " ".join(plan.get("overrides", [])) or "-"}
+            if plan.get("design"):
+                info["design"] = f"{plan['design']} ({_balance_text(specs)})"
             if history:
                 info["wall time, all recorded invocations"] = (
                     f"{sum(h['wall_seconds'] for h in history):.0f} s over {len(history)} invocation(s), "
                     f"last with {history[-1]['jobs']} jobs x {history[-1]['threads']} threads on "
                     f"{history[-1]['cores']} cores")
             return factors, specs, info
-        out_, specs = plan_sweep(config, overrides, factors_text, seeds, out)
+        out_, specs = plan_sweep(config, overrides, factors_text, seeds, out, design)
+        if design is not None:
+            factors = design_factors(specs)
     except ValueError as e:
         if isinstance(e, ConfigError):
             raise
@@ -45,6 +49,7 @@ def _run(config, overrides, factors_text, seeds, jobs, out, summary_only, log):
     history = _record_invocation(Path(out_), sweep)
     info = {
         "config": str(config) if config else "defaults", "overrides": " ".join(overrides) or "-",
+        **({"design": f"{design} ({_balance_text(specs)})"} if design is not None else {}),
         "runs": f"{len(specs)} ({sum(s == 'done' for s in sweep.status.values())} run now, "
                 f"{sum(s == 'skipped' for s in sweep.status.values())} already finished, {len(failed)} failed)",
         "jobs": f"{sweep.jobs} at a time x {sweep.threads} torch threads on {sweep.cores} cores",
@@ -59,6 +64,12 @@ def _run(config, overrides, factors_text, seeds, jobs, out, summary_only, log):
     return factors, specs, info
 
 
+def _balance_text(specs) -> str:
+    bad = design_balance(specs)
+    return ("every pair of factors balanced" if not bad else
+            f"UNBALANCED pairs, their main effects are confounded: {', '.join(bad)}")
+
+
 def _record_invocation(out: Path, sweep) -> list[dict]:
     """Append this invocation's wall/CPU time to ``OUT/invocations.json``; returns all of them."""
     path = out / "invocations.json"
@@ -71,12 +82,12 @@ def _record_invocation(out: Path, sweep) -> list[dict]:
 
 
 def sweep_command(config, overrides: list[str], grid: list[str], *, seeds: int = 1, jobs: int = 1,
-                  out: str | Path = "runs/sweep", summary_only: bool = False,
+                  out: str | Path = "runs/sweep", summary_only: bool = False, design: str | Path | None = None,
                   log: Callable[[str], None] = print) -> Path:
-    """Plan, run (resumably) and summarise a grid; returns the summary markdown path."""
-    if not grid and not summary_only:
-        raise ConfigError("give at least one --grid KEY=V1,V2 (e.g. --grid optim.lr=1e-4,3e-4)")
-    factors, specs, info = _run(config, overrides, grid, seeds, jobs, out, summary_only, log)
+    """Plan, run (resumably) and summarise a grid or a design file; returns the summary markdown path."""
+    if not grid and design is None and not summary_only:
+        raise ConfigError("give at least one --grid KEY=V1,V2 (e.g. --grid optim.lr=1e-4,3e-4) or --design FILE")
+    factors, specs, info = _run(config, overrides, grid, seeds, jobs, out, summary_only, log, design)
     md = write_sweep_summary(out, specs, factors, sweep_info=info)
     log(f"summary: {md}")
     return md

@@ -1,15 +1,23 @@
-"""Grids of training runs: parse ``key=v1,v2`` factors and expand them (x seeds) into named runs."""
+"""Grids of training runs: parse ``key=v1,v2`` factors and expand them (x seeds) into named runs.
+
+Besides the Cartesian grid (:func:`expand_grid`), a sweep can run an explicit list of points, a
+*design* (:func:`load_design`): e.g. a fractional factorial such as the L18 orthogonal array, which
+covers one 2-level and up to seven 3-level factors in 18 runs with every pair of factors balanced,
+so each factor's main effect is an average over the same mix of the others.
+:func:`design_balance` checks that property.
+"""
 
 from __future__ import annotations
 
 import itertools
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["RunSpec", "expand_grid", "parse_factor", "run_name"]
+__all__ = ["RunSpec", "design_balance", "design_factors", "expand_grid", "load_design", "parse_factor", "run_name"]
 
 
 def parse_factor(text: str) -> tuple[str, list[str]]:
@@ -76,3 +84,76 @@ def expand_grid(factors: list[tuple[str, list[str]]], seeds: list[int]) -> list[
             specs.append(RunSpec(name=run_name(fac, s, keys), setting=run_name(fac, None, keys),
                                  factors=fac, seed=s))
     return specs
+
+
+def _text(value: Any) -> str:
+    """A design cell as the text an override would carry (``1e-4`` stays ``1e-4``; YAML floats as repr)."""
+    if isinstance(value, bool) or value is None or isinstance(value, (dict, list)):
+        raise ValueError(f"design value {value!r} must be a number or a string")
+    return str(value)
+
+
+def load_design(path: str | Path, seeds: list[int] | None = None) -> list[RunSpec]:
+    """Runs listed one per row in a YAML file: ``runs: [{optim.lr: 1e-4, trainer.seed: 0, ...}, ...]``.
+
+    Every row must name the same keys. A row's ``trainer.seed`` is its seed; rows without one are
+    repeated for each of ``seeds`` (default ``[0]``), and giving both is an error. Values are kept
+    as written where the file quotes them (write ``"1e-4"`` to keep that spelling in run names).
+    """
+    path = Path(path)
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise ValueError(f"cannot read design file {path}: {e.strerror}") from None
+    rows = doc.get("runs") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, dict) and r for r in rows):
+        raise ValueError(f"design file {path} needs a non-empty list 'runs:' of mappings "
+                         "(one per run, e.g. - {optim.lr: '1e-4', trainer.seed: 0})")
+    keys = list(rows[0])
+    for i, r in enumerate(rows):
+        if list(r) != keys:
+            raise ValueError(f"design file {path}: run {i + 1} has keys {sorted(r)}, run 1 has {sorted(keys)}; "
+                             "every run must set the same keys, in the same order")
+    has_seed = "trainer.seed" in keys
+    if has_seed and seeds is not None and list(seeds) != [0]:
+        raise ValueError(f"design file {path} sets trainer.seed per run; drop --seeds (or the seed column)")
+    fkeys = [k for k in keys if k != "trainer.seed"]
+    specs, seen = [], set()
+    for r in rows:
+        fac = {k: _text(r[k]) for k in fkeys}
+        for seed in ([int(r["trainer.seed"])] if has_seed else list(seeds or [0])):
+            spec = RunSpec(name=run_name(fac, seed, fkeys), setting=run_name(fac, None, fkeys), factors=fac, seed=seed)
+            if spec.name in seen:
+                raise ValueError(f"design file {path} lists the run {spec.name} twice")
+            seen.add(spec.name)
+            specs.append(spec)
+    return specs
+
+
+def design_factors(specs: list[RunSpec]) -> list[tuple[str, list[str]]]:
+    """The factors of a list of runs: each key with its values in order of first appearance."""
+    keys = list(specs[0].factors) if specs else []
+    return [(k, list(dict.fromkeys(s.factors[k] for s in specs))) for k in keys]
+
+
+def design_balance(specs: list[RunSpec]) -> list[str]:
+    """Pairs of factors (seed included) whose level combinations do not occur equally often.
+
+    Empty for a full grid and for an orthogonal array; otherwise main effects are confounded with
+    the unbalanced factor, and the summary says so.
+    """
+    cols = {k: [s.factors[k] for s in specs] for k, _ in design_factors(specs)}
+    cols["seed"] = [str(s.seed) for s in specs]
+    bad = []
+    keys = list(cols)
+    for i, a in enumerate(keys):
+        for b in keys[i + 1:]:
+            la, lb = set(cols[a]), set(cols[b])
+            if len(la) < 2 or len(lb) < 2:
+                continue
+            counts = {(x, y): 0 for x in la for y in lb}
+            for x, y in zip(cols[a], cols[b]):
+                counts[(x, y)] += 1
+            if len(set(counts.values())) > 1:
+                bad.append(f"{a} x {b}")
+    return bad

@@ -2,12 +2,13 @@
 
 Layout of a sweep directory ``OUT``::
 
-    OUT/sweep.json            the plan: base config, overrides, factors, seeds, run names
+    OUT/sweep.json            the plan: base config, overrides, factors (or design file), seeds, run names
     OUT/runs/NAME/            one grpolab run directory per grid point x seed
     OUT/runs/NAME/result.json written last by the run's process: present = finished
     OUT/runs/NAME/train.log   the run's stdout/stderr
 
-Each run is a subprocess (``python -m grpolab.sweep.worker``) so J of them use J cores; each gets
+The runs are a Cartesian grid x seeds, or the rows of a design file (``--design``, e.g. an
+orthogonal array). Each run is a subprocess (``python -m grpolab.sweep.worker``) so J of them use J cores; each gets
 ``torch`` threads = cores // J. Re-running the same command skips finished runs and resumes
 interrupted ones from their last checkpoint (``train(cfg, resume=True)``), so a killed sweep loses
 at most ``trainer.save_every`` steps per run. A run that fails is reported (its log tail) and the
@@ -28,7 +29,7 @@ from typing import Callable
 
 import yaml
 
-from grpolab.sweep.grid import RunSpec, expand_grid, parse_factor
+from grpolab.sweep.grid import RunSpec, design_factors, expand_grid, load_design, parse_factor
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 from grpolab.utils.proc import pid_alive
 
@@ -125,8 +126,11 @@ def _runs_warm_start(cfg: dict) -> bool:
 
 
 def plan_sweep(config: str | Path | None, overrides: list[str], grid: list[str], seeds: int | list[int],
-               out: str | Path) -> tuple[Path, list[RunSpec]]:
+               out: str | Path, design: str | Path | None = None) -> tuple[Path, list[RunSpec]]:
     """Validate every run's config before any work and write ``OUT/sweep.json`` + each ``config.yaml``.
+
+    The runs are the Cartesian ``grid`` x ``seeds``, or the rows of a ``design`` file
+    (:func:`grpolab.sweep.grid.load_design`; then ``grid`` must be empty).
 
     Raises ConfigError (bad key/value in any grid point) or ValueError (a run directory that holds
     a run of a *different* config: pick another ``out`` or delete it).
@@ -134,9 +138,15 @@ def plan_sweep(config: str | Path | None, overrides: list[str], grid: list[str],
     from grpolab.config import load_config
     from grpolab.train.checkpoint import latest_checkpoint
 
-    factors = [parse_factor(g) for g in grid]
     seed_list = list(range(seeds)) if isinstance(seeds, int) else list(seeds)
-    specs = expand_grid(factors, seed_list)
+    if design is not None:
+        if grid:
+            raise ValueError("give either --design FILE or --grid factors, not both")
+        specs = load_design(design, seed_list)
+        factors = design_factors(specs)
+    else:
+        factors = [parse_factor(g) for g in grid]
+        specs = expand_grid(factors, seed_list)
     out = Path(out)
     configs = {}
     for spec in specs:
@@ -159,7 +169,8 @@ def plan_sweep(config: str | Path | None, overrides: list[str], grid: list[str],
             atomic_write_text(old_path, yaml.safe_dump(new, sort_keys=False))
     atomic_write_json(out / "sweep.json", {
         "config": str(config) if config else None, "overrides": list(overrides), "grid": list(grid),
-        "factors": [{"key": k, "values": v} for k, v in factors], "seeds": seed_list,
+        "design": str(design) if design is not None else None,
+        "factors": [{"key": k, "values": v} for k, v in factors], "seeds": sorted({s.seed for s in specs}),
         "runs": [{"name": s.name, "setting": s.setting, "factors": s.factors, "seed": s.seed} for s in specs],
     })
     return out, specs

@@ -84,12 +84,15 @@ def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print
 def headroom_command(model: str | Path, *, task: str | None = None, task_options: list[str] = (),
                      n: int | None = None, k: int = 8, temperature: float | None = None,
                      max_new_tokens: int | None = None, seed: int = 0,
-                     out: str | Path | None = None) -> HeadroomResult:
+                     out: str | Path | None = None, config: str | Path | None = None,
+                     overrides: list[str] = ()) -> HeadroomResult:
     """``grpolab headroom MODEL_OR_RUN``: load, measure on held-out items, write headroom.{json,md}.
 
     A run directory contributes its task (unless ``task`` is given), its ``task.n_eval`` (unless
     ``n`` is given; without a run, 256), its rollout temperature and length (unless given), and its trained model (``final/``, else the newest checkpoint, else the
-    warm start ``sft/``); results are written there unless ``out`` says otherwise.
+    warm start ``sft/``); results are written there unless ``out`` says otherwise. A bare model
+    directory can take the same settings from a training ``config`` (+ ``overrides``), e.g. a
+    warm start measured on the task and environment of the runs that will start from it.
     """
     import yaml
 
@@ -100,10 +103,17 @@ def headroom_command(model: str | Path, *, task: str | None = None, task_options
     from grpolab.train.rundir import resolve_model
 
     src, run_cfg = resolve_model(model)
+    if config is not None or overrides:
+        from grpolab.config import load_config
+
+        if run_cfg is not None:
+            raise ConfigError(f"{model} is a run directory and brings its own config; drop --config/--set, "
+                              "or pass the model directory itself")
+        run_cfg = load_config(config, list(overrides))
     if n is None:
         n = run_cfg.task.n_eval if run_cfg is not None and task is None else 256
     task_cfg = TaskConfig(name=task or "arith", n_eval=n)
-    run_dir = Path(model) if run_cfg is not None else None
+    run_dir = Path(model) if run_cfg is not None and config is None and not overrides else None
     env = None
     if run_cfg is not None:
         if task is None:
