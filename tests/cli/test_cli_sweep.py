@@ -39,7 +39,10 @@ def test_sweep_runs_grid_then_skips_finished_runs(tmp_path, capsys):
     runs = sorted(p.name for p in (out / "runs").iterdir())
     assert runs == ["lr=1e-3,seed=0", "lr=1e-4,seed=0"]
     for r in runs:
-        assert (out / "runs" / r / "result.json").exists()
+        result = json.loads((out / "runs" / r / "result.json").read_text())
+        fam = result["final_families"]  # per task family, for studies that split by family
+        assert fam and sum(f["n"] for f in fam.values()) == 8, fam
+        assert result["start_families"].keys() == fam.keys()
         assert [m["step"] for m in read_metrics(out / "runs" / r)] == [1, 2]
     assert "lr: 0.001" in (out / "runs" / "lr=1e-3,seed=0" / "config.yaml").read_text()
     stamps = {r: (out / "runs" / r / "result.json").stat().st_mtime_ns for r in runs}

@@ -2,7 +2,8 @@
 
 Reads ``RUN_DIR/config.yaml`` (written by the sweep runner), resumes from the run's last
 checkpoint when there is one, trains, and writes ``RUN_DIR/result.json`` last -- its presence marks
-the run finished.
+the run finished. It holds the held-out greedy success before RL and at the end, overall and per
+task family (``start_families`` / ``final_families``: ``{family: {accuracy, solved, n}}``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     atomic_write_json(run_dir / "result.json", {
         "steps": res.steps, "start_accuracy": res.start_accuracy, "final_accuracy": res.final_accuracy,
         "best_accuracy": res.best_accuracy, "seconds_this_process": time.time() - t0,
+        "start_families": res.start_families, "final_families": res.final_families,
         "resumed_from_step": resumed_from.step if resumed_from else None, "threads": threads,
         "pid": os.getpid(),
     })
