@@ -1,0 +1,247 @@
+"""Tables and JSON of the learning-rate grid on a web agent (docs/results/web_lr_grid.md).
+
+    python studies/web_lr_grid_tables.py runs/web_lr_grid \
+        --headroom runs/ws_ch100=runs/hr_ws_ch100/headroom.json --headroom runs/ws_ch300=runs/hr_ws_ch300/headroom.json \
+        [--diagnose RUN_DIR ...] [--command "grpolab sweep ..."] [--json docs/results/web_lr_grid.json]
+
+Reads the sweep (``sweep.json``, each finished run's ``result.json`` with per-task success before
+and after, and ``summary.json`` for the collapse labels), the headroom report of each warm start
+(measured before any run, on the same 160 held-out items the runs evaluate) and, for the runs
+given, their ``diagnose.json``. Tasks are split per warm start into
+
+- **mastered**: greedy success >= 0.8 and no headroom (the verdict is "saturated" or "no headroom"),
+- **headroom**: the verdict is "headroom" or "pass@k headroom",
+
+and each run's change (final - start, greedy, the same items) is reported overall and per group.
+A run's outcome, overall and per group: **collapse** (the sweep's collapse label, or final below
+half of start), else **degrade** / **improve** when the change is at most -DELTA / at least
++DELTA, else **neutral**.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from grpolab.diagnostics import mean_ci  # noqa: E402
+from grpolab.utils.io import atomic_write_json  # noqa: E402
+
+DELTA = 0.05  # a change of 5 points or more counts (about one standard error of a 160-item difference)
+WARM = "model.path"
+LR = "optim.lr"
+
+
+def task_groups(headroom: dict) -> dict[str, list[str]]:
+    """``{"mastered": [...], "headroom": [...], "other": [...]}`` from one headroom.json."""
+    out: dict[str, list[str]] = {"mastered": [], "headroom": [], "other": []}
+    for fam, s in headroom["families"].items():
+        task = fam.split("=", 1)[-1]
+        verdict = s.get("verdict", "")
+        if s["greedy"]["value"] >= 0.8 and verdict in ("saturated", "no headroom"):
+            out["mastered"].append(task)
+        elif verdict in ("headroom", "pass@k headroom"):
+            out["headroom"].append(task)
+        else:
+            out["other"].append(task)
+    return out
+
+
+def _group_success(families: dict, tasks: list[str]) -> float:
+    solved = sum(families[f"family={t}"]["solved"] for t in tasks if f"family={t}" in families)
+    n = sum(families[f"family={t}"]["n"] for t in tasks if f"family={t}" in families)
+    return solved / n if n else float("nan")
+
+
+def outcome(start: float, final: float, collapsed: bool = False, delta: float = DELTA) -> str:
+    if collapsed or (start > 0 and final < 0.5 * start):
+        return "collapse"
+    if final - start <= -delta + 1e-12:
+        return "degrade"
+    if final - start >= delta - 1e-12:
+        return "improve"
+    return "neutral"
+
+
+def collect(out: Path, groups_by_warm: dict[str, dict[str, list[str]]]) -> list[dict[str, Any]]:
+    """One row per finished run: factors, seed, overall and per-group start/final/change/outcome."""
+    plan = json.loads((out / "sweep.json").read_text())
+    summary = out / "summary.json"
+    labels = {r["name"]: r for r in json.loads(summary.read_text())["runs"]} if summary.exists() else {}
+    rows = []
+    for spec in plan["runs"]:
+        res_path = out / "runs" / spec["name"] / "result.json"
+        if not res_path.exists():
+            continue
+        res = json.loads(res_path.read_text())
+        lab = labels.get(spec["name"], {})
+        collapsed = lab.get("collapse", "-") != "-"
+        row: dict[str, Any] = {"name": spec["name"], **spec["factors"], "seed": spec["seed"],
+                               "start": res["start_accuracy"], "final": res["final_accuracy"],
+                               "change": res["final_accuracy"] - res["start_accuracy"],
+                               "collapse_label": lab.get("collapse", "-"),
+                               "outcome": outcome(res["start_accuracy"], res["final_accuracy"], collapsed)}
+        sf, ff = res.get("start_families", {}), res.get("final_families", {})
+        row["tasks"] = {f.split("=", 1)[-1]: {"start": sf[f]["accuracy"], "final": ff[f]["accuracy"]}
+                        for f in ff if f in sf}
+        for g, tasks in groups_by_warm[spec["factors"][WARM]].items():
+            if not tasks:
+                continue
+            s, f = _group_success(sf, tasks), _group_success(ff, tasks)
+            row[g] = {"start": s, "final": f, "change": f - s, "outcome": outcome(s, f, collapsed)}
+        rows.append(row)
+    return rows
+
+
+def _ci(xs: list[float]) -> dict:
+    return mean_ci(xs).to_dict()
+
+
+def cells(rows: list[dict], a: str, b: str) -> list[dict]:
+    """Per (a, b) level pair: seeds, final, change overall and per group, outcomes."""
+    out = []
+    for va in dict.fromkeys(r[a] for r in rows):
+        for vb in dict.fromkeys(r[b] for r in rows):
+            sel = [r for r in rows if r[a] == va and r[b] == vb]
+            if not sel:
+                continue
+            cell = {a: va, b: vb, "seeds": [r["seed"] for r in sel], "final": [r["final"] for r in sel],
+                    "change": [r["change"] for r in sel], "outcomes": [r["outcome"] for r in sel]}
+            for g in ("mastered", "headroom"):
+                if all(g in r for r in sel):
+                    cell[f"{g}_change"] = [r[g]["change"] for r in sel]
+                    cell[f"{g}_outcomes"] = [r[g]["outcome"] for r in sel]
+            out.append(cell)
+    return out
+
+
+def main_effects(rows: list[dict], keys: list[str]) -> dict[str, list[dict]]:
+    eff = {}
+    for k in keys:
+        eff[k] = []
+        for v in dict.fromkeys(r[k] for r in rows):
+            sel = [r for r in rows if r[k] == v]
+            e = {"value": v, "runs": len(sel), "change": _ci([r["change"] for r in sel])}
+            for g in ("mastered", "headroom"):
+                if all(g in r for r in sel):
+                    e[f"{g}_change"] = _ci([r[g]["change"] for r in sel])
+            e["collapsed"] = sum(r["outcome"] == "collapse" for r in sel)
+            eff[k].append(e)
+    return eff
+
+
+def prediction(rows: list[dict], headrooms: dict[str, dict]) -> list[dict]:
+    """Per warm start and task: the verdict before training and the mean change over runs at each lr."""
+    out = []
+    for warm, hr in headrooms.items():
+        for fam, s in hr["families"].items():
+            task = fam.split("=", 1)[-1]
+            sel = [r for r in rows if r[WARM] == warm and task in r["tasks"]]
+            by_lr = {}
+            for lr in dict.fromkeys(r[LR] for r in sel):
+                xs = [r["tasks"][task]["final"] - r["tasks"][task]["start"] for r in sel if r[LR] == lr]
+                by_lr[lr] = sum(xs) / len(xs)
+            out.append({"warm_start": warm, "task": task, "verdict": s.get("verdict", ""),
+                        "greedy": s["greedy"]["value"], "sampled": s["sampled"]["value"],
+                        "pass_at_k": s["pass_at_k"][str(s["k"])]["value"], "mean_change_by_lr": by_lr})
+    return out
+
+
+def build(out: Path, headrooms: dict[str, dict], diagnose: list[Path]) -> dict[str, Any]:
+    groups = {w: task_groups(h) for w, h in headrooms.items()}
+    rows = collect(out, groups)
+    plan = json.loads((out / "sweep.json").read_text())
+    keys = [f["key"] for f in plan["factors"]]
+    pre: dict[str, Any] = {}
+    for w, g in groups.items():
+        tag = Path(w).name
+        h = headrooms[w]
+        pre[f"{tag}_greedy"] = h["overall"]["greedy"]["value"]
+        pre[f"{tag}_mastered_tasks"] = len(g["mastered"])
+        pre[f"{tag}_headroom_tasks"] = len(g["headroom"])
+        fam = h["families"]
+        for grp in ("mastered", "headroom"):
+            if g[grp]:
+                pre[f"{tag}_{grp}_greedy"] = sum(fam[f"family={t}"]["greedy"]["value"] for t in g[grp]) / len(g[grp])
+                pre[f"{tag}_{grp}_pass_at_k_minus_greedy"] = sum(
+                    fam[f"family={t}"]["gap_pass_at_k_minus_greedy"]["value"] for t in g[grp]) / len(g[grp])
+    diag = {}
+    for d in diagnose:
+        j = json.loads((Path(d) / "diagnose.json").read_text())
+        c = j["causal"]
+        diag[Path(d).name] = {"base": c["base"]["value"], "trained": c["trained"]["value"],
+                              "revert": {k: v["revert"]["value"] for k, v in c["groups"].items()},
+                              "transplant": {k: v["transplant"]["value"] for k, v in c["groups"].items()},
+                              "drift": {x["group"]: x["relative"] for x in j["drift"]}}
+    variants = {f"{Path(c[WARM]).name},lr={c[LR]}": c for c in cells(rows, WARM, LR)}
+    return {"name": "web_lr_grid", "precondition": pre, "task_groups": groups, "variants": variants,
+            "main_effects": main_effects(rows, keys), "headroom_prediction": prediction(rows, headrooms),
+            "runs": rows, "diagnose": diag, "delta": DELTA}
+
+
+def print_tables(d: dict) -> None:
+    print("| warm start | lr | kl | clip_high | seed | start | final | change | mastered start -> final | "
+          "headroom start -> final | outcome (all / mastered / headroom) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in d["runs"]:
+        m, h = r.get("mastered", {}), r.get("headroom", {})
+        print(f"| {Path(r[WARM]).name} | {r[LR]} | {r.get('objective.kl_coef', '-')} | "
+              f"{r.get('objective.clip_high', '-')} | {r['seed']} | {r['start']:.3f} | {r['final']:.3f} | "
+              f"{r['change']:+.3f} | {m.get('start', float('nan')):.3f} -> {m.get('final', float('nan')):.3f} | "
+              f"{h.get('start', float('nan')):.3f} -> {h.get('final', float('nan')):.3f} | "
+              f"{r['outcome']} / {m.get('outcome', '-')} / {h.get('outcome', '-')} |")
+    print()
+    print("| cell | runs | change, all | mastered change | headroom change | outcomes (all) |")
+    print("|---|---|---|---|---|---|")
+    for name, c in d["variants"].items():
+        f = lambda xs: " ".join(f"{x:+.3f}" for x in xs)  # noqa: E731
+        print(f"| {name} | {len(c['seeds'])} | {f(c['change'])} | {f(c.get('mastered_change', []))} | "
+              f"{f(c.get('headroom_change', []))} | {', '.join(c['outcomes'])} |")
+    print()
+    for k, levels in d["main_effects"].items():
+        print(f"{k}: " + "; ".join(
+            f"{e['value']}: all {e['change']['value']:+.3f} [{e['change']['low']:+.3f}, {e['change']['high']:+.3f}]"
+            + (f", mastered {e['mastered_change']['value']:+.3f}" if "mastered_change" in e else "")
+            + (f", headroom {e['headroom_change']['value']:+.3f}" if "headroom_change" in e else "")
+            + f", collapsed {e['collapsed']}/{e['runs']}" for e in levels))
+    print()
+    print("| warm start | task | verdict | greedy | sampled | pass@k | mean change at each lr |")
+    print("|---|---|---|---|---|---|---|")
+    for p in d["headroom_prediction"]:
+        print(f"| {Path(p['warm_start']).name} | {p['task']} | {p['verdict']} | {p['greedy']:.2f} | "
+              f"{p['sampled']:.2f} | {p['pass_at_k']:.2f} | "
+              + ", ".join(f"{lr}: {v:+.3f}" for lr, v in p["mean_change_by_lr"].items()) + " |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("sweep")
+    ap.add_argument("--headroom", action="append", default=[], metavar="WARM_START=HEADROOM_JSON", required=True)
+    ap.add_argument("--diagnose", action="append", default=[], metavar="RUN_DIR")
+    ap.add_argument("--command", default="")
+    ap.add_argument("--json", default=None, help="write (merge into) this JSON file")
+    a = ap.parse_args(argv)
+    headrooms = {}
+    for kv in a.headroom:
+        warm, path = kv.split("=", 1)
+        headrooms[warm] = json.loads(Path(path).read_text())
+    d = build(Path(a.sweep), headrooms, [Path(p) for p in a.diagnose])
+    print_tables(d)
+    if a.json:
+        path = Path(a.json)
+        old = json.loads(path.read_text()) if path.exists() else {}
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        old.update({**d, "command": a.command or old.get("command", ""), "commit": commit})
+        atomic_write_json(path, old)
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
