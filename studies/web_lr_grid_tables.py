@@ -53,9 +53,15 @@ def task_groups(headroom: dict) -> dict[str, list[str]]:
     return out
 
 
+def _plain(families: dict) -> dict:
+    """Family keys without the ``family=`` prefix (headroom reports carry it, run results do not)."""
+    return {k.split("=", 1)[-1]: v for k, v in families.items()}
+
+
 def _group_success(families: dict, tasks: list[str]) -> float:
-    solved = sum(families[f"family={t}"]["solved"] for t in tasks if f"family={t}" in families)
-    n = sum(families[f"family={t}"]["n"] for t in tasks if f"family={t}" in families)
+    fams = _plain(families)
+    solved = sum(fams[t]["solved"] for t in tasks if t in fams)
+    n = sum(fams[t]["n"] for t in tasks if t in fams)
     return solved / n if n else float("nan")
 
 
@@ -88,8 +94,8 @@ def collect(out: Path, groups_by_warm: dict[str, dict[str, list[str]]]) -> list[
                                "collapse_label": lab.get("collapse", "-"),
                                "outcome": outcome(res["start_accuracy"], res["final_accuracy"], collapsed)}
         sf, ff = res.get("start_families", {}), res.get("final_families", {})
-        row["tasks"] = {f.split("=", 1)[-1]: {"start": sf[f]["accuracy"], "final": ff[f]["accuracy"]}
-                        for f in ff if f in sf}
+        sf, ff = _plain(sf), _plain(ff)
+        row["tasks"] = {t: {"start": sf[t]["accuracy"], "final": ff[t]["accuracy"]} for t in ff if t in sf}
         for g, tasks in groups_by_warm[spec["factors"][WARM]].items():
             if not tasks:
                 continue

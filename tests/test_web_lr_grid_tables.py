@@ -14,7 +14,8 @@ spec.loader.exec_module(wt)
 
 
 def _fam(solved: dict[str, int], n: int = 10) -> dict:
-    return {f"family={t}": {"accuracy": s / n, "solved": s, "n": n} for t, s in solved.items()}
+    # as the trainer writes them: plain task names (the headroom report prefixes "family=")
+    return {t: {"accuracy": s / n, "solved": s, "n": n} for t, s in solved.items()}
 
 
 def _headroom(greedy: dict[str, float], verdicts: dict[str, str]) -> dict:
