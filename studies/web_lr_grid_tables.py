@@ -2,7 +2,8 @@
 
     python studies/web_lr_grid_tables.py runs/web_lr_grid \
         --headroom runs/ws_ch100=runs/hr_ws_ch100/headroom.json --headroom runs/ws_ch300=runs/hr_ws_ch300/headroom.json \
-        [--diagnose RUN_DIR ...] [--command "grpolab sweep ..."] [--json docs/results/web_lr_grid.json]
+        [--paired runs/ws_ch100=PAIRED_JSON ...] [--diagnose RUN_DIR ...] [--command "grpolab sweep ..."] \
+        [--json docs/results/web_lr_grid.json]
 
 Reads the sweep (``sweep.json``, each finished run's ``result.json`` with per-task success before
 and after, and ``summary.json`` for the collapse labels), the headroom report of each warm start
@@ -12,7 +13,9 @@ given, their ``diagnose.json``. Tasks are split per warm start into
 - **mastered**: greedy success >= 0.8 and no headroom (the verdict is "saturated" or "no headroom"),
 - **headroom**: the verdict is "headroom" or "pass@k headroom",
 
-and each run's change (final - start, greedy, the same items) is reported overall and per group.
+and each run's change (final - start, greedy, the same items) is reported overall and per group;
+with ``--paired`` (``benchmarks/miniwob_paired.py`` on more held-out seeds), also the per-group
+gained / lost seeds and McNemar's exact test.
 A run's outcome, overall and per group: **collapse** (the sweep's collapse label, or final below
 half of start), else **degrade** / **improve** when the change is at most -DELTA / at least
 +DELTA, else **neutral**.
@@ -159,9 +162,39 @@ def prediction(rows: list[dict], headrooms: dict[str, dict]) -> list[dict]:
     return out
 
 
-def build(out: Path, headrooms: dict[str, dict], diagnose: list[Path]) -> dict[str, Any]:
+def paired_groups(paired: dict, groups: dict[str, list[str]]) -> dict[str, dict]:
+    """Per trained model of a ``benchmarks/miniwob_paired.py`` output: start, trained, gained, lost and
+    McNemar's exact p on the mastered tasks, the headroom tasks and all, summed over their tasks."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from envs_paired import mcnemar_exact
+
+    out = {}
+    for m in paired["models"]:
+        rows = {r["task"]: r for r in m["rows"]}
+        res = {}
+        for g, tasks in (*groups.items(), ("all", None)):
+            sel = [rows["all"]] if tasks is None else [rows[t] for t in tasks if t in rows]
+            if not sel:
+                continue
+            n = sum(r["n"] for r in sel)
+            start = sum(r["start"] * r["n"] for r in sel) / n
+            trained = sum(r["trained"] * r["n"] for r in sel) / n
+            gained, lost = sum(r["gained"] for r in sel), sum(r["lost"] for r in sel)
+            res[g] = {"n": n, "start": start, "trained": trained, "change": trained - start, "gained": gained,
+                      "lost": lost, "p_mcnemar": mcnemar_exact(gained, lost)}
+        out[str(Path(m["model"]).parent.name)] = res
+    return out
+
+
+def build(out: Path, headrooms: dict[str, dict], diagnose: list[Path],
+          paired: dict[str, dict] | None = None) -> dict[str, Any]:
     groups = {w: task_groups(h) for w, h in headrooms.items()}
     rows = collect(out, groups)
+    for warm, pj in (paired or {}).items():
+        by_run = paired_groups(pj, {g: t for g, t in groups[warm].items() if g != "other"})
+        for r in rows:
+            if r["name"] in by_run:
+                r["paired"] = by_run[r["name"]]
     plan = json.loads((out / "sweep.json").read_text())
     keys = [f["key"] for f in plan["factors"]]
     pre: dict[str, Any] = {}
@@ -186,6 +219,8 @@ def build(out: Path, headrooms: dict[str, dict], diagnose: list[Path]) -> dict[s
                               "transplant": {k: v["transplant"]["value"] for k, v in c["groups"].items()},
                               "drift": {x["group"]: x["relative"] for x in j["drift"]}}
     variants = {f"{Path(c[WARM]).name},lr={c[LR]}": c for c in cells(rows, WARM, LR)}
+    if paired:
+        pre["paired_seeds_per_task"] = next(iter(paired.values()))["per_task"]
     return {"name": "web_lr_grid", "precondition": pre, "task_groups": groups, "variants": variants,
             "main_effects": main_effects(rows, keys), "headroom_prediction": prediction(rows, headrooms),
             "runs": rows, "diagnose": diag, "delta": DELTA}
@@ -210,6 +245,15 @@ def print_tables(d: dict) -> None:
         print(f"| {name} | {len(c['seeds'])} | {f(c['change'])} | {f(c.get('mastered_change', []))} | "
               f"{f(c.get('headroom_change', []))} | {', '.join(c['outcomes'])} |")
     print()
+    if any("paired" in r for r in d["runs"]):
+        print("| warm start | lr | kl | clip_high | seed | group | items | start | trained | change | gained | lost | McNemar p |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for r in d["runs"]:
+            for g, p in r.get("paired", {}).items():
+                print(f"| {Path(r[WARM]).name} | {r[LR]} | {r.get('objective.kl_coef', '-')} | "
+                      f"{r.get('objective.clip_high', '-')} | {r['seed']} | {g} | {p['n']} | {p['start']:.3f} | "
+                      f"{p['trained']:.3f} | {100 * p['change']:+.1f} | {p['gained']} | {p['lost']} | {p['p_mcnemar']:.3g} |")
+        print()
     for k, levels in d["main_effects"].items():
         print(f"{k}: " + "; ".join(
             f"{e['value']}: all {e['change']['value']:+.3f} [{e['change']['low']:+.3f}, {e['change']['high']:+.3f}]"
@@ -230,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("sweep")
     ap.add_argument("--headroom", action="append", default=[], metavar="WARM_START=HEADROOM_JSON", required=True)
     ap.add_argument("--diagnose", action="append", default=[], metavar="RUN_DIR")
+    ap.add_argument("--paired", action="append", default=[], metavar="WARM_START=PAIRED_JSON",
+                    help="benchmarks/miniwob_paired.py output for the runs from that warm start")
     ap.add_argument("--command", default="")
     ap.add_argument("--json", default=None, help="write (merge into) this JSON file")
     a = ap.parse_args(argv)
@@ -237,7 +283,11 @@ def main(argv: list[str] | None = None) -> int:
     for kv in a.headroom:
         warm, path = kv.split("=", 1)
         headrooms[warm] = json.loads(Path(path).read_text())
-    d = build(Path(a.sweep), headrooms, [Path(p) for p in a.diagnose])
+    paired = {}
+    for kv in a.paired:
+        warm, path = kv.split("=", 1)
+        paired[warm] = json.loads(Path(path).read_text())
+    d = build(Path(a.sweep), headrooms, [Path(p) for p in a.diagnose], paired)
     print_tables(d)
     if a.json:
         path = Path(a.json)

@@ -85,3 +85,16 @@ def test_groups_outcomes_and_effects(tmp_path, capsys):
     wt.print_tables(d)
     printed = capsys.readouterr().out
     assert "| ws | 1e-3 | 0 | - | 1 | 0.675 | 0.250 | -0.425 |" in printed
+
+
+def test_paired_groups_sum_tasks_and_test_them():
+    row = lambda t, n, s, tr, g, l: {"task": t, "n": n, "start": s, "trained": tr, "gained": g, "lost": l}  # noqa: E731
+    paired = {"per_task": 10, "models": [{"model": "runs/sw/runs/r0/final", "rows": [
+        row("a", 10, 1.0, 0.5, 0, 5), row("b", 10, 0.9, 0.9, 1, 1), row("c", 10, 0.2, 0.6, 4, 0),
+        row("all", 30, 0.7, 2 / 3, 5, 6)]}]}
+    res = wt.paired_groups(paired, {"mastered": ["a", "b"], "headroom": ["c"]})["r0"]
+    assert res["mastered"] == {"n": 20, "start": pytest.approx(0.95), "trained": pytest.approx(0.7),
+                               "change": pytest.approx(-0.25), "gained": 1, "lost": 6,
+                               "p_mcnemar": pytest.approx(0.125)}  # 2 * P(X <= 1), X ~ Bin(7, 1/2) = 16/128
+    assert res["headroom"]["gained"] == 4 and res["headroom"]["p_mcnemar"] == pytest.approx(0.125)
+    assert res["all"]["n"] == 30 and res["all"]["lost"] == 6
