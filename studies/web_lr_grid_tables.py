@@ -145,20 +145,31 @@ def main_effects(rows: list[dict], keys: list[str]) -> dict[str, list[dict]]:
     return eff
 
 
-def prediction(rows: list[dict], headrooms: dict[str, dict]) -> list[dict]:
-    """Per warm start and task: the verdict before training and the mean change over runs at each lr."""
+def prediction(rows: list[dict], headrooms: dict[str, dict], paired: dict[str, dict] | None = None) -> list[dict]:
+    """Per warm start and task: the verdict before training and the mean change over runs at each lr
+    (on the runs' own held-out items, and with ``paired`` on the paired benchmark's seeds too)."""
     out = []
     for warm, hr in headrooms.items():
+        per_model = {}
+        if paired and warm in paired:
+            per_model = {Path(m["model"]).parent.name: {r["task"]: r for r in m["rows"]} for m in paired[warm]["models"]}
         for fam, s in hr["families"].items():
             task = fam.split("=", 1)[-1]
             sel = [r for r in rows if r[WARM] == warm and task in r["tasks"]]
-            by_lr = {}
+            by_lr, paired_by_lr = {}, {}
             for lr in dict.fromkeys(r[LR] for r in sel):
                 xs = [r["tasks"][task]["final"] - r["tasks"][task]["start"] for r in sel if r[LR] == lr]
                 by_lr[lr] = sum(xs) / len(xs)
-            out.append({"warm_start": warm, "task": task, "verdict": s.get("verdict", ""),
-                        "greedy": s["greedy"]["value"], "sampled": s["sampled"]["value"],
-                        "pass_at_k": s["pass_at_k"][str(s["k"])]["value"], "mean_change_by_lr": by_lr})
+                ps = [per_model[r["name"]][task] for r in sel if r[LR] == lr and r["name"] in per_model]
+                if ps:
+                    paired_by_lr[lr] = {"mean_change": sum(p["trained"] - p["start"] for p in ps) / len(ps),
+                                        "gained": sum(p["gained"] for p in ps), "lost": sum(p["lost"] for p in ps)}
+            entry = {"warm_start": warm, "task": task, "verdict": s.get("verdict", ""),
+                     "greedy": s["greedy"]["value"], "sampled": s["sampled"]["value"],
+                     "pass_at_k": s["pass_at_k"][str(s["k"])]["value"], "mean_change_by_lr": by_lr}
+            if paired_by_lr:
+                entry["paired_by_lr"] = paired_by_lr
+            out.append(entry)
     return out
 
 
@@ -222,7 +233,7 @@ def build(out: Path, headrooms: dict[str, dict], diagnose: list[Path],
     if paired:
         pre["paired_seeds_per_task"] = next(iter(paired.values()))["per_task"]
     return {"name": "web_lr_grid", "precondition": pre, "task_groups": groups, "variants": variants,
-            "main_effects": main_effects(rows, keys), "headroom_prediction": prediction(rows, headrooms),
+            "main_effects": main_effects(rows, keys), "headroom_prediction": prediction(rows, headrooms, paired),
             "runs": rows, "diagnose": diag, "delta": DELTA}
 
 
@@ -266,7 +277,10 @@ def print_tables(d: dict) -> None:
     for p in d["headroom_prediction"]:
         print(f"| {Path(p['warm_start']).name} | {p['task']} | {p['verdict']} | {p['greedy']:.2f} | "
               f"{p['sampled']:.2f} | {p['pass_at_k']:.2f} | "
-              + ", ".join(f"{lr}: {v:+.3f}" for lr, v in p["mean_change_by_lr"].items()) + " |")
+              + ", ".join(f"{lr}: {v:+.3f}" for lr, v in p["mean_change_by_lr"].items())
+              + ("; paired " + ", ".join(f"{lr}: {100 * v['mean_change']:+.1f} ({v['gained']}/{v['lost']})"
+                                         for lr, v in p["paired_by_lr"].items()) if "paired_by_lr" in p else "")
+              + " |")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -82,6 +82,14 @@ def test_groups_outcomes_and_effects(tmp_path, capsys):
     pred = {p["task"]: p for p in d["headroom_prediction"]}
     assert pred["c"]["verdict"] == "pass@k headroom"
     assert pred["c"]["mean_change_by_lr"] == {"1e-4": pytest.approx(0.2), "1e-3": pytest.approx(-0.1)}
+    # with the paired benchmark: per task and lr, the mean change and the summed gained / lost seeds
+    prow = lambda t, s, tr, g, l: {"task": t, "n": 10, "start": s, "trained": tr, "gained": g, "lost": l}  # noqa: E731
+    paired = {"runs/ws": {"per_task": 10, "models": [
+        {"model": f"{out}/runs/r0/final", "rows": [prow("c", 0.3, 0.6, 4, 1)]},
+        {"model": f"{out}/runs/r1/final", "rows": [prow("c", 0.3, 0.4, 2, 1)]}]}}
+    pred = {p["task"]: p for p in wt.prediction(d["runs"], {"runs/ws": hr}, paired)}
+    assert pred["c"]["paired_by_lr"] == {"1e-4": {"mean_change": pytest.approx(0.2), "gained": 6, "lost": 2}}
+    assert "paired_by_lr" not in pred["a"]  # no paired rows for that task
     wt.print_tables(d)
     printed = capsys.readouterr().out
     assert "| ws | 1e-3 | 0 | - | 1 | 0.675 | 0.250 | -0.425 |" in printed
