@@ -160,7 +160,8 @@ def prediction(rows: list[dict], headrooms: dict[str, dict], paired: dict[str, d
             for lr in dict.fromkeys(r[LR] for r in sel):
                 xs = [r["tasks"][task]["final"] - r["tasks"][task]["start"] for r in sel if r[LR] == lr]
                 by_lr[lr] = sum(xs) / len(xs)
-                ps = [per_model[r["name"]][task] for r in sel if r[LR] == lr and r["name"] in per_model]
+                ps = [per_model[r["name"]][task] for r in sel
+                      if r[LR] == lr and task in per_model.get(r["name"], {})]
                 if ps:
                     paired_by_lr[lr] = {"mean_change": sum(p["trained"] - p["start"] for p in ps) / len(ps),
                                         "gained": sum(p["gained"] for p in ps), "lost": sum(p["lost"] for p in ps)}
