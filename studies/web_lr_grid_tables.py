@@ -238,50 +238,76 @@ def build(out: Path, headrooms: dict[str, dict], diagnose: list[Path],
             "runs": rows, "diagnose": diag, "delta": DELTA}
 
 
+def _setting(r: dict) -> str:
+    return (f"| {Path(r[WARM]).name} | {r[LR]} | {r.get('objective.kl_coef', '-')} | "
+            f"{r.get('objective.clip_high', '-')} | {r['seed']} |")
+
+
+def _pts(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
 def print_tables(d: dict) -> None:
-    print("| warm start | lr | kl | clip_high | seed | start | final | change | mastered start -> final | "
-          "headroom start -> final | outcome (all / mastered / headroom) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    """The tables of docs/results/web_lr_grid.md, in its order."""
+    head = "| warm start | lr | KL | clip_high | seed |"
+    print("### runs (the runs' own 160 held-out items)\n")
+    print(head + " all: start -> final | mastered | headroom | outcome (all / mastered / headroom) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in d["runs"]:
         m, h = r.get("mastered", {}), r.get("headroom", {})
-        print(f"| {Path(r[WARM]).name} | {r[LR]} | {r.get('objective.kl_coef', '-')} | "
-              f"{r.get('objective.clip_high', '-')} | {r['seed']} | {r['start']:.3f} | {r['final']:.3f} | "
-              f"{r['change']:+.3f} | {m.get('start', float('nan')):.3f} -> {m.get('final', float('nan')):.3f} | "
-              f"{h.get('start', float('nan')):.3f} -> {h.get('final', float('nan')):.3f} | "
+        g = lambda x: f"{x['start']:.3f} -> {x['final']:.3f}" if x else "-"  # noqa: E731
+        print(f"{_setting(r)} {r['start']:.3f} -> {r['final']:.3f} | {g(m)} | {g(h)} | "
               f"{r['outcome']} / {m.get('outcome', '-')} / {h.get('outcome', '-')} |")
-    print()
-    print("| cell | runs | change, all | mastered change | headroom change | outcomes (all) |")
-    print("|---|---|---|---|---|---|")
-    for name, c in d["variants"].items():
-        f = lambda xs: " ".join(f"{x:+.3f}" for x in xs)  # noqa: E731
-        print(f"| {name} | {len(c['seeds'])} | {f(c['change'])} | {f(c.get('mastered_change', []))} | "
-              f"{f(c.get('headroom_change', []))} | {', '.join(c['outcomes'])} |")
-    print()
     if any("paired" in r for r in d["runs"]):
-        print("| warm start | lr | kl | clip_high | seed | group | items | start | trained | change | gained | lost | McNemar p |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        print("\n### paired (change in points, gained / lost seeds, McNemar p)\n")
+        print(head + " mastered | headroom | all |")
+        print("|---|---|---|---|---|---|---|---|")
         for r in d["runs"]:
-            for g, p in r.get("paired", {}).items():
-                print(f"| {Path(r[WARM]).name} | {r[LR]} | {r.get('objective.kl_coef', '-')} | "
-                      f"{r.get('objective.clip_high', '-')} | {r['seed']} | {g} | {p['n']} | {p['start']:.3f} | "
-                      f"{p['trained']:.3f} | {100 * p['change']:+.1f} | {p['gained']} | {p['lost']} | {p['p_mcnemar']:.3g} |")
-        print()
-    for k, levels in d["main_effects"].items():
-        print(f"{k}: " + "; ".join(
-            f"{e['value']}: all {e['change']['value']:+.3f} [{e['change']['low']:+.3f}, {e['change']['high']:+.3f}]"
-            + (f", mastered {e['mastered_change']['value']:+.3f}" if "mastered_change" in e else "")
-            + (f", headroom {e['headroom_change']['value']:+.3f}" if "headroom_change" in e else "")
-            + f", collapsed {e['collapsed']}/{e['runs']}" for e in levels))
-    print()
-    print("| warm start | task | verdict | greedy | sampled | pass@k | mean change at each lr |")
+            p = r.get("paired")
+            if not p:
+                continue
+            c = lambda x: f"{_pts(x['change'])} ({x['gained']}/{x['lost']}, p {x['p_mcnemar']:.2g})"  # noqa: E731
+            print(f"{_setting(r)} {c(p['mastered'])} | {c(p['headroom'])} | {c(p['all'])} |")
+    print("\n### cells: warm start x lr (change in points per run: paired where measured, else 160 items)\n")
+    print("| warm start | lr | KL, clip_high, seed of its runs | mastered | headroom | all | outcomes (160 items) |")
     print("|---|---|---|---|---|---|---|")
+    for c in d["variants"].values():
+        sel = [r for r in d["runs"] if r[WARM] == c[WARM] and r[LR] == c[LR]]
+        def ch(g):
+            return " ".join(_pts(r["paired"][g]["change"]) if "paired" in r else
+                            _pts(r[g]["change"] if g != "all" else r["change"]) for r in sel)
+        print(f"| {Path(c[WARM]).name} | {c[LR]} | " + "; ".join(
+            f"{r.get('objective.kl_coef', '-')}, {r.get('objective.clip_high', '-')}, {r['seed']}" for r in sel)
+              + f" | {ch('mastered')} | {ch('headroom')} | {ch('all')} | {', '.join(c['outcomes'])} |")
+    print("\n### main effects (160 items; mean change in points over the level's runs, 95% bootstrap CI)\n")
+    print("| factor | level | runs | all | mastered | headroom | collapsed |")
+    print("|---|---|---|---|---|---|---|")
+    for k, levels in d["main_effects"].items():
+        for e in levels:
+            ci = lambda x: f"{_pts(x['value'])} [{_pts(x['low'])}, {_pts(x['high'])}]"  # noqa: E731
+            print(f"| {k} | {e['value']} | {e['runs']} | {ci(e['change'])} | "
+                  f"{ci(e['mastered_change']) if 'mastered_change' in e else '-'} | "
+                  f"{ci(e['headroom_change']) if 'headroom_change' in e else '-'} | {e['collapsed']}/{e['runs']} |")
+    if d.get("diagnose"):
+        groups = list(next(iter(d["diagnose"].values()))["revert"])
+        print("\n### diagnose (160 items)\n")
+        print("| run | base | trained | " + " | ".join(f"revert {g}" for g in groups) + " | "
+              + " | ".join(f"transplant {g}" for g in groups) + " |")
+        print("|---|---|---|" + "---|" * (2 * len(groups)))
+        for name, x in d["diagnose"].items():
+            print(f"| {name} | {x['base']:.3f} | {x['trained']:.3f} | "
+                  + " | ".join(f"{x['revert'][g]:.3f}" for g in groups) + " | "
+                  + " | ".join(f"{x['transplant'][g]:.3f}" for g in groups) + " |")
+    print("\n### headroom verdict vs outcome, per task\n")
+    print("| warm start | task | verdict | greedy / sampled / pass@8 | change by lr, 160 items | "
+          "change by lr, paired (gained/lost) |")
+    print("|---|---|---|---|---|---|")
     for p in d["headroom_prediction"]:
-        print(f"| {Path(p['warm_start']).name} | {p['task']} | {p['verdict']} | {p['greedy']:.2f} | "
-              f"{p['sampled']:.2f} | {p['pass_at_k']:.2f} | "
-              + ", ".join(f"{lr}: {v:+.3f}" for lr, v in p["mean_change_by_lr"].items())
-              + ("; paired " + ", ".join(f"{lr}: {100 * v['mean_change']:+.1f} ({v['gained']}/{v['lost']})"
-                                         for lr, v in p["paired_by_lr"].items()) if "paired_by_lr" in p else "")
-              + " |")
+        paired = ", ".join(f"{lr}: {_pts(v['mean_change'])} ({v['gained']}/{v['lost']})"
+                           for lr, v in p.get("paired_by_lr", {}).items()) or "-"
+        print(f"| {Path(p['warm_start']).name} | {p['task']} | {p['verdict']} | "
+              f"{p['greedy']:.2f} / {p['sampled']:.2f} / {p['pass_at_k']:.2f} | "
+              + ", ".join(f"{lr}: {_pts(v)}" for lr, v in p["mean_change_by_lr"].items()) + f" | {paired} |")
 
 
 def main(argv: list[str] | None = None) -> int:

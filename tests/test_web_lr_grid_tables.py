@@ -92,7 +92,7 @@ def test_groups_outcomes_and_effects(tmp_path, capsys):
     assert "paired_by_lr" not in pred["a"]  # no paired rows for that task
     wt.print_tables(d)
     printed = capsys.readouterr().out
-    assert "| ws | 1e-3 | 0 | - | 1 | 0.675 | 0.250 | -0.425 |" in printed
+    assert "| ws | 1e-3 | 0 | - | 1 | 0.675 -> 0.250 | 0.950 -> 0.350 | 0.300 -> 0.100 | collapse / collapse / collapse |" in printed
 
 
 def test_paired_groups_sum_tasks_and_test_them():
