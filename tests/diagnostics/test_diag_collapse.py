@@ -52,3 +52,24 @@ def test_no_eos_and_missing_values():
     v = detect_collapse(STEPS, [0.35] * 7, steps, [None] * 40, steps, trunc)
     assert v.kinds == ["no_eos"] and v.step == 21
     assert not detect_collapse(STEPS, [0.35] * 7, steps, [None] * 40, steps, [0.0] * 40).collapsed
+
+
+def test_sparse_evaluations_use_training_success_for_stays_there():
+    # evaluations only before and after a 30-step run (docs/results/web_lr_grid.md): held-out success
+    # 0.694 -> 0.000 cannot "stay" at one point; training success at 0 for the last 26 steps can
+    steps = list(range(1, 31))
+    dead = [0.31, 0.2, 0.05] + [0.0] * 27
+    v = detect_collapse([0, 30], [0.694, 0.0], train_steps=steps, train_success=dead)
+    assert v.kinds == ["success"] and v.step == 4 and "27 steps" in v.reason
+    assert not detect_collapse([0, 30], [0.694, 0.0]).collapsed  # without it: undecided, as before
+    # a held-out fall the training success does not share is not called a collapse ...
+    alive = [0.3] * 25 + [0.0, 0.2, 0.0, 0.1, 0.0]
+    assert not detect_collapse([0, 30], [0.694, 0.0], train_steps=steps, train_success=alive).collapsed
+    # ... nor is dead training success while the last evaluation is still above the floor
+    assert not detect_collapse([0, 30], [0.694, 0.3], train_steps=steps, train_success=dead).collapsed
+    # missing values are skipped; a model that never succeeded in training cannot collapse
+    assert detect_collapse([0, 30], [0.694, 0.0], train_steps=steps + [31],
+                           train_success=dead + [None]).collapsed
+    assert not detect_collapse([0, 30], [0.694, 0.0], train_steps=steps, train_success=[0.0] * 30).collapsed
+    with pytest.raises(ValueError):
+        detect_collapse([0, 30], [0.694, 0.0], train_steps=[1, 2], train_success=[0.1])

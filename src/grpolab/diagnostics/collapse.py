@@ -5,7 +5,11 @@ Rules (all thresholds are keyword arguments):
 * success collapse: the held-out success starts above ``floor`` and, from some evaluation on,
   every later evaluation is at or below ``floor`` = ``max(abs_floor, rel_floor * start)`` (by
   default 2 points or a fifth of the starting success, whichever is larger), for at least
-  ``min_points`` evaluations (the run ends there: "falls and stays").
+  ``min_points`` evaluations (the run ends there: "falls and stays"). With few evaluations (e.g.
+  only before and after a short run) the held-out curve cannot show "stays"; then the per-step
+  *training* success stands in for it: the last evaluation is at or below ``floor`` and, over the
+  last ``window`` steps, every step's training success is at or below ``max(abs_floor, rel_floor x``
+  its mean over the first ``window`` steps``)``.
 * entropy collapse: the mean policy entropy over the last ``window`` steps is below
   ``entropy_low`` times its mean over the first ``window`` steps (the policy became deterministic).
 * entropy explosion: the late mean is above ``entropy_high`` times the early mean (the policy
@@ -50,6 +54,8 @@ def detect_collapse(
     entropy: Sequence[float | None] = (),
     truncated_steps: Sequence[int] = (),
     truncated: Sequence[float | None] = (),
+    train_steps: Sequence[int] = (),
+    train_success: Sequence[float | None] = (),
     *,
     abs_floor: float = 0.02,
     rel_floor: float = 0.2,
@@ -61,7 +67,7 @@ def detect_collapse(
 ) -> CollapseVerdict:
     """Label a run from its held-out success curve and its per-step entropy (see module docstring)."""
     if len(eval_steps) != len(eval_success) or len(entropy_steps) != len(entropy) or \
-            len(truncated_steps) != len(truncated):
+            len(truncated_steps) != len(truncated) or len(train_steps) != len(train_success):
         raise ValueError("steps and values must have equal lengths")
     kinds: list[str] = []
     reasons: list[str] = []
@@ -81,6 +87,21 @@ def detect_collapse(
                 first = int(eval_steps[len(succ) - k])
                 reasons.append(f"held-out success fell from {start:.3f} to <= {floor:.3f} at step {first} "
                                f"and stayed there ({k} evaluations)")
+    trs = [(st, float(v)) for st, v in zip(train_steps, train_success) if v is not None]
+    if not kinds and len(succ) >= 2 and len(trs) >= 2 * window:
+        start = succ[0]
+        floor = max(abs_floor, rel_floor * start)
+        early = float(np.mean([v for _, v in trs[:window]]))
+        t_floor = max(abs_floor, rel_floor * early)
+        if start > floor and succ[-1] <= floor and early > t_floor and all(v <= t_floor for _, v in trs[-window:]):
+            k = 0
+            while k < len(trs) and trs[len(trs) - 1 - k][1] <= t_floor:
+                k += 1
+            kinds.append("success")
+            first = int(trs[len(trs) - k][0])
+            reasons.append(f"held-out success fell from {start:.3f} to {succ[-1]:.3f} (<= {floor:.3f}) at the last "
+                           f"evaluation, and training success was <= {t_floor:.3f} from step {first} to the end "
+                           f"({k} steps; mean of the first {window}: {early:.3f})")
     ent = np.asarray([e for e in entropy if e is not None], dtype=float)
     ent_steps = [s for s, e in zip(entropy_steps, entropy) if e is not None]
     if len(ent) >= 2 * window:

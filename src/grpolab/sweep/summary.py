@@ -2,7 +2,8 @@
 
 Held-out success is the greedy accuracy the trainer logs (``eval/accuracy`` in metrics.jsonl,
 step 0 = before RL). Collapse labels come from :func:`grpolab.diagnostics.detect_collapse` on
-that curve and on the per-step policy entropy (``update/entropy``).
+that curve, the per-step policy entropy (``update/entropy``), truncation and training success
+(``accuracy``: it stands in for "stays at ~0" when there are too few evaluations).
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def collect_runs(out: str | Path, specs: list[RunSpec]) -> list[RunRow]:
             steps, succ = eval_curve(run_dir, metrics)
             ent = [(m["step"], m.get("update/entropy")) for m in metrics]
             v = detect_collapse(steps, succ, [s for s, _ in ent], [e for _, e in ent],
-                                [m["step"] for m in metrics], [m.get("length/truncated_frac") for m in metrics])
+                                [m["step"] for m in metrics], [m.get("length/truncated_frac") for m in metrics],
+                                [m["step"] for m in metrics], [m.get("accuracy") for m in metrics])
             row.status = "finished"
             row.steps, row.start, row.final, row.best = r["steps"], r["start_accuracy"], r["final_accuracy"], r["best_accuracy"]
             row.collapse, row.collapse_step, row.collapse_reason = v.label, v.step, v.reason
