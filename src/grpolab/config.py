@@ -144,6 +144,10 @@ class SFTConfig:
     # --out OUT`), from which a killed warm start run again with the same settings resumes exactly.
     # None (default): at each check (every eval_every steps); 0: never.
     save_every: int | None = None
+    # Steps between kept snapshots of the warm start (HF model directories, RUN_DIR/sft.snapshots/
+    # step_N or OUT.snapshots/step_N), e.g. to measure headroom against the warm-start budget or to
+    # start RL from a shorter warm start; 0 (default): none. They stay after the warm start ends.
+    snapshot_every: int = 0
     n_eval: int = 256
     # Which items decide when to stop: "validation" = the last n_eval training items, held out of
     # the demonstrations (the held-out test set stays untouched until RL measures its gain);
@@ -172,6 +176,9 @@ class SFTConfig:
             if isinstance(self.save_every, bool) or not isinstance(self.save_every, int) or self.save_every < 0:
                 raise ConfigError(f"sft.save_every={self.save_every!r} must be a whole number of steps >= 0 "
                                   "(0 = never; unset or null = at each check, every sft.eval_every steps)")
+        if isinstance(self.snapshot_every, bool) or not isinstance(self.snapshot_every, int) or self.snapshot_every < 0:
+            raise ConfigError(f"sft.snapshot_every={self.snapshot_every!r} must be a whole number of steps >= 0 "
+                              "(0 = no snapshots; e.g. 100)")
         if not 0 <= self.target_accuracy <= 1:
             raise ConfigError(f"sft.target_accuracy={self.target_accuracy} must be in [0, 1]")
 

@@ -239,3 +239,30 @@ def test_headroom_of_a_bare_model_takes_a_training_config(run, tmp_path, capsys)
     capsys.readouterr()
     assert main(["headroom", str(run), "--config", str(cfg)]) == 2  # a run brings its own config
     _one_error_line(capsys, "drop --config")
+
+
+def test_warm_start_snapshots_are_kept_and_equal_a_shorter_warm_start(tmp_path):
+    # sft.snapshot_every keeps the model of every N-th step next to the warm start: the 2-step
+    # snapshot of a 4-step warm start is the 2-step warm start (constant lr, same data order)
+    from safetensors.torch import load_file
+
+    warm = ["sft.max_steps=4", "sft.eval_every=2", "sft.target_accuracy=1.0", "trainer.steps=1"]
+    assert main(["sft", *_sets(*SMALL, *warm, "sft.snapshot_every=2"), "--out", str(tmp_path / "ws4")]) == 0
+    snaps = tmp_path / "ws4.snapshots"
+    assert sorted(p.name for p in snaps.iterdir()) == ["step_000002", "step_000004"]
+    info = json.loads((snaps / "step_000002" / "snapshot.json").read_text())
+    assert info["step"] == 2 and info["accuracy"] is not None and "key" in info
+    assert main(["sft", *_sets(*SMALL, *warm, "sft.max_steps=2"), "--out", str(tmp_path / "ws2")]) == 0
+    a = load_file(str(snaps / "step_000002" / "model.safetensors"))
+    b = load_file(str(tmp_path / "ws2" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(a[k].equal(b[k]) for k in a)
+    final = load_file(str(tmp_path / "ws4" / "model.safetensors"))
+    last = load_file(str(snaps / "step_000004" / "model.safetensors"))
+    assert all(final[k].equal(last[k]) for k in final)
+    # a snapshot is a model directory: RL can start from it
+    assert _train(tmp_path / "rl", f"model.path={snaps / 'step_000002'}", "trainer.steps=1") == 0
+    # a warm start with other settings drops the snapshots that are not its own
+    assert main(["sft", *_sets(*SMALL, *warm, "sft.lr=3e-3", "sft.snapshot_every=4"),
+                 "--out", str(tmp_path / "ws4")]) == 0
+    assert sorted(p.name for p in snaps.iterdir()) == ["step_000004"]
+    assert json.loads((snaps / "step_000004" / "snapshot.json").read_text())["key"]["sft"]["lr"] == 3e-3

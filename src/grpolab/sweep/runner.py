@@ -89,7 +89,8 @@ class SweepRun:
 
 
 #: Config keys that do not change a run's result, only where and how often it is saved or shown.
-_NO_EFFECT = {("trainer", "run_dir"), ("trainer", "save_every"), ("sft", "save_every"), ("log", "progress")}
+_NO_EFFECT = {("trainer", "run_dir"), ("trainer", "save_every"), ("sft", "save_every"), ("sft", "snapshot_every"),
+              ("log", "progress")}
 
 
 def _config_differences(old: dict, new: dict) -> list[str]:

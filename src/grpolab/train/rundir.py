@@ -51,7 +51,7 @@ RESUME_FIXED_KEYS = ("model.hidden_size", "model.num_layers", "model.num_heads",
 
 _NOT_WARM_START_MODEL = ("device", "lora", "lora_save", "attn_implementation", "gradient_checkpointing")
 _NOT_WARM_START_TASK = ("chat_template", "system_prompt", "prompt_template")
-_NOT_WARM_START_SFT = ("save_every",)
+_NOT_WARM_START_SFT = ("save_every", "snapshot_every")
 
 
 def warm_start_key(cfg: Config) -> dict[str, Any]:
@@ -59,6 +59,7 @@ def warm_start_key(cfg: Config) -> dict[str, Any]:
     # LoRA is added after the warm start, and attention kernels / checkpointing / the prompt
     # format of RL prompts do not change what the warm start learns: they are not part of the key;
     # nor is how often it checkpoints (a resumed warm start is bit-identical to an uninterrupted one)
+    # or keeps snapshots
     model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k not in _NOT_WARM_START_MODEL}
     task = {k: v for k, v in dataclasses.asdict(cfg.task).items() if k not in _NOT_WARM_START_TASK}
     sft = {k: v for k, v in dataclasses.asdict(cfg.sft).items() if k not in _NOT_WARM_START_SFT}
@@ -207,12 +208,19 @@ class RunDir:
 
         A killed warm start's ``sft.partial/`` stays: the next warm start resumes it if it has the
         same settings, and starts over (and says so) if not."""
-        for sub in ("checkpoints", "tb", "plots", "final") + (() if keep_warm_start else ("sft",)):
+        for sub in ("checkpoints", "tb", "plots", "final") + (() if keep_warm_start else ("sft", "sft.snapshots")):
             shutil.rmtree(self.path / sub, ignore_errors=True)
         for f in ("metrics.jsonl", "summary.md", "summary.json"):
             (self.path / f).unlink(missing_ok=True)
 
 
+
+
+def snapshots_dir(out: str | os.PathLike) -> Path:
+    """Where the warm start whose final output is ``out`` keeps its snapshots (``sft.snapshot_every``):
+    the sibling folder ``OUT.snapshots`` (``RUN_DIR/sft`` -> ``RUN_DIR/sft.snapshots``)."""
+    out = Path(os.path.abspath(out))
+    return out.with_name(out.name + ".snapshots")
 
 
 def in_progress_dir(out: str | os.PathLike) -> Path:
@@ -241,6 +249,8 @@ class WarmStartCheckpoint:
         self.path = in_progress_dir(out)
         self.key = json.loads(json.dumps(warm_start_key(cfg)))  # as it reads back: tuples -> lists
         self.save_every = cfg.sft.eval_every if cfg.sft.save_every is None else cfg.sft.save_every
+        self.snapshot_every = cfg.sft.snapshot_every
+        self.snapshots = snapshots_dir(out)
         self.log = log
 
     def __repr__(self) -> str:
@@ -251,6 +261,7 @@ class WarmStartCheckpoint:
         None (the warm start starts from scratch) when there is none or it was made with other
         settings. Temporary folders of a writer that was killed are removed first."""
         remove_stale_temporaries(self.path / "checkpoints")
+        self._drop_other_snapshots()
         ckpt = latest_checkpoint(self.path)
         if ckpt is None:
             return None
@@ -267,6 +278,30 @@ class WarmStartCheckpoint:
     def save(self, step: int, model, tokenizer, state: dict[str, Any]) -> None:
         """Write step ``step``'s checkpoint (atomic) and drop the one before it."""
         save_checkpoint(self.path, step, model, tokenizer, {"key": self.key, "sft": state}, keep=1)
+
+    def _drop_other_snapshots(self) -> None:
+        """Remove snapshots made with other settings (they would pass for this warm start's)."""
+        if not self.snapshots.is_dir():
+            return
+        for d in sorted(self.snapshots.glob("step_*")):
+            try:
+                key = json.loads((d / "snapshot.json").read_text()).get("key")
+            except (OSError, ValueError):
+                key = None
+            if _differences(key, self.key):
+                self.log(f"warm start: removing {d}, a snapshot made with other settings")
+                shutil.rmtree(d, ignore_errors=True)
+
+    def snapshot(self, step: int, model, tokenizer, info: dict[str, Any]) -> Path:
+        """Keep the model as of ``step`` (HF format, atomic) in ``OUT.snapshots/step_N`` with
+        ``snapshot.json`` (``info``: step, and the check's accuracy when there was one at that step).
+        Unlike the in-progress checkpoint it stays after the warm start ends."""
+        from grpolab.models import save_model
+        from grpolab.utils.io import atomic_write_json
+
+        path = save_model(model, tokenizer, self.snapshots / f"step_{step:06d}")
+        atomic_write_json(path / "snapshot.json", {**info, "key": self.key})
+        return path
 
     def remove(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

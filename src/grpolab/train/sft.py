@@ -191,7 +191,9 @@ def run_sft(
     ``checkpoint``: a :class:`grpolab.train.rundir.WarmStartCheckpoint` (``load(model)`` ->
     state or None, ``save(step, model, tokenizer, state)``, ``save_every``), or None for none.
     The warm start resumes from what ``load`` returns, and saves after every ``save_every``-th
-    step (0: never) unless it has just finished (the caller writes the final model then).
+    step (0: never) unless it has just finished (the caller writes the final model then). A
+    checkpoint with ``snapshot_every`` > 0 also keeps the (evaluated, i.e. averaged with ``ema``)
+    model of every ``snapshot_every``-th step through ``snapshot(step, model, tokenizer, info)``.
     """
     if isinstance(privileged_share, bool) or not 0.0 <= privileged_share < 1.0:
         raise ValueError(f"privileged_share={privileged_share!r} must be in [0, 1) (0 = off; e.g. 0.5)")
@@ -243,6 +245,10 @@ def run_sft(
             state.history.append({"step": step, "loss": loss.item(), "accuracy": state.accuracy, "lr": lr_used})
             log(f"sft step {step:4d}  loss {loss.item():.3f}  greedy accuracy {state.accuracy:.3f}")
         finished = step >= max_steps or state.accuracy >= target_accuracy
+        if checkpoint is not None and getattr(checkpoint, "snapshot_every", 0) and step % checkpoint.snapshot_every == 0:
+            checked = state.history[-1]["accuracy"] if state.history and state.history[-1]["step"] == step else None
+            with state.average.swapped_in() if state.average is not None else contextlib.nullcontext():
+                checkpoint.snapshot(step, model, tokenizer, {"step": step, "accuracy": checked})
         if checkpoint is not None and checkpoint.save_every and step % checkpoint.save_every == 0 and not finished:
             state.seconds += time.time() - start
             start = time.time()
