@@ -47,6 +47,14 @@ class CollapseVerdict:
         return {**asdict(self), "label": self.label}
 
 
+def _trailing(flags) -> int:
+    """Length of the longest suffix of ``flags`` that is all true."""
+    k = 0
+    while k < len(flags) and flags[len(flags) - 1 - k]:
+        k += 1
+    return k
+
+
 def detect_collapse(
     eval_steps: Sequence[int],
     eval_success: Sequence[float],
@@ -73,30 +81,21 @@ def detect_collapse(
     reasons: list[str] = []
     first: int | None = None
     succ = np.asarray(eval_success, dtype=float)
-    if len(succ) > min_points:
-        start = succ[0]
-        floor = max(abs_floor, rel_floor * start)
-        if start > floor:
-            below = succ <= floor
-            # the longest suffix that is all below the floor
-            k = 0
-            while k < len(below) and below[len(below) - 1 - k]:
-                k += 1
-            if k >= min_points and k < len(succ):
-                kinds.append("success")
-                first = int(eval_steps[len(succ) - k])
-                reasons.append(f"held-out success fell from {start:.3f} to <= {floor:.3f} at step {first} "
-                               f"and stayed there ({k} evaluations)")
+    start = succ[0] if len(succ) else 0.0
+    floor = max(abs_floor, rel_floor * start)
+    if len(succ) > min_points and start > floor:
+        k = _trailing(succ <= floor)
+        if k >= min_points and k < len(succ):
+            kinds.append("success")
+            first = int(eval_steps[len(succ) - k])
+            reasons.append(f"held-out success fell from {start:.3f} to <= {floor:.3f} at step {first} "
+                           f"and stayed there ({k} evaluations)")
     trs = [(st, float(v)) for st, v in zip(train_steps, train_success) if v is not None]
-    if not kinds and len(succ) >= 2 and len(trs) >= 2 * window:
-        start = succ[0]
-        floor = max(abs_floor, rel_floor * start)
+    if not kinds and len(succ) >= 2 and start > floor and succ[-1] <= floor and len(trs) >= 2 * window:
         early = float(np.mean([v for _, v in trs[:window]]))
         t_floor = max(abs_floor, rel_floor * early)
-        if start > floor and succ[-1] <= floor and early > t_floor and all(v <= t_floor for _, v in trs[-window:]):
-            k = 0
-            while k < len(trs) and trs[len(trs) - 1 - k][1] <= t_floor:
-                k += 1
+        k = _trailing([v <= t_floor for _, v in trs])
+        if early > t_floor and k >= window:
             kinds.append("success")
             first = int(trs[len(trs) - k][0])
             reasons.append(f"held-out success fell from {start:.3f} to {succ[-1]:.3f} (<= {floor:.3f}) at the last "

@@ -103,6 +103,7 @@ def headroom_command(model: str | Path, *, task: str | None = None, task_options
     from grpolab.train.rundir import resolve_model
 
     src, run_cfg = resolve_model(model)
+    run_dir = Path(model) if run_cfg is not None else None
     if config is not None or overrides:
         from grpolab.config import load_config
 
@@ -113,7 +114,6 @@ def headroom_command(model: str | Path, *, task: str | None = None, task_options
     if n is None:
         n = run_cfg.task.n_eval if run_cfg is not None and task is None else 256
     task_cfg = TaskConfig(name=task or "arith", n_eval=n)
-    run_dir = Path(model) if run_cfg is not None and config is None and not overrides else None
     env = None
     if run_cfg is not None:
         if task is None:
