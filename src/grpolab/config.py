@@ -535,7 +535,12 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{key}={value!r} must be an integer")
         return out
     if tp is str:
-        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        if isinstance(value, bool) and key in _YES_NO_KEYS:
+            return "yes" if value else "no"  # YAML reads an unquoted yes/no/true/false as a boolean
+        if isinstance(value, bool):
+            raise ConfigError(f"{key}={value!r} must be a string; YAML reads an unquoted yes/no/"
+                              f"true/false as a boolean, so quote it (e.g. {key.split('.')[-1]}: 'no')")
+        if not isinstance(value, (str, int, float)):
             raise ConfigError(f"{key}={value!r} must be a string")
         return str(value)
     if origin is dict or tp is dict:
@@ -545,6 +550,10 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{key} must be a mapping, got {value!r}")
         return value
     return value
+
+
+# String settings whose choices include "yes"/"no": a YAML boolean there means the same.
+_YES_NO_KEYS = frozenset({"sft.enabled"})
 
 
 def _set(cfg: Config, dotted: str, value: Any) -> None:

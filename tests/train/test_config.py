@@ -59,6 +59,18 @@ def test_bad_yaml_and_missing_file(tmp_path):
         load_config(bad)
 
 
+def test_yaml_booleans_in_string_settings(tmp_path):
+    """YAML reads an unquoted `no` as False: sft.enabled takes it as "no"; elsewhere the error says
+    to quote the value."""
+    p = tmp_path / "c.yaml"
+    for text, want in (("false", "no"), ("no", "no"), ("true", "yes"), ("'auto'", "auto")):
+        p.write_text(f"sft:\n  enabled: {text}\n")
+        assert load_config(p).sft.enabled == want
+    p.write_text("objective:\n  aggregation: no\n")
+    with pytest.raises(ConfigError, match="quote it"):
+        load_config(p)
+
+
 def test_every_preset_validates():
     for name in PRESETS:
         assert isinstance(load_config(overrides=[f"preset={name}"]), Config)
