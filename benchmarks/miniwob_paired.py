@@ -14,6 +14,7 @@ Prints a table and writes benchmarks/results/miniwob_paired.json.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -24,6 +25,19 @@ from envs import greedy_episodes  # noqa: E402
 from envs_paired import mcnemar_exact  # noqa: E402
 
 from grpolab.utils.io import atomic_write_json  # noqa: E402
+
+
+def cache_key(model: str | Path, config: str | Path, n: int) -> str:
+    """The --cache key of one model's outcomes: its path, a hash of its files' bytes, the config, n.
+
+    The content hash keeps a model retrained into the same directory (e.g. a run resumed to more
+    steps, whose ``final/`` is rewritten) from reusing the outcomes of the model it replaced.
+    """
+    digest = hashlib.sha256()
+    for f in sorted(p for p in Path(model).rglob("*") if p.is_file()):
+        digest.update(str(f.relative_to(model)).encode())
+        digest.update(f.read_bytes())
+    return f"{Path(model).resolve()}|{digest.hexdigest()[:16]}|{Path(config).resolve()}|{n}"
 
 
 def main() -> None:
@@ -46,7 +60,7 @@ def main() -> None:
     cache = json.loads(Path(args.cache).read_text()) if args.cache and Path(args.cache).exists() else {}
 
     def outcomes(model: str):
-        key = f"{Path(model).resolve()}|{Path(args.config).resolve()}|{n}"
+        key = cache_key(model, args.config, n)
         if key not in cache:
             its, solved = greedy_episodes(model, args.config, n)
             cache[key] = {"solved": solved, "tasks": [it.meta["task"] for it in its],

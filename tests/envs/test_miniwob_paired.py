@@ -32,3 +32,15 @@ def test_across_models_counts_directions_and_pools_discordant_seeds():
     assert (b["up"], b["down"], b["same"]) == (1, 0, 2) and (b["gained"], b["lost"]) == (13, 3)
     # pooled over models, 13 vs 3 discordant seeds: 2 * P(X <= 3), X ~ Bin(16, 1/2)
     assert b["p_mcnemar_pooled"] == pytest.approx(2 * (1 + 16 + 120 + 560) / 2**16)
+
+
+def test_cache_key_changes_when_the_model_at_the_same_path_changes(tmp_path):
+    model = tmp_path / "final"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(b"weights-1")
+    (model / "config.json").write_text("{}")
+    k1 = miniwob_paired.cache_key(model, "c.yaml", 200)
+    assert miniwob_paired.cache_key(model, "c.yaml", 200) == k1
+    assert miniwob_paired.cache_key(model, "c.yaml", 100) != k1
+    (model / "model.safetensors").write_bytes(b"weights-2")  # retrained into the same directory
+    assert miniwob_paired.cache_key(model, "c.yaml", 200) != k1
