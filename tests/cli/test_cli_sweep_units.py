@@ -85,6 +85,19 @@ def test_summary_of_fabricated_sweep(tmp_path):
     assert summary["effects"]["optim.lr"][0]["change"]["value"] == pytest.approx(0.13)
 
 
+def test_seeds_only_sweep_repeats_the_config(tmp_path):
+    """`grpolab sweep CONFIG --seeds 3` without --grid: one setting, three seeds, summarised over seeds."""
+    out, specs = plan_sweep(None, ["trainer.steps=3"], [], 3, tmp_path / "s")
+    assert [s.name for s in specs] == ["seed=0", "seed=1", "seed=2"] and {s.setting for s in specs} == {"base"}
+    assert "seed: 2" in (out / "runs" / "seed=2" / "config.yaml").read_text()
+    for s, final in zip(specs, [0.40, 0.50, 0.60]):
+        _fake_run(out, s, 0.3, [0.35, final])
+    md = write_sweep_summary(out, specs, []).read_text()
+    assert "## Over seeds" in md and "| all | 3 | 0.500 [" in md
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["effects"]["all runs"][0]["change"]["value"] == pytest.approx(0.2)
+
+
 def test_comparison_pairs_by_seed(tmp_path):
     factors = [("objective.aggregation", ["token", "balanced"])]
     specs = expand_grid(factors, [0, 1])
@@ -158,7 +171,7 @@ def test_sweep_and_compare_usage_errors_are_one_line(tmp_path, capsys):
     assert main(["sweep", "--grid", "optim.lr", "--out", str(tmp_path / "s")]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
-    assert "--grid" in lines[0] and "--vary" in lines[1]
+    assert "--grid" in lines[0] and "--seeds N" in lines[0] and "--vary" in lines[1]
 
 
 def test_design_file_runs_listed_points(tmp_path):

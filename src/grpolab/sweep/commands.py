@@ -85,8 +85,9 @@ def sweep_command(config, overrides: list[str], grid: list[str], *, seeds: int =
                   out: str | Path = "runs/sweep", summary_only: bool = False, design: str | Path | None = None,
                   log: Callable[[str], None] = print) -> Path:
     """Plan, run (resumably) and summarise a grid or a design file; returns the summary markdown path."""
-    if not grid and design is None and not summary_only:
-        raise ConfigError("give at least one --grid KEY=V1,V2 (e.g. --grid optim.lr=1e-4,3e-4) or --design FILE")
+    if not grid and design is None and not summary_only and seeds < 2:
+        raise ConfigError("give at least one --grid KEY=V1,V2 (e.g. --grid optim.lr=1e-4,3e-4), --design FILE, "
+                          "or --seeds N (N >= 2) to repeat the config over seeds")
     factors, specs, info = _run(config, overrides, grid, seeds, jobs, out, summary_only, log, design)
     md = write_sweep_summary(out, specs, factors, sweep_info=info)
     log(f"summary: {md}")

@@ -93,23 +93,25 @@ def collect_runs(out: str | Path, specs: list[RunSpec]) -> list[RunRow]:
 
 
 def factor_effects(rows: list[RunRow], factors: list[tuple[str, list[str]]]) -> dict[str, list[dict]]:
-    """Per factor and level: mean final success, best success and change over runs, with 95% CIs."""
+    """Per factor and level: mean final success, best success and change over runs, with 95% CIs.
+
+    Without factors (a sweep that only repeats one setting over seeds) the one entry ``"all runs"``
+    summarises every finished run.
+    """
     done = [r for r in rows if r.status == "finished"]
-    out: dict[str, list[dict]] = {}
-    for key, values in factors:
-        levels = []
-        for v in values:
-            sel = [r for r in done if r.factors.get(key) == v]
-            if not sel:
-                continue
-            levels.append({
-                "value": v, "runs": len(sel),
+
+    def level(value: str, sel: list[RunRow]) -> dict:
+        return {"value": value, "runs": len(sel),
                 "final": mean_ci([r.final for r in sel]).to_dict(),
                 "best": mean_ci([r.best for r in sel]).to_dict(),
                 "change": mean_ci([r.change for r in sel]).to_dict(),
-                "collapsed": sum(r.collapse != "-" for r in sel),
-            })
-        out[key] = levels
+                "collapsed": sum(r.collapse != "-" for r in sel)}
+
+    if not factors:
+        return {"all runs": [level("all", done)] if done else []}
+    out: dict[str, list[dict]] = {}
+    for key, values in factors:
+        out[key] = [level(v, sel) for v in values if (sel := [r for r in done if r.factors.get(key) == v])]
     return out
 
 
@@ -208,7 +210,8 @@ def write_sweep_summary(out: str | Path, specs: list[RunSpec], factors: list[tup
         lines.append("| " + " | ".join([r.factors[k] for k in keys] + [
             str(r.seed), f"{r.start:.3f}", f"{r.final:.3f}", f"{r.best:.3f}", f"{r.change:+.3f}",
             r.collapse + (f" @{r.collapse_step}" if r.collapse_step is not None else ""), f"{r.seconds:.0f}"]) + " |")
-    lines += ["", "## Effects per factor (mean over runs, 95% bootstrap CI over runs)", ""]
+    title = "Effects per factor" if factors else "Over seeds"
+    lines += ["", f"## {title} (mean over runs, 95% bootstrap CI over runs)", ""]
     for key, levels in effects.items():
         lines += [f"### {key}", "", "| value | runs | final | best | change (final - start) | collapsed |",
                   "|---|---|---|---|---|---|"]
