@@ -81,12 +81,15 @@ def test_cumulative_with_ppo_clip_warns():
         load_config(overrides=["objective.ratio=cumulative"])
 
 
-def test_example_configs_validate():
+def test_example_and_study_configs_validate():
     from pathlib import Path
 
-    examples = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
-    assert examples
-    for path in examples:
+    root = Path(__file__).resolve().parents[2]
+    examples = sorted((root / "examples").glob("*.yaml"))
+    # studies/ also holds sweep design files (a list of runs, not a config)
+    studies = [p for p in sorted((root / "studies").glob("*.yaml")) if not p.stem.endswith("_design")]
+    assert examples and studies
+    for path in examples + studies:
         assert isinstance(load_config(path), Config), path
 
 
