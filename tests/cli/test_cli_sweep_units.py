@@ -90,6 +90,7 @@ def test_seeds_only_sweep_repeats_the_config(tmp_path):
     out, specs = plan_sweep(None, ["trainer.steps=3"], [], 3, tmp_path / "s")
     assert [s.name for s in specs] == ["seed=0", "seed=1", "seed=2"] and {s.setting for s in specs} == {"base"}
     assert "seed: 2" in (out / "runs" / "seed=2" / "config.yaml").read_text()
+    assert "No finished runs yet." in write_sweep_summary(out, specs, [], plots=False).read_text()
     for s, final in zip(specs, [0.40, 0.50, 0.60]):
         _fake_run(out, s, 0.3, [0.35, final])
     md = write_sweep_summary(out, specs, []).read_text()

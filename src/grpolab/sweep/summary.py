@@ -212,7 +212,9 @@ def write_sweep_summary(out: str | Path, specs: list[RunSpec], factors: list[tup
             r.collapse + (f" @{r.collapse_step}" if r.collapse_step is not None else ""), f"{r.seconds:.0f}"]) + " |")
     title = "Effects per factor" if factors else "Over seeds"
     lines += ["", f"## {title} (mean over runs, 95% bootstrap CI over runs)", ""]
-    for key, levels in effects.items():
+    if not any(effects.values()):
+        lines += ["No finished runs yet.", ""]
+    for key, levels in ((k, lv) for k, lv in effects.items() if lv):
         lines += [f"### {key}", "", "| value | runs | final | best | change (final - start) | collapsed |",
                   "|---|---|---|---|---|---|"]
         for lv in levels:
