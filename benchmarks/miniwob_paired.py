@@ -8,7 +8,9 @@ two-sided McNemar p-value on those discordant seeds (``benchmarks/envs_paired.py
     python benchmarks/miniwob_paired.py --config examples/miniwob.yaml --per-task 200 \\
         --start runs/miniwob/sft runs/miniwob/final
 
-Prints a table and writes benchmarks/results/miniwob_paired.json.
+Prints a table and writes benchmarks/results/miniwob_paired.json. ``--by-target`` adds, per task,
+greedy success split by the page's target field (e.g. focus-text-2's "Focus into the 2nd input":
+target 2): a policy that ignores the target solves one value and none of the others.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def main() -> None:
     ap.add_argument("--cache", default=None, help="JSON file of per-model greedy outcomes to reuse and extend "
                     "(a model already evaluated on the same seeds is not played again)")
     ap.add_argument("--only", action="store_true", help="only evaluate the models into --cache, print nothing")
+    ap.add_argument("--by-target", action="store_true", help="also split each task's success by the page's "
+                    "target field (does the policy read the target, or pick one fixed element?)")
     args = ap.parse_args()
     from grpolab.config import load_config
 
@@ -108,7 +112,41 @@ def main() -> None:
         for r in out["across_models"]:
             print(f"| {r['task']} | {r['start']:.3f} | {r['mean_change'] * 100:+.1f} | {r['up']} / {r['down']} / "
                   f"{r['same']} | {r['gained']} / {r['lost']} | {r['p_mcnemar_pooled']:.3g} |")
+    if args.by_target:
+        from grpolab.config import load_config
+        from grpolab.train.setup import build_task_splits
+
+        cfg = load_config(args.config, [f"task.n_eval={n}", "task.n_train=64"])
+        _, its = build_task_splits(cfg.task)  # the pages are cached on disk: no browser needed
+        targets = [str(it.meta.get("fields", {}).get("target", "-")) for it in its]
+        if [it.meta["seed"] for it in its] != start["seeds"]:
+            raise SystemExit("the config's held-out items are not the seeds the models were evaluated on")
+        models = {"start": base, **{m: outcomes(m)["solved"] for m in args.models}}
+        out["by_target"] = by_target(start["tasks"], targets, models)
+        print("\ngreedy success by the page's target field (solved / seeds; tasks with at most 8 target values)\n")
+        print("| task | target | " + " | ".join(models) + " |")
+        print("|---|---|" + "---|" * len(models))
+        for r in out["by_target"]:
+            print(f"| {r['task']} | {r['target']} | " + " | ".join(f"{r['solved'][m]}/{r['n']}" for m in models) + " |")
     atomic_write_json(args.out, out)
+
+
+def by_target(tasks: list[str], targets: list[str], models: dict[str, list[bool]],
+              max_values: int = 8) -> list[dict]:
+    """Per task and target value: the number of seeds and, per model, how many of them it solves.
+
+    ``tasks``, ``targets`` and every ``models`` list are aligned by seed. Only tasks whose target
+    takes at most ``max_values`` values are split (a tab number, a dialog button, a widget kind);
+    free-text targets (click-link's words) would give one row per seed. Rows come grouped by task
+    (in order of first appearance), targets sorted.
+    """
+    groups: dict[str, dict[str, list[int]]] = {}
+    for i, (task, target) in enumerate(zip(tasks, targets)):
+        groups.setdefault(task, {}).setdefault(target, []).append(i)
+    return [{"task": task, "target": target, "n": len(idx),
+             "solved": {m: sum(bool(solved[i]) for i in idx) for m, solved in models.items()}}
+            for task, by in groups.items() if len(by) <= max_values
+            for target, idx in sorted(by.items())]
 
 
 def across_models(models: list[dict], tasks: list[str]) -> list[dict]:

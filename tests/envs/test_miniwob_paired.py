@@ -44,3 +44,16 @@ def test_cache_key_changes_when_the_model_at_the_same_path_changes(tmp_path):
     assert miniwob_paired.cache_key(model, "c.yaml", 100) != k1
     (model / "model.safetensors").write_bytes(b"weights-2")  # retrained into the same directory
     assert miniwob_paired.cache_key(model, "c.yaml", 200) != k1
+
+
+def test_by_target_splits_each_task_by_the_pages_target():
+    tasks = ["t", "t", "t", "t", "u", "u", "w", "w", "w"]
+    targets = ["2", "1", "1", "2", "-", "-", "a", "b", "c"]
+    # a start that always picks element 1 solves the target-1 pages only; the trained model reads
+    models = {"start": [False, True, True, False, True, False, True, True, False],
+              "trained": [True, True, True, True, False, False, True, True, True]}
+    rows = miniwob_paired.by_target(tasks, targets, models, max_values=2)
+    # w has 3 target values > max_values: not split; t's targets come sorted
+    assert [(r["task"], r["target"], r["n"]) for r in rows] == [("t", "1", 2), ("t", "2", 2), ("u", "-", 2)]
+    assert rows[0]["solved"] == {"start": 2, "trained": 2} and rows[1]["solved"] == {"start": 0, "trained": 2}
+    assert rows[2]["solved"] == {"start": 1, "trained": 0}

@@ -146,6 +146,7 @@ class MiniWoBTask:
         solved = bool(res["done"]) and float(res["raw_reward"]) >= 1.0 and not res.get("error")
         meta = {"env": "miniwob", "task": task, "family": task, "seed": seed, "case": self.case,
                 "element_mode": self.elements, "observation": self.observation, "elements": res["elements"],
+                "fields": dict(res.get("fields") or {}),  # the page's task fields, e.g. {"target": "2"}
                 "expert_solved": solved, "expert_steps": len(res["steps"])}
         demo = ""
         if solved:
