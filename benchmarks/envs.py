@@ -52,16 +52,24 @@ def family_of(item) -> str:
     return str(meta.get("family", meta.get("n_terms", "all")))
 
 
-def greedy_episodes(model_dir: Path | str, config: str, n_eval: int) -> tuple[list, list[bool]]:
-    """``(items, solved)``: the first ``n_eval`` held-out items of ``config``'s task and whether
-    ``model_dir`` solves each one in a greedy episode."""
+def heldout_items(config: str, n_eval: int) -> tuple[list, object]:
+    """``(items, cfg)``: the first ``n_eval`` held-out items of ``config``'s task (a small training
+    split, since only the held-out one is used) and the loaded config."""
     from grpolab.config import load_config
-    from grpolab.models import load_model
-    from grpolab.train.evaluate import evaluate
     from grpolab.train.setup import build_task_splits
 
     cfg = load_config(config, [f"task.n_eval={n_eval}", "task.n_train=64"])
     _, items = build_task_splits(cfg.task)
+    return items, cfg
+
+
+def greedy_episodes(model_dir: Path | str, config: str, n_eval: int) -> tuple[list, list[bool]]:
+    """``(items, solved)``: the first ``n_eval`` held-out items of ``config``'s task and whether
+    ``model_dir`` solves each one in a greedy episode."""
+    from grpolab.models import load_model
+    from grpolab.train.evaluate import evaluate
+
+    items, cfg = heldout_items(config, n_eval)
     model, tok = load_model(model_dir)
     res = evaluate(model, tok, items, env=cfg.env)
     return items, [s >= 1.0 - 1e-9 for s in res.scores]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from envs import greedy_episodes  # noqa: E402
+from envs import greedy_episodes, heldout_items  # noqa: E402
 from envs_paired import mcnemar_exact  # noqa: E402
 
 from grpolab.utils.io import atomic_write_json  # noqa: E402
@@ -63,7 +63,11 @@ def main() -> None:
     n = args.per_task * n_tasks
     cache = json.loads(Path(args.cache).read_text()) if args.cache and Path(args.cache).exists() else {}
 
+    played: dict[str, dict] = {}  # this invocation's outcomes per model: its files are hashed once
+
     def outcomes(model: str):
+        if model in played:
+            return played[model]
         key = cache_key(model, args.config, n)
         if key not in cache:
             its, solved = greedy_episodes(model, args.config, n)
@@ -71,7 +75,8 @@ def main() -> None:
                           "seeds": [it.meta["seed"] for it in its]}
             if args.cache:
                 atomic_write_json(args.cache, cache)
-        return cache[key]
+        played[model] = cache[key]
+        return played[model]
 
     if args.only:
         for m in [args.start, *args.models]:
@@ -113,11 +118,7 @@ def main() -> None:
             print(f"| {r['task']} | {r['start']:.3f} | {r['mean_change'] * 100:+.1f} | {r['up']} / {r['down']} / "
                   f"{r['same']} | {r['gained']} / {r['lost']} | {r['p_mcnemar_pooled']:.3g} |")
     if args.by_target:
-        from grpolab.config import load_config
-        from grpolab.train.setup import build_task_splits
-
-        cfg = load_config(args.config, [f"task.n_eval={n}", "task.n_train=64"])
-        _, its = build_task_splits(cfg.task)  # the pages are cached on disk: no browser needed
+        its, _ = heldout_items(args.config, n)  # the pages are cached on disk: no browser needed
         targets = [str(it.meta.get("fields", {}).get("target", "-")) for it in its]
         if [it.meta["seed"] for it in its] != start["seeds"]:
             raise SystemExit("the config's held-out items are not the seeds the models were evaluated on")
