@@ -30,7 +30,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 def cmd_sft(args: argparse.Namespace) -> int:
     from grpolab.commands import sft_command
 
-    return sft_command(args.config, args.overrides, out=args.out)
+    return sft_command(args.config, args.overrides, out=args.out, overwrite=args.overwrite)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sft", help="supervised warm start of the tiny model on task demonstrations")
     _add_config_args(s)
     s.add_argument("--out", default="runs/sft", help="where to save the model (HF format)")
+    s.add_argument("--overwrite", action="store_true", help="rebuild OUT when it holds a finished warm start "
+                   "(by default one built with the same settings is kept, one with other settings refused)")
     s.set_defaults(func=cmd_sft)
 
     e = sub.add_parser("eval", help="greedy accuracy, sampled accuracy and pass@k of a model or run")

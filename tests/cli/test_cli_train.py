@@ -263,6 +263,6 @@ def test_warm_start_snapshots_are_kept_and_equal_a_shorter_warm_start(tmp_path):
     assert _train(tmp_path / "rl", f"model.path={snaps / 'step_000002'}", "trainer.steps=1") == 0
     # a warm start with other settings drops the snapshots that are not its own
     assert main(["sft", *_sets(*SMALL, *warm, "sft.lr=3e-3", "sft.snapshot_every=4"),
-                 "--out", str(tmp_path / "ws4")]) == 0
+                 "--out", str(tmp_path / "ws4"), "--overwrite"]) == 0
     assert sorted(p.name for p in snaps.iterdir()) == ["step_000004"]
     assert json.loads((snaps / "step_000004" / "snapshot.json").read_text())["key"]["sft"]["lr"] == 3e-3

@@ -218,6 +218,56 @@ def test_a_checkpoint_made_with_other_settings_starts_over_and_says_so(tmp_path,
     assert _same_weights(tmp_path / "out", tmp_path / "fresh")
 
 
+def test_a_finished_warm_start_is_kept_not_rebuilt(tmp_path, capsys, sft_steps):
+    # the same command again: nothing trains, nothing is rewritten
+    assert _sft(tmp_path / "out") == 0
+    record = (tmp_path / "out" / "sft.json").read_bytes()
+    weights = (tmp_path / "out" / "model.safetensors").stat().st_mtime_ns
+    capsys.readouterr()
+    sft_steps.reset()
+    assert _sft(tmp_path / "out") == 0
+    assert sft_steps.taken == 0
+    assert "already holds this warm start (6 steps" in capsys.readouterr().out
+    assert (tmp_path / "out" / "sft.json").read_bytes() == record
+    assert (tmp_path / "out" / "model.safetensors").stat().st_mtime_ns == weights
+
+    # other settings (a longer warm start too): refused, naming the change and the ways on
+    assert _sft(tmp_path / "out", "sft.max_steps=8") == 2
+    err = capsys.readouterr().err
+    assert "sft.max_steps: 6 -> 8" in err and "--overwrite" in err and "--out PATH" in err
+    assert f"model.path={tmp_path / 'out'}" in err
+    assert sft_steps.taken == 0 and (tmp_path / "out" / "sft.json").read_bytes() == record
+
+    # --overwrite rebuilds it with the new settings: the same as a fresh build
+    from grpolab.cli import main
+
+    args = sum([["--set", s] for s in SFT_SMALL + ["sft.lr=2e-3"]], [])
+    assert main(["sft", *args, "--out", str(tmp_path / "out"), "--overwrite"]) == 0
+    assert sft_steps.taken == 6
+    assert json.loads((tmp_path / "out" / "sft.json").read_text())["key"]["sft"]["lr"] == 2e-3
+    assert _sft(tmp_path / "fresh", "sft.lr=2e-3") == 0
+    assert _same_weights(tmp_path / "out", tmp_path / "fresh")
+
+    # training on from it is a new warm start with model.path pointing at the old one
+    assert _sft(tmp_path / "more", f"model.path={tmp_path / 'out'}", "sft.max_steps=2") == 0
+    more = json.loads((tmp_path / "more" / "sft.json").read_text())
+    assert more["steps"] == 2 and more["key"]["model"]["path"] == str(tmp_path / "out")
+
+
+def test_a_finished_warm_start_without_a_record_is_refused_or_rebuilt(tmp_path, capsys, sft_steps):
+    assert _sft(tmp_path / "out") == 0
+    record = json.loads((tmp_path / "out" / "sft.json").read_text())
+    del record["key"]  # an older grpolab's record
+    (tmp_path / "out" / "sft.json").write_text(json.dumps(record))
+    capsys.readouterr()
+    assert _sft(tmp_path / "out") == 2
+    assert "no settings record" in capsys.readouterr().err
+    (tmp_path / "out" / "sft.json").unlink()  # its writer was killed: rebuilt without asking
+    sft_steps.reset()
+    assert _sft(tmp_path / "out") == 0
+    assert sft_steps.taken == 6 and "key" in json.loads((tmp_path / "out" / "sft.json").read_text())
+
+
 @pytest.mark.parametrize("save_every,newest,left", [("0", None, 6), ("3", "step_000003", 3)])
 def test_save_every_sets_the_checkpoints(tmp_path, sft_steps, save_every, newest, left):
     sft_steps.kill_at = 5

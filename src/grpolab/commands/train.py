@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Callable
 
 from grpolab.config import load_config
@@ -38,19 +40,39 @@ def train_command(config: str | None, overrides: list[str], *, resume: str | Non
     return 0
 
 
-def sft_command(config: str | None, overrides: list[str], *, out: str) -> int:
+def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite: bool = False,
+                log: Callable[[str], None] = print) -> int:
     """Supervised warm start only; saves the model (HF format) and ``sft.json`` to ``out``.
 
     Progress is checkpointed to ``OUT.partial`` (``sft.save_every``): the same command run again
-    after a kill continues from there."""
+    after a kill continues from there. A finished warm start in ``out`` is never replaced silently:
+    built with the same settings it is kept (nothing to do); built with other settings the command
+    is refused unless ``overwrite``. (A finished warm start keeps no optimizer state, so it cannot be
+    extended in place; train on from it with ``--set model.path=OUT`` and another ``--out``.)"""
     from grpolab.train.loop import seed_everything
+    from grpolab.train.rundir import RunDirError, warm_start_status
     from grpolab.train.setup import build_policy, build_task_splits, build_warm_start, resolve_device
 
     cfg = load_config(config, overrides)
+    status, diffs = warm_start_status(out, cfg)
+    if status == "match" and not overwrite:
+        record = json.loads((Path(out) / "sft.json").read_text())
+        log(f"{out} already holds this warm start ({record.get('steps')} steps, greedy accuracy "
+            f"{record.get('accuracy', float('nan')):.3f}), built with the same settings; nothing to do "
+            f"(--overwrite builds it again)")
+        return 0
+    if status in ("differs", "legacy") and not overwrite:
+        what = (f"built with other settings ({'; '.join(diffs[:4])}{'; ...' if len(diffs) > 4 else ''})"
+                if status == "differs" else "with no settings record (an older grpolab)")
+        raise RunDirError(
+            f"{out} holds a finished warm start {what}. Write this one elsewhere with --out PATH, rebuild "
+            f"{out} with these settings with --overwrite, or train on from it with --set model.path={out} "
+            f"--out NEW (a new optimizer and learning-rate schedule: a finished warm start keeps no "
+            f"optimizer state)")
     seed_everything(cfg.trainer.seed)
     train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
     model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
-    saved, res = build_warm_start(cfg, model, tok, train_items, eval_items, out)
-    print(f"saved warm-started model to {saved} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
-          f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
+    saved, res = build_warm_start(cfg, model, tok, train_items, eval_items, out, log=log)
+    log(f"saved warm-started model to {saved} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
+        f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
     return 0

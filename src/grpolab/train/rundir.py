@@ -35,7 +35,7 @@ from grpolab.train.checkpoint import (Checkpoint, latest_checkpoint, load_weight
 from grpolab.utils.io import atomic_write_text
 
 __all__ = ["RESUME_FIXED_KEYS", "RunDir", "RunDirError", "WarmStartCheckpoint", "in_progress_dir", "resolve_model",
-           "warm_start_key"]
+           "warm_start_key", "warm_start_status"]
 
 
 class RunDirError(ConfigError):
@@ -179,24 +179,9 @@ class RunDir:
 
     # ------------------------------------------------------------------ warm-start cache
     def warm_start_status(self, cfg: Config) -> tuple[str, list[str]]:
-        """``(status, differences)`` of the cached warm start for ``cfg``.
-
-        ``status``: "missing" (none), "incomplete" (a model without its ``sft.json`` record: the
-        writer was killed), "legacy" (a record without a settings key: an older grpolab),
-        "match" or "differs" (``differences`` lists ``key: old -> new``).
-        """
-        if not (self.sft / "config.json").exists():
-            return "missing", []  # (a killed warm start's sft.partial/ is resumed by the warm start itself)
-        record = self.sft / "sft.json"
-        try:
-            saved = json.loads(record.read_text())
-        except (OSError, ValueError):
-            return "incomplete", []
-        if not isinstance(saved, dict) or saved.get("key") is None:
-            return "legacy", []
-        saved = saved["key"]
-        diffs = _differences(saved, json.loads(json.dumps(warm_start_key(cfg))))
-        return ("match", []) if not diffs else ("differs", diffs)
+        """``(status, differences)`` of the cached warm start ``RUN_DIR/sft`` for ``cfg``
+        (:func:`warm_start_status`)."""
+        return warm_start_status(self.sft, cfg)
 
     # ------------------------------------------------------------------ housekeeping
     def clean_stale(self) -> list[Path]:
@@ -214,6 +199,26 @@ class RunDir:
             (self.path / f).unlink(missing_ok=True)
 
 
+
+
+def warm_start_status(model_dir: str | os.PathLike, cfg: Config) -> tuple[str, list[str]]:
+    """``(status, differences)`` of the finished warm start in ``model_dir`` for ``cfg``.
+
+    ``status``: "missing" (none), "incomplete" (a model without its ``sft.json`` record: the
+    writer was killed), "legacy" (a record without a settings key: an older grpolab),
+    "match" or "differs" (``differences`` lists ``key: old -> new``, :func:`warm_start_key`).
+    """
+    model_dir = Path(model_dir)
+    if not (model_dir / "config.json").exists():
+        return "missing", []  # (a killed warm start's OUT.partial/ is resumed by the warm start itself)
+    try:
+        saved = json.loads((model_dir / "sft.json").read_text())
+    except (OSError, ValueError):
+        return "incomplete", []
+    if not isinstance(saved, dict) or saved.get("key") is None:
+        return "legacy", []
+    diffs = _differences(saved["key"], json.loads(json.dumps(warm_start_key(cfg))))
+    return ("match", []) if not diffs else ("differs", diffs)
 
 
 def snapshots_dir(out: str | os.PathLike) -> Path:
