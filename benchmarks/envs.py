@@ -111,7 +111,8 @@ def main() -> None:
     else:
         ws = root / "warm_start"
         sft_args = sum((["--set", s] for s in args.sft_set), [])
-        wall = _grpolab(["sft", config, "--out", str(ws), *sft_args], root / "sft.log")
+        # --overwrite: each invocation builds (and times) its own warm start
+        wall = _grpolab(["sft", config, "--out", str(ws), "--overwrite", *sft_args], root / "sft.log")
         last = [line for line in (root / "sft.log").read_text().splitlines() if line.startswith("saved")]
         sft_info = {"model": str(ws), "wall_s": wall, "summary": last[-1] if last else "", "overrides": args.sft_set}
 
