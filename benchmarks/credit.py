@@ -14,6 +14,8 @@ each seed, from one shared warm start (``model.path``), same config otherwise.
     python benchmarks/credit.py --warm-start DIR signal --prompts 32
     python benchmarks/credit.py --warm-start DIR signal --prompts 32 --templates config \
         --config studies/credit_teacher.yaml --out docs/results/credit_teacher_signal.json
+    python benchmarks/credit.py signal --templates config --config studies/credit_teacher.yaml \
+        --min-auc 0.8 --warm-starts runs/ws.snapshots/step_*     # which snapshot to start from
 
 Signal: on one batch sampled from the warm start, does the privileged teacher raise the log-prob
 of correct responses and lower it for wrong ones (per template)? If it cannot, RLSD/GEAR only add
@@ -242,7 +244,7 @@ def localisation(tokenizer, response_ids, response_mask, delta, items, group_siz
 
 
 def signal(args) -> None:
-    """Can the privileged teacher tell right from wrong? One batch from the warm start, per template.
+    """Can the privileged teacher tell right from wrong? One batch from each warm start, per template.
 
     For every sampled response: the sum and the mean over tokens of ``delta = teacher - student``
     log-prob, and the full-vocabulary KL. A teacher that reads the reference should raise the
@@ -251,7 +253,35 @@ def signal(args) -> None:
     Localisation: over the wrong responses, the mean delta on the tokens before the first token that
     departs from the reference solution, at that token, and after it (:func:`localisation`).
     ``--templates config`` (default: all) measures the run's own ``credit.template``.
+
+    Several warm starts (``signal --warm-starts DIR...``, e.g. a warm start's snapshots, ``OUT.snapshots/step_*``):
+    the signal is a property of a checkpoint, not of a recipe (it rose and fell along one warm start
+    in docs/results/credit_teacher.md), so each is measured on the same prompts and sampling seed,
+    and :func:`choose_warm_start` names the first and the best that reach ``--min-auc``.
     """
+    from grpolab.utils.io import atomic_write_json
+
+    results = []
+    warm_starts = args.warm_starts or [args.warm_start]
+    for ws in warm_starts:
+        if len(warm_starts) > 1:
+            print(f"== {ws}", flush=True)
+        results.append({"warm_start": str(ws), "prompts": args.prompts, "seed": args.seed, "extra": args.set,
+                        **measure_signal(ws, args)})
+    out = Path(args.out or RESULTS / "credit_signal.json")
+    if len(results) == 1:
+        atomic_write_json(out, results[0])
+    else:
+        template = (args.templates or list(TEMPLATES))[0]
+        choice = choose_warm_start(results, template, args.min_auc, f"auc_{args.auc_of}_delta")
+        print(signal_table(results, template, choice))
+        atomic_write_json(out, {"template": template, "min_auc": args.min_auc, "auc_of": args.auc_of, **choice,
+                                "by_warm_start": results})
+    print(f"wrote {out}")
+
+
+def measure_signal(warm_start, args) -> dict:
+    """``{"group_size", "rows"}`` of :func:`signal` for one warm-started model directory (one row per template)."""
     import torch
 
     from grpolab import objectives as obj
@@ -260,10 +290,9 @@ def signal(args) -> None:
     from grpolab.rollout import build_teacher_prompts, encode_teacher_prompts, sample, teacher_logprobs
     from grpolab.train.setup import build_task_splits
     from grpolab.train.text import decode_responses, encode_prompts
-    from grpolab.utils.io import atomic_write_json
 
-    cfg = load_config(args.config, overrides=[f"model.path={args.warm_start}", *args.set])
-    model, tok = load_model(args.warm_start)
+    cfg = load_config(args.config, overrides=[f"model.path={warm_start}", *args.set])
+    model, tok = load_model(warm_start)
     model.eval()
     train_items, _ = build_task_splits(cfg.task, seed=cfg.trainer.seed)
     items = train_items[: args.prompts]
@@ -303,10 +332,40 @@ def signal(args) -> None:
         }
         rows.append(row)
         print(json.dumps(row), flush=True)
-    out = Path(args.out or RESULTS / "credit_signal.json")
-    atomic_write_json(out, {"warm_start": str(args.warm_start), "prompts": args.prompts, "group_size": G,
-                            "seed": args.seed, "extra": args.set, "rows": rows})
-    print(f"wrote {out}")
+    return {"group_size": G, "rows": rows}
+
+
+def choose_warm_start(results: list[dict], template: str, min_auc: float, key: str = "auc_sum_delta") -> dict:
+    """Which of several measured warm starts (:func:`measure_signal` results, in the order given,
+    e.g. by step) to start a credit study from: ``first_meeting`` (the first whose AUC ``key`` for
+    ``template`` is >= ``min_auc``), ``best`` (the highest AUC) and ``best_auc``; None where no
+    warm start has a defined AUC (a batch with only right or only wrong responses) or none meets it.
+    ``key``: ``auc_sum_delta`` (the summed delta; the AUC docs/results/credit_teacher.md reports)
+    or ``auc_mean_delta`` (per-token mean)."""
+    aucs = []
+    for res in results:
+        row = next((r for r in res["rows"] if r["template"] == template), None)
+        aucs.append(None if row is None else row[key])
+    known = [(a, res["warm_start"]) for a, res in zip(aucs, results) if a is not None]
+    first = next((ws for a, ws in known if a >= min_auc), None)
+    best_auc, best = max(known, key=lambda t: t[0]) if known else (None, None)
+    return {"first_meeting": first, "best": best, "best_auc": best_auc}
+
+
+def signal_table(results: list[dict], template: str, choice: dict) -> str:
+    """Markdown table of the signal per warm start (``template``'s row) and the choice."""
+    f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+    lines = [f"| warm start | correct | AUC sum [mean] ({template}) | delta before / at first wrong | RLSD weights clipped |",
+             "|---|---|---|---|---|"]
+    for res in results:
+        row = next((r for r in res["rows"] if r["template"] == template), {})
+        lines.append(f"| {res['warm_start']} | {f(row.get('correct_frac'), '.3f')} | {f(row.get('auc_sum_delta'), '.3f')} "
+                     f"[{f(row.get('auc_mean_delta'), '.3f')}] | "
+                     f"{f(row.get('delta_before_first_wrong'), '+.2f')} / {f(row.get('delta_at_first_wrong'), '+.2f')} | "
+                     f"{f(row.get('clip_frac_eps_0.2'), '.2f')} |")
+    lines += ["", f"first to reach the AUC bound: {choice['first_meeting'] or 'none'}; "
+              f"best: {choice['best'] or 'none'} ({f(choice['best_auc'], '.3f')})"]
+    return "\n".join(lines)
 
 
 TEMPLATES = {
@@ -318,7 +377,7 @@ TEMPLATES = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--warm-start", required=True, help="warm-started model directory (HF format)")
+    ap.add_argument("--warm-start", default=None, help="warm-started model directory (HF format)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     w = sub.add_parser("worker")
     w.add_argument("--run-dir", required=True)
@@ -353,8 +412,19 @@ def main() -> None:
     g.add_argument("--config", default=None, help="YAML config (e.g. a studies/*.yaml) under the --set overrides")
     g.add_argument("--templates", nargs="+", default=None, choices=[*TEMPLATES, "config"],
                    help="teacher templates to measure (default: every built-in one; 'config': credit.template)")
+    g.add_argument("--warm-starts", nargs="+", default=None, metavar="DIR",
+                   help="measure several warm starts (e.g. OUT.snapshots/step_*) on the same batch and choose one")
+    g.add_argument("--min-auc", type=float, default=0.8,
+                   help="with several --warm-start: the AUC a warm start must reach to be chosen (issue 16: 0.8)")
+    g.add_argument("--auc-of", choices=["sum", "mean"], default="sum",
+                   help="the AUC that chooses: of the summed (default) or the per-token mean delta")
     g.add_argument("--out", default=None)
     args = ap.parse_args()
+    several = getattr(args, "warm_starts", None)
+    if several and args.warm_start:
+        ap.error("give --warm-start DIR or signal --warm-starts DIR..., not both")
+    if not (several or args.warm_start):
+        ap.error("--warm-start DIR is required" + (" (or signal --warm-starts DIR...)" if args.cmd == "signal" else ""))
     {"worker": worker, "speed": speed, "quality": quality, "signal": signal}[args.cmd](args)
 
 

@@ -115,3 +115,54 @@ def test_length_coupling_pinned_hand_example():
         "pooled_fail_success_ratio": exact(9 / 4, rel=1e-12), "mean_response_tokens": exact(17 / 3, rel=1e-12),
         "fail_longer_frac": None, "fail_shorter_frac": None,
     }
+
+
+def _signal_result(ws, auc, template="config"):
+    return {"warm_start": ws, "rows": [{"template": template, "auc_sum_delta": auc, "correct_frac": 0.5,
+                                        "auc_mean_delta": None if auc is None else auc - 0.1,
+                                        "delta_before_first_wrong": 0.0, "delta_at_first_wrong": -1.0,
+                                        "clip_frac_eps_0.2": 0.1}]}
+
+
+def test_choose_warm_start_by_the_teacher_signal():
+    # in the order given (by step): the first to reach the bound, and the best; undefined AUCs skipped
+    res = [_signal_result("s50", 0.51), _signal_result("s100", None), _signal_result("s150", 0.805),
+           _signal_result("s200", 0.957), _signal_result("s250", 0.737)]
+    assert credit.choose_warm_start(res, "config", 0.8) == {"first_meeting": "s150", "best": "s200", "best_auc": 0.957}
+    assert credit.choose_warm_start(res, "config", 0.96)["first_meeting"] is None
+    assert credit.choose_warm_start(res[:2], "config", 0.8) == {"first_meeting": None, "best": "s50", "best_auc": 0.51}
+    by_mean = credit.choose_warm_start(res, "config", 0.8, key="auc_mean_delta")  # 0.705 at s150: not yet
+    assert by_mean == {"first_meeting": "s200", "best": "s200", "best_auc": pytest.approx(0.857)}
+    assert credit.choose_warm_start([_signal_result("a", None)], "config", 0.8)["best"] is None
+    assert credit.choose_warm_start([_signal_result("a", 0.9, "compact")], "config", 0.8)["best"] is None
+
+
+def test_signal_over_several_warm_starts_writes_the_choice(tmp_path, monkeypatch, capsys):
+    import argparse
+    import json
+
+    aucs = {"w1": 0.6, "w2": 0.85, "w3": 0.9}
+    monkeypatch.setattr(credit, "measure_signal", lambda ws, args: {"group_size": 8, **_signal_result(ws, aucs[ws])})
+    args = argparse.Namespace(warm_start=None, warm_starts=["w1", "w2", "w3"], prompts=4, seed=0, set=[],
+                              templates=["config"], min_auc=0.8, auc_of="sum", out=str(tmp_path / "sig.json"))
+    credit.signal(args)
+    doc = json.loads((tmp_path / "sig.json").read_text())
+    assert (doc["first_meeting"], doc["best"], doc["best_auc"], doc["min_auc"]) == ("w2", "w3", 0.9, 0.8)
+    assert [r["warm_start"] for r in doc["by_warm_start"]] == ["w1", "w2", "w3"]
+    out = capsys.readouterr().out
+    assert "| w2 | 0.500 | 0.850 [0.750] |" in out and "first to reach the AUC bound: w2; best: w3 (0.900)" in out
+
+
+def test_measure_signal_on_a_tiny_model(tmp_path):
+    import argparse
+
+    from grpolab.models import TinyModelConfig, build_tiny_model, save_model
+
+    tok = build_tokenizer()
+    save_model(build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                     intermediate_size=64)), tok, tmp_path / "m")
+    args = argparse.Namespace(prompts=2, seed=0, config=None, templates=["compact", "config"],
+                              set=["rollout.max_new_tokens=8", "rollout.group_size=4", "task.n_train=64"])
+    res = credit.measure_signal(tmp_path / "m", args)
+    assert res["group_size"] == 4 and [r["template"] for r in res["rows"]] == ["compact", "config"]
+    assert all(r["responses"] == 8 and 0 <= r["correct_frac"] <= 1 and r["mean_kl"] >= 0 for r in res["rows"])
