@@ -535,11 +535,12 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{key}={value!r} must be an integer")
         return out
     if tp is str:
-        if isinstance(value, bool) and key in _YES_NO_KEYS:
-            return "yes" if value else "no"  # YAML reads an unquoted yes/no/true/false as a boolean
+        if isinstance(value, bool) and key in _BOOLEAN_WORDS:
+            # YAML 1.1 reads an unquoted yes/no/on/off/true/false as a boolean
+            return _BOOLEAN_WORDS[key][0 if value else 1]
         if isinstance(value, bool):
-            raise ConfigError(f"{key}={value!r} must be a string; YAML reads an unquoted yes/no/"
-                              f"true/false as a boolean, so quote it (e.g. {key.split('.')[-1]}: 'no')")
+            raise ConfigError(f"{key}={value!r} must be a string; YAML reads an unquoted yes/no/on/off/"
+                              f"true/false as a boolean, so quote the value (e.g. {key.split('.')[-1]}: 'text')")
         if not isinstance(value, (str, int, float)):
             raise ConfigError(f"{key}={value!r} must be a string")
         return str(value)
@@ -552,8 +553,9 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
     return value
 
 
-# String settings whose choices include "yes"/"no": a YAML boolean there means the same.
-_YES_NO_KEYS = frozenset({"sft.enabled"})
+# String settings with a yes/no (on/off) choice, and the words a YAML boolean there stands for:
+# ``enabled: no`` and ``chat_template: on`` reach the coercer as False and True.
+_BOOLEAN_WORDS = {"sft.enabled": ("yes", "no"), "task.chat_template": ("on", "off")}
 
 
 def _set(cfg: Config, dotted: str, value: Any) -> None:

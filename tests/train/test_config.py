@@ -60,14 +60,17 @@ def test_bad_yaml_and_missing_file(tmp_path):
 
 
 def test_yaml_booleans_in_string_settings(tmp_path):
-    """YAML reads an unquoted `no` as False: sft.enabled takes it as "no"; elsewhere the error says
-    to quote the value."""
+    """YAML reads an unquoted `no` / `on` as a boolean: sft.enabled takes it as "yes"/"no" and
+    task.chat_template as "on"/"off"; elsewhere the error says to quote the value."""
     p = tmp_path / "c.yaml"
     for text, want in (("false", "no"), ("no", "no"), ("true", "yes"), ("'auto'", "auto")):
         p.write_text(f"sft:\n  enabled: {text}\n")
         assert load_config(p).sft.enabled == want
+    for text, want in (("on", "on"), ("off", "off"), ("yes", "on"), ("false", "off"), ("auto", "auto")):
+        p.write_text(f"task:\n  chat_template: {text}\n")
+        assert load_config(p).task.chat_template == want
     p.write_text("objective:\n  aggregation: no\n")
-    with pytest.raises(ConfigError, match="quote it"):
+    with pytest.raises(ConfigError, match="quote the value"):
         load_config(p)
 
 
