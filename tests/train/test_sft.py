@@ -254,7 +254,7 @@ def test_a_finished_warm_start_is_kept_not_rebuilt(tmp_path, capsys, sft_steps):
     assert more["steps"] == 2 and more["key"]["model"]["path"] == str(tmp_path / "out")
 
 
-def test_a_finished_warm_start_without_a_record_is_refused_or_rebuilt(tmp_path, capsys, sft_steps):
+def test_a_model_without_a_settings_record_is_refused_unless_its_writer_was_killed(tmp_path, capsys, sft_steps):
     assert _sft(tmp_path / "out") == 0
     record = json.loads((tmp_path / "out" / "sft.json").read_text())
     del record["key"]  # an older grpolab's record
@@ -262,10 +262,16 @@ def test_a_finished_warm_start_without_a_record_is_refused_or_rebuilt(tmp_path, 
     capsys.readouterr()
     assert _sft(tmp_path / "out") == 2
     assert "no settings record" in capsys.readouterr().err
-    (tmp_path / "out" / "sft.json").unlink()  # its writer was killed: rebuilt without asking
+    # a model without sft.json: someone's model directory, unless the warm start's in-progress
+    # checkpoint shows that its writer was killed just before the record
+    (tmp_path / "out" / "sft.json").unlink()
+    assert _sft(tmp_path / "out") == 2
+    assert "not a grpolab warm start (no sft.json)" in capsys.readouterr().err
+    (tmp_path / "out.partial").mkdir()
     sft_steps.reset()
     assert _sft(tmp_path / "out") == 0
     assert sft_steps.taken == 6 and "key" in json.loads((tmp_path / "out" / "sft.json").read_text())
+    assert not (tmp_path / "out.partial").exists()
 
 
 @pytest.mark.parametrize("save_every,newest,left", [("0", None, 6), ("3", "step_000003", 3)])

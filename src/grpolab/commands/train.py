@@ -46,11 +46,11 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
 
     Progress is checkpointed to ``OUT.partial`` (``sft.save_every``): the same command run again
     after a kill continues from there. A finished warm start in ``out`` is never replaced silently:
-    built with the same settings it is kept (nothing to do); built with other settings the command
-    is refused unless ``overwrite``. (A finished warm start keeps no optimizer state, so it cannot be
+    built with the same settings it is kept (nothing to do); built with other settings, or a model
+    directory that is no warm start, the command is refused unless ``overwrite``. (A finished warm start keeps no optimizer state, so it cannot be
     extended in place; train on from it with ``--set model.path=OUT`` and another ``--out``.)"""
     from grpolab.train.loop import seed_everything
-    from grpolab.train.rundir import RunDirError, warm_start_status
+    from grpolab.train.rundir import RunDirError, in_progress_dir, warm_start_status
     from grpolab.train.setup import build_policy, build_task_splits, build_warm_start, resolve_device
 
     cfg = load_config(config, overrides)
@@ -61,14 +61,18 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
             f"{record.get('accuracy', float('nan')):.3f}), built with the same settings; nothing to do "
             f"(--overwrite builds it again)")
         return 0
-    if status in ("differs", "legacy") and not overwrite:
-        what = (f"built with other settings ({'; '.join(diffs[:4])}{'; ...' if len(diffs) > 4 else ''})"
-                if status == "differs" else "with no settings record (an older grpolab)")
+    # a model without sft.json is a warm start whose writer was killed only if its in-progress
+    # checkpoint is still there; otherwise it is someone's model directory
+    foreign = status == "incomplete" and not in_progress_dir(out).exists()
+    if (status in ("differs", "legacy") or foreign) and not overwrite:
+        what = {"differs": "a finished warm start built with other settings "
+                           f"({'; '.join(diffs[:4])}{'; ...' if len(diffs) > 4 else ''})",
+                "legacy": "a finished warm start with no settings record (an older grpolab)",
+                "incomplete": "a model that is not a grpolab warm start (no sft.json)"}[status]
         raise RunDirError(
-            f"{out} holds a finished warm start {what}. Write this one elsewhere with --out PATH, rebuild "
-            f"{out} with these settings with --overwrite, or train on from it with --set model.path={out} "
-            f"--out NEW (a new optimizer and learning-rate schedule: a finished warm start keeps no "
-            f"optimizer state)")
+            f"{out} holds {what}. Write this one elsewhere with --out PATH, rebuild {out} with these "
+            f"settings with --overwrite, or train on from it with --set model.path={out} --out NEW (a new "
+            f"optimizer and learning-rate schedule: a finished warm start keeps no optimizer state)")
     seed_everything(cfg.trainer.seed)
     train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
     model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
