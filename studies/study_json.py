@@ -11,7 +11,8 @@ Reads ``OUT/sweep.json`` and every finished run's ``metrics.jsonl`` and ``result
   divided by its length: the mean accuracy over training, trapezoid rule), ``curve`` (eval steps and
   per-seed accuracies), ``steps_to_baseline_final`` (per seed, the first eval step at which the
   variant reached the baseline's final accuracy *of the same seed*; null if it never did),
-  ``collapsed`` (runs whose accuracy fell below half of their start), and the step-mean of each
+  ``collapsed`` (runs whose accuracy fell below half of their start), ``max_drop`` (per seed, the
+  largest fall below the best accuracy so far: :func:`max_drop`), and the step-mean of each
   ``--metric`` per seed;
 - ``paired_vs_baseline``: per variant, the paired (by seed) mean difference of final and auc with a
   95% bootstrap interval, and how many seeds are above / below the baseline;
@@ -50,6 +51,16 @@ def curve_auc(steps: list[int], acc: list[float]) -> float:
     return area / (steps[-1] - steps[0])
 
 
+def max_drop(acc: list[float]) -> float:
+    """The largest fall of ``acc`` below its best so far (0 when it never falls): how far a run
+    that learned went back, a milder instability than a collapse."""
+    best, drop = float("-inf"), 0.0
+    for a in acc:
+        best = max(best, a)
+        drop = max(drop, best - a)
+    return drop
+
+
 def first_reach(steps: list[int], acc: list[float], target: float) -> int | None:
     """First eval step with ``acc >= target`` (None if never)."""
     return next((s for s, a in zip(steps, acc) if a >= target - 1e-12), None)
@@ -73,7 +84,7 @@ def collect(out: Path, metrics: list[str], per_run: Callable[[list[dict]], Any] 
         if not steps:
             continue
         name = ",".join(str(v) for v in run["factors"].values())
-        v = variants.setdefault(name, {"seeds": [], "final": [], "start": [], "best": [], "auc": [],
+        v = variants.setdefault(name, {"seeds": [], "final": [], "start": [], "best": [], "auc": [], "max_drop": [],
                                        "curve": {"steps": steps, "accuracy": []}, "collapsed": 0,
                                        "metrics": {m: [] for m in metrics}, **({"per_run": []} if per_run else {})})
         v["seeds"].append(run["seed"])
@@ -81,6 +92,7 @@ def collect(out: Path, metrics: list[str], per_run: Callable[[list[dict]], Any] 
         v["start"].append(acc[0])
         v["best"].append(max(acc))
         v["auc"].append(curve_auc(steps, acc))
+        v["max_drop"].append(max_drop(acc))
         v["curve"]["accuracy"].append(acc)
         v["collapsed"] += int(min(acc[1:] or acc) < 0.5 * acc[0])
         for m in metrics:
@@ -90,7 +102,7 @@ def collect(out: Path, metrics: list[str], per_run: Callable[[list[dict]], Any] 
             v["per_run"].append(per_run(rows))
     for v in variants.values():  # seed order
         order = sorted(range(len(v["seeds"])), key=lambda i: v["seeds"][i])
-        for k in ("seeds", "final", "start", "best", "auc", *(("per_run",) if per_run else ())):
+        for k in ("seeds", "final", "start", "best", "auc", "max_drop", *(("per_run",) if per_run else ())):
             v[k] = [v[k][i] for i in order]
         v["curve"]["accuracy"] = [v["curve"]["accuracy"][i] for i in order]
         v["metrics"] = {m: [xs[i] for i in order] for m, xs in v["metrics"].items()}
@@ -129,8 +141,8 @@ def tables(variants: dict[str, dict], pairs: dict[str, dict], baseline: str, met
         return f"{c['value']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
 
     lines = ["| variant | seeds | start | final, per seed | final | auc | final - " + baseline
-             + " | auc - " + baseline + " | steps to " + baseline + "'s final | collapsed |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             + " | auc - " + baseline + " | steps to " + baseline + "'s final | largest drop | collapsed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, v in variants.items():
         p = pairs.get(name)
         reach = ", ".join("-" if s is None else str(s) for s in v["steps_to_baseline_final"])
@@ -138,7 +150,7 @@ def tables(variants: dict[str, dict], pairs: dict[str, dict], baseline: str, met
             f"| {name} | {len(v['seeds'])} | {sum(v['start']) / len(v['start']):.3f} | "
             f"{' '.join(f'{x:.3f}' for x in v['final'])} | {ci(v['final'])} | {ci(v['auc'])} | "
             f"{fmt_diff(p['final']) + ' (' + str(p['final_above']) + ' up, ' + str(p['final_below']) + ' down)' if p else '(baseline)'} | "
-            f"{fmt_diff(p['auc']) if p else ''} | {reach} | {v['collapsed']}/{len(v['seeds'])} |")
+            f"{fmt_diff(p['auc']) if p else ''} | {reach} | {max(v['max_drop']):.3f} | {v['collapsed']}/{len(v['seeds'])} |")
     if metrics:
         lines += ["", "| variant | " + " | ".join(metrics) + " |", "|---|" + "---|" * len(metrics)]
         for name, v in variants.items():
