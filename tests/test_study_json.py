@@ -53,12 +53,6 @@ def test_study_json_pairs_by_seed_and_measures_the_curve(tmp_path, monkeypatch, 
     assert b["steps_to_baseline_final"] == [10, None]
     assert b["collapsed"] == 1  # seed 1 fell to 0.2 < half of 0.5
     assert b["max_drop"] == pytest.approx([0.0, 0.3]) and a["max_drop"] == [0.0, 0.0]
-
-
-def test_max_drop_is_the_fall_below_the_best_so_far():
-    assert sj.max_drop([0.5, 0.9, 0.6, 0.95, 0.7, 0.8]) == pytest.approx(0.3)  # 0.9 -> 0.6 (0.95 -> 0.7: 0.25)
-    assert sj.max_drop([0.5, 0.9, 0.7, 0.95, 0.6]) == pytest.approx(0.35)  # from the new best 0.95, not 0.9
-    assert sj.max_drop([0.9, 0.5]) == pytest.approx(0.4) and sj.max_drop([0.1, 0.2, 0.3]) == 0.0
     p = doc["paired_vs_baseline"]["b"]
     assert p["final"]["value"] == pytest.approx(((0.8 - 0.6) + (0.65 - 0.7)) / 2)
     assert p["final_above"] == 1 and p["final_below"] == 1
@@ -73,3 +67,9 @@ def test_study_json_refuses_an_unknown_baseline(tmp_path, monkeypatch):
                                       "--results", str(tmp_path)])
     with pytest.raises(SystemExit, match="baseline 'zz' is not one of the variants"):
         sj.main()
+
+
+def test_max_drop_is_the_fall_below_the_best_so_far():
+    assert sj.max_drop([0.5, 0.9, 0.6, 0.95, 0.7, 0.8]) == pytest.approx(0.3)  # 0.9 -> 0.6 (0.95 -> 0.7: 0.25)
+    assert sj.max_drop([0.5, 0.9, 0.7, 0.95, 0.6]) == pytest.approx(0.35)  # from the new best 0.95, not 0.9
+    assert sj.max_drop([0.9, 0.5]) == pytest.approx(0.4) and sj.max_drop([0.1, 0.2, 0.3]) == 0.0
