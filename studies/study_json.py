@@ -14,7 +14,7 @@ Reads ``OUT/sweep.json`` and every finished run's ``metrics.jsonl`` and ``result
   ``collapsed`` (runs whose accuracy fell below half of their start), ``max_drop`` (per seed, the
   largest fall below the best accuracy so far: :func:`max_drop`), and the step-mean of each
   ``--metric`` per seed;
-- ``paired_vs_baseline``: per variant, the paired (by seed) mean difference of final and auc with a
+- ``paired_vs_baseline``: per variant, the paired (by seed) mean difference of final, auc and max_drop with a
   95% bootstrap interval, and how many seeds are above / below the baseline;
 - ``command`` and ``commit``.
 """
@@ -121,7 +121,7 @@ def paired(variants: dict[str, dict], baseline: str) -> dict[str, dict]:
         if name == baseline or not idx:
             continue
         entry = {"seeds": [v["seeds"][i] for i, _ in idx]}
-        for k in ("final", "auc"):
+        for k in ("final", "auc", "max_drop"):
             a, b = [v[k][i] for i, _ in idx], [base[k][j] for _, j in idx]
             entry[k] = paired_bootstrap_ci(a, b).to_dict() if len(idx) > 1 else {"value": a[0] - b[0]}
             entry[f"{k}_above"] = sum(x > y for x, y in zip(a, b))

@@ -56,6 +56,7 @@ def test_study_json_pairs_by_seed_and_measures_the_curve(tmp_path, monkeypatch, 
     p = doc["paired_vs_baseline"]["b"]
     assert p["final"]["value"] == pytest.approx(((0.8 - 0.6) + (0.65 - 0.7)) / 2)
     assert p["final_above"] == 1 and p["final_below"] == 1
+    assert p["max_drop"]["value"] == pytest.approx(0.15) and (p["max_drop_above"], p["max_drop_below"]) == (1, 0)
     assert "| b | 2 |" in capsys.readouterr().out
 
 
