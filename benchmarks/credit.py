@@ -415,7 +415,8 @@ def main() -> None:
     g.add_argument("--warm-starts", nargs="+", default=None, metavar="DIR",
                    help="measure several warm starts (e.g. OUT.snapshots/step_*) on the same batch and choose one")
     g.add_argument("--min-auc", type=float, default=0.8,
-                   help="with several --warm-start: the AUC a warm start must reach to be chosen (issue 16: 0.8)")
+                   help="with --warm-starts: the AUC (of the first --templates entry) a warm start must reach "
+                   "to be chosen (issue 16: 0.8)")
     g.add_argument("--auc-of", choices=["sum", "mean"], default="sum",
                    help="the AUC that chooses: of the summed (default) or the per-token mean delta")
     g.add_argument("--out", default=None)
