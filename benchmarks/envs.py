@@ -63,15 +63,21 @@ def heldout_items(config: str, n_eval: int) -> tuple[list, object]:
     return items, cfg
 
 
-def greedy_episodes(model_dir: Path | str, config: str, n_eval: int) -> tuple[list, list[bool]]:
-    """``(items, solved)``: the first ``n_eval`` held-out items of ``config``'s task and whether
-    ``model_dir`` solves each one in a greedy episode."""
+def greedy_eval(model_dir: Path | str, items: list, env) -> object:
+    """``model_dir``'s greedy evaluation (:class:`grpolab.train.evaluate.EvalResult`: per-item
+    scores and transcripts) on ``items`` in the environment ``env`` (a config's ``env`` section)."""
     from grpolab.models import load_model
     from grpolab.train.evaluate import evaluate
 
-    items, cfg = heldout_items(config, n_eval)
     model, tok = load_model(model_dir)
-    res = evaluate(model, tok, items, env=cfg.env)
+    return evaluate(model, tok, items, env=env)
+
+
+def greedy_episodes(model_dir: Path | str, config: str, n_eval: int) -> tuple[list, list[bool]]:
+    """``(items, solved)``: the first ``n_eval`` held-out items of ``config``'s task and whether
+    ``model_dir`` solves each one in a greedy episode."""
+    items, cfg = heldout_items(config, n_eval)
+    res = greedy_eval(model_dir, items, cfg.env)
     return items, [s >= 1.0 - 1e-9 for s in res.scores]
 
 

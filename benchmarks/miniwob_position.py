@@ -63,11 +63,9 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "miniwob_position.json"))
     args = ap.parse_args()
 
-    from envs import heldout_items
+    from envs import greedy_eval, heldout_items
 
     from grpolab.config import load_config
-    from grpolab.models import load_model
-    from grpolab.train.evaluate import evaluate
     from grpolab.utils.io import atomic_write_json
 
     n_tasks = len(load_config(args.config).task.options.get("tasks") or [])
@@ -79,8 +77,7 @@ def main() -> None:
         sys.exit(f"error: no held-out items of task {args.task!r} in {args.config}; is it in task.options.tasks?")
     result = {"config": args.config, "task": args.task, "n": len(items), "models": {}}
     for m in args.models:
-        model, tok = load_model(m)
-        res = evaluate(model, tok, items, env=cfg.env)
+        res = greedy_eval(m, items, cfg.env)
         table = by_position([it.meta for it in items], res.scores, res.completions)
         result["models"][m] = {"solved": sum(v["solved"] for v in table.values()), "by_target_id": table}
         print(f"\n{m}: {result['models'][m]['solved']}/{len(items)} solved")
