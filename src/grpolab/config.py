@@ -99,6 +99,11 @@ class TaskConfig:
     the tokenizer's chat template when it has one and the model is an instruct/chat model or the
     dataset is conversational), ``on`` or ``off``; ``system_prompt``; ``prompt_template`` with
     ``{prompt}`` (e.g. ``"{prompt}\nPut the final answer after ####."``).
+
+    ``options.reward`` (any task): the reward that scores the items -- a registered name,
+    ``"package.module:function"``, an entry point of the ``grpolab.rewards`` group, or a list of
+    ``{name, weight, options}`` summed with their weights; checked (and a user module imported)
+    here, at config time (:func:`grpolab.rewards.resolve_reward`, docs/rewards.md).
     """
 
     name: str = "arith"
@@ -115,6 +120,13 @@ class TaskConfig:
                 _positive(f"task.{k}", getattr(self, k))
         if not isinstance(self.options, dict):
             raise ConfigError(f"task.options must be a mapping, got {type(self.options).__name__}")
+        if "reward" in self.options:  # a user's module:function is imported here, at config time
+            from grpolab.rewards import resolve_reward
+
+            try:
+                resolve_reward(self.options["reward"])
+            except ValueError as e:
+                raise ConfigError(f"task.options.reward: {e}") from None
         try:
             self.prompt_format()
         except ValueError as e:
@@ -471,6 +483,11 @@ class Config:
                 f"env.name={self.env.name!r} with task.name={self.task.name!r}: real MiniWoB++ pages need "
                 "both set to miniwob (the task makes the seeded pages, the environment plays them); "
                 "see docs/miniwob.md"
+            )
+        if self.env.name and "reward" in self.task.options:
+            raise ConfigError(
+                f"task.options.reward is not used with env.name={self.env.name!r}: the environment "
+                "scores each episode; remove task.options.reward (or env.name for single-turn runs)"
             )
         if self.objective.aggregation == "balanced" and self.rollout.group_size < 2:
             raise ConfigError("objective.aggregation=balanced needs rollout.group_size >= 2")

@@ -19,8 +19,11 @@ Registry: :func:`register_reward`, :func:`get_reward`, :func:`list_rewards`; sco
   task's verifier, :mod:`grpolab.rewards.pair_sum`).
 
 The ``math`` reward also uses ``math-verify`` (LaTeX, sets, intervals, expressions) when it is
-installed. Sandbox: :func:`run_sandboxed` (:mod:`grpolab.rewards.sandbox`); the isolation in
-force: :func:`sandbox_isolation`. Batches:
+installed. A user's own reward: ``"package.module:function"``, an entry point of the
+``grpolab.rewards`` group, or a weighted list of rewards, made usable by :func:`resolve_reward`
+(:mod:`grpolab.rewards.user`; ``task.options.reward`` in a config). Sandbox:
+:func:`run_sandboxed` (:mod:`grpolab.rewards.sandbox`); the isolation in force:
+:func:`sandbox_isolation`. Batches:
 :func:`score_batch` (:mod:`grpolab.rewards.batch`). Guide: ``docs/rewards.md``.
 """
 
@@ -63,6 +66,7 @@ from grpolab.rewards.sql import extract_sql, sql_reward
 from grpolab.rewards.json_schema import extract_json, json_schema_reward
 from grpolab.rewards.batch import ScoreRequest, score_batch
 from grpolab.rewards.pair_sum import pair_sum_reward
+from grpolab.rewards.user import RewardSpecError, WeightedReward, resolve_reward
 
 __all__ = [
     "Extraction",
@@ -87,6 +91,8 @@ __all__ = [
     "sql_reward",
     "RewardFn",
     "RewardResult",
+    "RewardSpecError",
+    "WeightedReward",
     "exact_reward",
     "extract_answer",
     "extract_boxed",
@@ -101,6 +107,7 @@ __all__ = [
     "parse_number",
     "reasoning_gym_reward",
     "register_reward",
+    "resolve_reward",
     "safe_score",
     "score",
 ]

@@ -128,16 +128,29 @@ def list_rewards() -> list[str]:
 def get_reward(name: str) -> Callable[..., Any]:
     """The reward function registered under ``name``.
 
+    A name not registered yet is looked up as ``"package.module:function"`` (imported and
+    registered) or as an entry point of the ``grpolab.rewards`` group
+    (:mod:`grpolab.rewards.user`).
+
     Raises:
-        ValueError: unknown name; the message lists the known ones.
+        ValueError: unknown name (the message lists the known ones), or a ``module:function``
+            / entry point that cannot be loaded (the message says why).
     """
     try:
         return _REWARDS[name]
     except (KeyError, TypeError):
+        pass
+    if not isinstance(name, str):
         raise ValueError(
             f"unknown reward {name!r}; known rewards: {list_rewards()} "
             "(register new ones with grpolab.rewards.register_reward)"
-        ) from None
+        )
+    from grpolab.rewards.user import resolve_reward
+
+    try:
+        return _REWARDS[resolve_reward(name)]
+    except ValueError as e:  # RewardSpecError: reported as the ValueError it is
+        raise ValueError(str(e)) from None
 
 
 def score(name: str, completion: str, reference: Any, /, **options: Any) -> RewardResult:

@@ -17,7 +17,9 @@ deterministic (the same call returns the same items, in any process) and keeps `
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import inspect
 import random
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
@@ -28,6 +30,7 @@ __all__ = [
     "PROCEDURAL_DEFAULT_N",
     "SPLITS",
     "ProceduralTask",
+    "RewardOverride",
     "StaticTask",
     "Task",
     "TooFewItems",
@@ -153,8 +156,15 @@ def list_tasks() -> list[str]:
 def get_task(name: str, /, **options: Any) -> Task:
     """Build the task registered under ``name`` with ``options`` (e.g. ``seed=1``).
 
+    Every task takes the option ``reward``: a reward spec for
+    :func:`grpolab.rewards.resolve_reward` (a registered name, ``"package.module:function"``, an
+    entry point, or a list of ``{name, weight, options}``). A task whose factory has a ``reward``
+    parameter (``dataset``) gets the resolved name; any other task's items are scored by that
+    reward instead of their own (:class:`RewardOverride`), with their reward options kept.
+
     Raises:
-        ValueError: unknown name; the message lists the registered tasks.
+        ValueError: unknown name (the message lists the registered tasks); a reward spec that
+            cannot be used (:class:`grpolab.rewards.RewardSpecError`).
     """
     try:
         factory = _TASKS[name]
@@ -163,7 +173,46 @@ def get_task(name: str, /, **options: Any) -> Task:
             f"unknown task {name!r}; registered tasks: {list_tasks()} "
             "(register new ones with grpolab.tasks.register_task)"
         ) from None
-    return factory(**options)
+    if "reward" not in options:
+        return factory(**options)
+    from grpolab.rewards import resolve_reward
+
+    reward = resolve_reward(options.pop("reward"))
+    if _takes(factory, "reward"):
+        return factory(reward=reward, **options)
+    return RewardOverride(factory(**options), reward)
+
+
+def _takes(factory: Callable, param: str) -> bool:
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return False
+    return param in params and params[param].kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                      inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+class RewardOverride:
+    """A task whose items are scored by the reward ``reward`` instead of their own.
+
+    ``items()`` returns the inner task's items with ``reward`` replaced (reward options kept);
+    every other attribute (``name``, ``available``, ...) is the inner task's.
+    """
+
+    def __init__(self, task: Task, reward: str) -> None:
+        self.task = task
+        self.reward = reward
+
+    def items(self, split: str, n: int | None = None) -> list[TaskItem]:
+        return [dataclasses.replace(it, reward=self.reward) for it in self.task.items(split, n)]
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr == "task":  # not set yet (e.g. while unpickling): no recursion
+            raise AttributeError(attr)
+        return getattr(self.task, attr)
+
+    def __repr__(self) -> str:
+        return f"RewardOverride({self.task!r}, reward={self.reward!r})"
 
 
 # ----------------------------------------------------------------------------- procedural
