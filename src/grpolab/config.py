@@ -206,9 +206,20 @@ class RolloutConfig:
     # the trainer's process (fastest for cheap checks such as plain numbers: no IPC). Sandboxed code
     # verification always runs in parallel over the fork-server pool, whatever this is.
     reward_workers: int = 1
+    # DAPO's dynamic sampling (verl algorithm.filter_groups): drop every prompt group whose rewards
+    # are all equal and sample more prompts until prompts_per_step groups with signal are kept, for
+    # at most dynamic_sampling_rounds rounds per step (the first included); each round samples
+    # ceil(missing groups * dynamic_sampling_oversample) prompts. See grpolab.train.dapo.
+    dynamic_sampling: bool = False
+    dynamic_sampling_rounds: int = 4
+    dynamic_sampling_oversample: float = 1.0
 
     def validate(self) -> None:
         _positive("rollout.reward_workers", self.reward_workers)
+        _positive("rollout.dynamic_sampling_rounds", self.dynamic_sampling_rounds)
+        if self.dynamic_sampling_oversample < 1:
+            raise ConfigError(f"rollout.dynamic_sampling_oversample={self.dynamic_sampling_oversample} must be "
+                              ">= 1 (1 = sample exactly the missing groups each round; e.g. 1.5)")
         _positive("rollout.prompts_per_step", self.prompts_per_step)
         _positive("rollout.group_size", self.group_size)
         _positive("rollout.max_new_tokens", self.max_new_tokens)
@@ -230,9 +241,22 @@ class ObjectiveConfig:
     clip_power: float = 0.5
     kl_coef: float = 0.0
     kl_estimator: str = "k3"
+    # Responses that hit the length cap without ending get no loss at all (DAPO's overlong
+    # filtering; TRL mask_truncated_completions).
+    mask_truncated: bool = False
+    # DAPO's soft overlong punishment (verl reward_model.overlong_buffer): the last overlong_buffer
+    # tokens before the length cap cost up to overlong_penalty reward, linearly. >= 1: tokens;
+    # in (0, 1): a share of the longest response (DAPO: 4096 of 20480 = 0.2); 0 = off.
+    overlong_buffer: float = 0.0
+    overlong_penalty: float = 1.0
 
     def validate(self) -> None:
         from grpolab import objectives as obj
+
+        if self.overlong_buffer < 0 or (self.overlong_buffer >= 1 and not float(self.overlong_buffer).is_integer()):
+            raise ConfigError(f"objective.overlong_buffer={self.overlong_buffer} must be 0 (off), a share of the "
+                              "longest response in (0, 1) (e.g. 0.2), or a whole number of tokens (e.g. 16)")
+        _positive("objective.overlong_penalty", self.overlong_penalty, zero_ok=True)
 
         _choice("objective.advantage", self.advantage, obj.ADVANTAGE_ESTIMATORS.names())
         _choice("objective.ratio", self.ratio, obj.RATIO_LEVELS.names())
@@ -491,6 +515,15 @@ class Config:
             )
         if self.objective.aggregation == "balanced" and self.rollout.group_size < 2:
             raise ConfigError("objective.aggregation=balanced needs rollout.group_size >= 2")
+        if self.rollout.dynamic_sampling and self.rollout.group_size < 2:
+            raise ConfigError("rollout.dynamic_sampling needs rollout.group_size >= 2 (a one-sample group never "
+                              "has signal, so every group would be dropped)")
+        max_len = self.env.max_total_tokens if self.env.name else self.rollout.max_new_tokens
+        if self.objective.overlong_buffer >= 1 and self.objective.overlong_buffer > max_len:
+            raise ConfigError(
+                f"objective.overlong_buffer={int(self.objective.overlong_buffer)} tokens exceeds the longest "
+                f"response ({max_len}, {'env.max_total_tokens' if self.env.name else 'rollout.max_new_tokens'}); "
+                "lower it, or give a share such as 0.2")
         if self.rollout.group_size < 2 and self.objective.advantage in ("grpo", "drgrpo", "rloo"):
             raise ConfigError(
                 f"rollout.group_size={self.rollout.group_size}: group advantages need at least 2 "
@@ -504,7 +537,13 @@ class Config:
 
 PRESETS: dict[str, dict[str, Any]] = {
     "grpo": {},
-    "dapo": {"objective.aggregation": "token", "objective.clip_high": 0.28, "objective.advantage": "grpo"},
+    # DAPO as its published recipe runs it (verl recipe/dapo): token-mean aggregation, clip-higher
+    # [0.2, 0.28], dynamic sampling, soft overlong punishment over the last 20% of the length
+    # (4096 of 20480 tokens), no KL. Overlong filtering (objective.mask_truncated) stays off: the
+    # soft punishment replaces it there.
+    "dapo": {"objective.aggregation": "token", "objective.clip_low": 0.2, "objective.clip_high": 0.28,
+             "objective.advantage": "grpo", "objective.kl_coef": 0.0, "rollout.dynamic_sampling": True,
+             "objective.overlong_buffer": 0.2, "objective.overlong_penalty": 1.0},
     "drgrpo": {"objective.advantage": "drgrpo", "objective.aggregation": "constant"},
     "ba": {"objective.aggregation": "balanced"},
     "gspo": {"objective.ratio": "gspo", "objective.clip_low": 3e-4, "objective.clip_high": 4e-4},

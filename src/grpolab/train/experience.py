@@ -29,6 +29,10 @@ class Experience:
         texts: ``B`` decoded responses (multi-turn: the episode transcript after the prompt).
         rewards: ``FloatTensor [B]`` (on the CPU): verifier scores, or episode returns.
         reward_errors: rows whose verifier failed (they score 0).
+        reward_scored: rows the verifier scored for this step (with dynamic sampling, every
+            round's rows: more than ``B``); None = ``B``.
+        reward_shaping: ``FloatTensor [B]`` added to ``rewards`` for the advantage only (DAPO's
+            soft overlong punishment, :mod:`grpolab.train.dapo`), or None.
         episode_metrics: per-step statistics of multi-turn episodes (``episodes/...``), else empty.
         advantages: ``[B]`` sequence or ``[B,T]`` per-token advantages, once computed.
         old_logp: ``[B,T]`` behaviour-policy log-probs; None on-policy (ratio exactly 1).
@@ -43,6 +47,8 @@ class Experience:
     texts: list[str]
     rewards: torch.Tensor
     reward_errors: int = 0
+    reward_scored: int | None = None
+    reward_shaping: torch.Tensor | None = None
     episode_metrics: dict[str, float] = field(default_factory=dict)
     advantages: torch.Tensor | None = None
     old_logp: torch.Tensor | None = None
@@ -64,6 +70,11 @@ class Experience:
     def batch_size(self) -> int:
         """``B``, the number of rows."""
         return self.rollout.batch_size
+
+    @property
+    def learning_rewards(self) -> torch.Tensor:
+        """``[B]``: what the advantage is computed from: ``rewards`` plus any ``reward_shaping``."""
+        return self.rewards if self.reward_shaping is None else self.rewards + self.reward_shaping.to(self.rewards)
 
     @property
     def prompt_index(self) -> torch.Tensor:

@@ -31,6 +31,7 @@ from grpolab.config import Config
 from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import load_weights, save_checkpoint
 from grpolab.train.collector import Collector, collector_for
+from grpolab.train.dapo import collect_step, without_truncated
 from grpolab.train.evaluate import SOLVED, evaluate, per_family
 from grpolab.train.experience import Experience
 from grpolab.train.metrics_log import MetricsLog
@@ -123,15 +124,16 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     tr = cfg.trainer
     while state.step < tr.steps:
         timer = PhaseTimer()
-        prompts = state.next_prompts(train_items, cfg.rollout.prompts_per_step)
-        exp = collector.collect(state.sampler(), prompts, group_size=cfg.rollout.group_size,
-                                temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                generator=state.generator)
+        # one round of prompts, or DAPO's dynamic sampling (grpolab.train.dapo)
+        exp, sampling_metrics = collect_step(collector, state.sampler(),
+                                             lambda n: state.next_prompts(train_items, n), cfg,
+                                             n_train=len(train_items), generator=state.generator)
         with timer("update"):
             exp = learning_signal(exp, state, spec, advantage_fn)
-            stats = update(state.policy, state.optimizer, state.scheduler, exp, spec)
+            stats = update(state.policy, state.optimizer, state.scheduler,
+                           without_truncated(exp) if cfg.objective.mask_truncated else exp, spec)
         state.finish_step()
-        row = {**step_metrics(exp, stats), **exp.credit_metrics, **exp.episode_metrics,
+        row = {**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics, **exp.episode_metrics,
                **_throughput(state, exp, timer)}
         every = cfg.log.completions_every
         if every and state.step % every == 0:  # what the model writes, like TRL's log_completions
@@ -223,7 +225,7 @@ def learning_signal(exp: Experience, state: TrainState, spec: UpdateSpec, advant
     """Advantages, behaviour and reference log-probs, and the credit step's per-token advantages."""
     rollout = exp.rollout
     device = rollout.response_mask.device
-    advantages = advantage_fn(exp.rewards, rollout.group_ids.cpu()).to(device)
+    advantages = advantage_fn(exp.learning_rewards, rollout.group_ids.cpu()).to(device)
     on_policy = state.behaviour is None and spec.on_policy
     sampler = state.behaviour if state.behaviour is not None else state.policy
     with torch.no_grad():
@@ -304,6 +306,11 @@ def step_metrics(exp: Experience, update_stats: dict[str, float]) -> dict[str, f
     hi = torch.full((n,), -float("inf")).scatter_reduce(0, idx, rewards, "amax")
     lo = torch.full((n,), float("inf")).scatter_reduce(0, idx, rewards, "amin")
     row["groups/all_equal_frac"] = float((hi - lo <= 1e-12).float().mean())
+    # groups whose advantage is not 0 everywhere (rewards as the advantage sees them, shaping included):
+    # 0 means the step had nothing to learn from (see grpolab.train.watch)
+    signal = obj.group_has_signal(exp.learning_rewards, idx)
+    row["groups/with_signal"] = float(torch.unique(idx[signal]).numel())
+    row["reward/scored"] = float(exp.reward_scored if exp.reward_scored is not None else len(rewards))
     row.update({f"update/{k}": v for k, v in update_stats.items()})
     return row
 
