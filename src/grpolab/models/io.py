@@ -1,4 +1,4 @@
-"""Load and save any Hugging Face causal LM + tokenizer from/to a local directory.
+"""Load and save any Hugging Face causal LM + tokenizer from/to a local directory (or a GGUF file).
 
 Nothing here reaches the network: ``load_model`` takes a directory that already holds a model in
 the standard HF layout (``config.json``, ``model.safetensors`` or sharded/``.bin`` weights, and
@@ -62,8 +62,8 @@ def _check_model_dir(path: Path) -> None:
         )
     if not path.is_dir():
         raise NotADirectoryError(
-            f"model path {str(path)!r} is a file, not a directory; pass the directory that "
-            "holds config.json and the weights"
+            f"model path {str(path)!r} is a file, not a directory or a .gguf file; pass the directory "
+            "that holds config.json and the weights, or a GGUF file"
         )
     present = sorted(p.name for p in path.iterdir())
     if not (path / "config.json").is_file():
@@ -86,11 +86,13 @@ def _check_model_dir(path: Path) -> None:
 
 def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | None = None,
                gradient_checkpointing: bool = False):
-    """Load ``(model, tokenizer)`` from a local HF directory.
+    """Load ``(model, tokenizer)`` from a local HF directory or a GGUF file.
 
     Args:
         path: directory with ``config.json``, weights (one of :data:`WEIGHT_FILES`) and
-            tokenizer files (one of :data:`TOKENIZER_FILES`).
+            tokenizer files (one of :data:`TOKENIZER_FILES`); or a ``.gguf`` file, or a folder
+            holding one and no ``config.json`` (:func:`grpolab.models.gguf.load_gguf`:
+            dequantised, ``dtype="auto"`` means float32; needs ``grpolab[gguf]``).
         dtype: ``"auto"`` (default; ``None`` means the same) keeps the dtype the checkpoint was
             saved in (its config's ``torch_dtype``: a bf16 checkpoint loads as bf16); else a
             ``torch.dtype`` or one of "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16",
@@ -117,6 +119,14 @@ def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | N
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     path = Path(path)
+    from grpolab.models.gguf import find_gguf, load_gguf
+
+    gguf = find_gguf(path)
+    if gguf is not None:  # a .gguf file or a folder holding one: dequantised through transformers
+        model, tokenizer = load_gguf(gguf, dtype=dtype, device=device, attn_implementation=attn_implementation)
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+        return model, tokenizer
     _check_model_dir(path)
     torch_dtype = _resolve_dtype(dtype)
 
