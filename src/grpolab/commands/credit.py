@@ -1,7 +1,7 @@
 """``grpolab credit RUN_DIR --sample N``: where does the privileged teacher put the blame?
 
-Loads a run's model (``final/``, else the newest checkpoint, else the warm start) and config,
-samples ``group_size`` responses for a few held-out prompts, scores them (rewards, group
+Opens a run with :func:`grpolab.runs.open_run` (its model: ``final/``, else the newest checkpoint,
+else the warm start; its config, prompt format, stop tokens and collector), samples ``group_size`` responses for a few held-out prompts, scores them (rewards, group
 advantages), runs the run's credit method (``rlsd``/``gear``/``opsd``; ``gear`` for a ``grpo`` run)
 with the teacher the run used (the frozen teacher saved in the newest checkpoint, else the model
 itself), and writes
@@ -29,34 +29,36 @@ from grpolab.utils.io import atomic_write_text
 
 
 def collect(run_dir: str | Path, *, sample: int = 4, lam: float | None = None, method: str | None = None,
-            seed: int = 0) -> dict[str, Any]:
+            seed: int = 0, log=print) -> dict[str, Any]:
     """Sample, score and reweight ``sample`` responses of a run; returns what the page shows."""
     from grpolab import objectives as obj
-    from grpolab.models import load_model
-    from grpolab.train.collector import SingleTurnCollector
+    from grpolab.config import ConfigError
+    from grpolab.runs import open_run
     from grpolab.train.credit import CreditStep
-    from grpolab.train.rundir import RunDir
-    from grpolab.train.setup import build_task_splits
+    from grpolab.train.rundir import RunDir, RunDirError
 
-    run = RunDir(run_dir)
     if sample < 1:
-        raise ValueError(f"--sample must be >= 1, got {sample}")
-    cfg = run.load_config()
+        raise ConfigError(f"--sample must be >= 1, got {sample}")
+    run = RunDir(run_dir)
+    if not run.is_run():
+        raise RunDirError(f"{run_dir} is not a grpolab run directory (no config.yaml there)")
+    opened = open_run(run_dir, log=log)
+    cfg, model, tok, eval_items = opened.config, opened.model, opened.tokenizer, opened.eval_items
+    if opened.env is not None:
+        raise ConfigError(f"{run_dir} plays multi-turn episodes (env.name={cfg.env.name!r}); the credit page "
+                          "shows single-turn responses under the teacher template, which episodes do not have")
     method = method or (cfg.credit.name if cfg.credit.name != "grpo" else "gear")
     obj.CREDIT_METHODS.get(method)
     cfg.credit.name = method
-    model, tok = load_model(run.model_dir())
-    model.eval()
-    _, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
     G = max(cfg.rollout.group_size, 2)
     n_prompts = min(len(eval_items), max(1, -(-sample // G) * 2))   # extra prompts: want mixed rewards
-    exp = SingleTurnCollector(tok, max_new_tokens=cfg.rollout.max_new_tokens).collect(
+    exp = opened.collector.collect(
         model, eval_items[:n_prompts], group_size=G, temperature=cfg.rollout.temperature,
         top_p=cfg.rollout.top_p, generator=torch.Generator().manual_seed(seed))
     rollout, completions, rewards = exp.rollout, exp.texts, exp.rewards
     adv = obj.get_advantage_estimator(cfg.objective.advantage)(rewards, rollout.group_ids)
     exp = exp.replace(advantages=adv)
-    step = CreditStep(cfg, model, tok)
+    step = CreditStep(cfg, model, tok, opened.prompt_format)
     ckpt = run.latest_checkpoint()
     saved = ckpt.load_state() if ckpt is not None else {}
     if step.teacher is not None and saved.get("credit") is not None:
@@ -192,10 +194,10 @@ def render_png(data: dict[str, Any], path: Path) -> None:
     os.replace(tmp, path)
 
 
-def credit_page(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, method: str | None = None,
-                seed: int = 0, out_dir: str | Path | None = None, png: bool = True) -> Path:
+def credit_page(run_dir: str | Path, *, sample: int = 4, lam: float | None = None, method: str | None = None,
+                seed: int = 0, out_dir: str | Path | None = None, png: bool = True, log=print) -> Path:
     """Write ``credit.html`` (and ``credit.png``) for a run; returns the HTML path."""
-    data = collect(run_dir, sample=sample, lam=lam, method=method, seed=seed)
+    data = collect(run_dir, sample=sample, lam=lam, method=method, seed=seed, log=log)
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "credit"
     out.mkdir(parents=True, exist_ok=True)
     page = out / "credit.html"
@@ -205,4 +207,13 @@ def credit_page(run_dir: str | Path, *, sample: int = 4, lam: float = 1.0, metho
     return page
 
 
-__all__ = ["collect", "credit_page", "render_html", "render_png"]
+def credit_command(run_dir: str, *, sample: int = 6, lam: float | None = None, method: str | None = None, seed: int = 0,
+                   out: str | None = None, png: bool = True) -> int:
+    """``grpolab credit``: the token-credit page of a run (``credit.html``, and ``credit.png`` unless
+    ``png`` is False)."""
+    page = credit_page(run_dir, sample=sample, lam=lam, method=method, seed=seed, out_dir=out, png=png)
+    print(f"wrote {page}" + (f" and {page.with_suffix('.png')}" if png else ""))
+    return 0
+
+
+__all__ = ["collect", "credit_command", "credit_page", "render_html", "render_png"]

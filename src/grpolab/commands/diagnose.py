@@ -1,5 +1,8 @@
 """``grpolab diagnose RUN_DIR``: what did RL change, and where does the change live?
 
+The run is opened with :func:`grpolab.runs.open_run`, so every ablation is measured with the
+run's prompt format, stop tokens and collector (episodes for multi-turn runs), as in training.
+
 Compares a run's trained model with its starting point (the cached warm start ``RUN_DIR/sft``,
 else ``model.path``, else ``--base``):
 
@@ -33,7 +36,14 @@ from grpolab.models import GROUP_KINDS, load_model, parameter_groups
 from grpolab.train.evaluate import SOLVED, evaluate
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
-__all__ = ["diagnose_run", "resolve_models"]
+__all__ = ["diagnose_command", "diagnose_run", "resolve_models"]
+
+
+def diagnose_command(run_dir: str, *, base: str | None = None, n: int = 256, probe: int = 64, seed: int = 0) -> int:
+    """Drift, revert/transplant ablations and effective rank of a run's model (``diagnose.md``)."""
+    report = diagnose_run(run_dir, base=base, n=n, probe=probe, seed=seed)
+    print(f"report: {report}")
+    return 0
 
 
 def resolve_models(run_dir: Path, base: str | None) -> tuple[Path, Path]:
@@ -58,24 +68,25 @@ def resolve_models(run_dir: Path, base: str | None) -> tuple[Path, Path]:
     return trained, base_dir
 
 
-def _success(model, tok, items, max_new_tokens, env=None) -> np.ndarray:
-    ev = evaluate(model, tok, items, greedy=True, max_new_tokens=max_new_tokens,
-                  **({"env": env} if env is not None else {}))
+def _success(model, run) -> np.ndarray:
+    """Greedy held-out success of ``model`` through the opened run's collector."""
+    ev = evaluate(model, run.tokenizer, run.eval_items, greedy=True,
+                  max_new_tokens=run.config.rollout.max_new_tokens, collector=run.collector)
     return np.array([s >= SOLVED for s in ev.scores], dtype=float)
 
 
 def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, probe: int = 64,
                  seed: int = 0, plots: bool = True, log=print) -> Path:
     """Run every diagnostic on ``run_dir`` and write the report; returns ``RUN_DIR/diagnose.md``."""
-    from grpolab.train import load_run_config
-    from grpolab.train.setup import build_task
+    from grpolab.runs import open_run
     from grpolab.train.sft import sft_batch
 
     run_dir = Path(run_dir)
     trained_dir, base_dir = resolve_models(run_dir, base)
-    cfg = load_run_config(run_dir)
-    trained, tok = load_model(trained_dir)
-    base_model, _ = load_model(base_dir)
+    run = open_run(run_dir, n_eval=n, log=log)
+    trained, tok, items = run.model, run.tokenizer, run.eval_items
+    device = next(trained.parameters()).device
+    base_model, _ = load_model(base_dir, dtype=next(trained.parameters()).dtype, device=device)
     trained.eval(); base_model.eval()
     W1, W0 = parameter_state(trained), parameter_state(base_model)
     groups = parameter_groups(trained)
@@ -85,10 +96,7 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
     log(f"diagnose {run_dir}: trained {trained_dir}, base {base_dir}")
 
     # ---- causal localisation -------------------------------------------------------------
-    items = build_task(cfg.task).items("eval", n)
-    mnt = cfg.rollout.max_new_tokens
-    env = getattr(cfg, "env", None)  # multi-turn tasks are evaluated as episodes, as in training
-    s_trained, s_base = _success(trained, tok, items, mnt, env), _success(base_model, tok, items, mnt, env)
+    s_trained, s_base = _success(trained, run), _success(base_model, run)
     causal: dict[str, Any] = {"trained": mean_ci(s_trained, seed=seed).to_dict(),
                               "base": mean_ci(s_base, seed=seed).to_dict(), "groups": {}}
     ablate = dict(kinds)
@@ -96,9 +104,9 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
         ablate["attention+mlp"] = kinds["attention"] + kinds["mlp"]
     for g, names in ablate.items():
         with swapped(trained, W0, names):
-            rev = _success(trained, tok, items, mnt, env)
+            rev = _success(trained, run)
         with swapped(base_model, W1, names):
-            tra = _success(base_model, tok, items, mnt, env)
+            tra = _success(base_model, run)
         causal["groups"][g] = {
             "revert": mean_ci(rev, seed=seed).to_dict(), "transplant": mean_ci(tra, seed=seed).to_dict(),
             "revert_minus_trained": mean_ci(rev - s_trained, seed=seed).to_dict(),
@@ -118,7 +126,7 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
                              "trained": effective_rank(w), "update": effective_rank(d) if d.abs().max() > 0 else 0.0,
                              "max_rank": min(w.shape)})
     probe_items = items[:probe]
-    ids, att, _ = sft_batch(tok, probe_items, torch.device("cpu"))
+    ids, att, _ = sft_batch(tok, probe_items, device)
     hidden = {"base": hidden_state_effective_ranks(base_model, ids, att),
               "trained": hidden_state_effective_ranks(trained, ids, att), "tokens": int(att.sum())}
 

@@ -49,18 +49,34 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
     built with the same settings it is kept (nothing to do); built with other settings, or a model
     directory that is no warm start, the command is refused unless ``overwrite``. (A finished warm start keeps no optimizer state, so it cannot be
     extended in place; train on from it with ``--set model.path=OUT`` and another ``--out``.)"""
+    from grpolab.runs import open_run
     from grpolab.train.loop import seed_everything
-    from grpolab.train.rundir import RunDirError, in_progress_dir, warm_start_status
-    from grpolab.train.setup import build_policy, build_task_splits, build_warm_start, resolve_device
+    from grpolab.train.setup import build_warm_start
 
     cfg = load_config(config, overrides)
+    if _keep_or_refuse(out, cfg, overwrite=overwrite, log=log):
+        return 0
+    seed_everything(cfg.trainer.seed)
+    run = open_run(None, cfg, train_items=True, log=log)  # the model sft.* trains, its prompt format
+    saved, res = build_warm_start(cfg, run.model, run.tokenizer, run.train_items, run.eval_items, out, log=log,
+                                  collector=run.collector)
+    log(f"saved warm-started model to {saved} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
+        f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
+    return 0
+
+
+def _keep_or_refuse(out: str, cfg, *, overwrite: bool, log: Callable[[str], None]) -> bool:
+    """True when ``out`` already holds this warm start (nothing to do); raises when it holds
+    something else that ``overwrite`` would replace."""
+    from grpolab.train.rundir import RunDirError, in_progress_dir, warm_start_status
+
     status, diffs = warm_start_status(out, cfg)
     if status == "match" and not overwrite:
         record = json.loads((Path(out) / "sft.json").read_text())
         log(f"{out} already holds this warm start ({record.get('steps')} steps, greedy accuracy "
             f"{record.get('accuracy', float('nan')):.3f}), built with the same settings; nothing to do "
             f"(--overwrite builds it again)")
-        return 0
+        return True
     # a model without sft.json is a warm start whose writer was killed only if its in-progress
     # checkpoint is still there; otherwise it is someone's model directory
     foreign = status == "incomplete" and not in_progress_dir(out).exists()
@@ -73,10 +89,4 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
             f"{out} holds {what}. Write this one elsewhere with --out PATH, rebuild {out} with these "
             f"settings with --overwrite, or train on from it with --set model.path={out} --out NEW (a new "
             f"optimizer and learning-rate schedule: a finished warm start keeps no optimizer state)")
-    seed_everything(cfg.trainer.seed)
-    train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed)
-    model, tok, _ = build_policy(cfg.model, seed=cfg.trainer.seed, device=resolve_device(cfg.model.device))
-    saved, res = build_warm_start(cfg, model, tok, train_items, eval_items, out, log=log)
-    log(f"saved warm-started model to {saved} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
-        f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
-    return 0
+    return False

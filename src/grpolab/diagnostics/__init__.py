@@ -8,7 +8,8 @@
 * collapse -- :func:`detect_collapse` on success and entropy curves
 
 Nothing here imports the trainer; the commands that run models (``grpolab headroom``,
-``diagnose``) live in :mod:`grpolab.train.headroom` and :mod:`grpolab.train.diagnose`.
+``diagnose``) live in :mod:`grpolab.commands.models` and :mod:`grpolab.commands.diagnose`
+(the model runs of the headroom check in :mod:`grpolab.train.headroom`).
 """
 
 from grpolab.diagnostics.collapse import CollapseVerdict, detect_collapse

@@ -30,7 +30,7 @@ from grpolab.tasks.base import (
     split_by_prompt,
 )
 from grpolab.tasks.dataset import DatasetTask, JsonlTask, load_dataset_task, split_final_answer
-from grpolab.tasks.prompt import CHAT_TEMPLATE_MODES, PromptFormat, check_messages, looks_like_chat_model
+from grpolab.tasks.prompt import CHAT_TEMPLATE_MODES, PromptFormat, check_messages
 from grpolab.tasks.miniwob import MiniWoBTask
 from grpolab.tasks.pairsum import PairSumTask
 from grpolab.tasks.reasoning_gym import DEFAULT_RG_TEMPLATE, ReasoningGymTask
@@ -45,7 +45,6 @@ __all__ = [
     "PromptFormat",
     "TooFewItems",
     "check_messages",
-    "looks_like_chat_model",
     "split_final_answer",
     "DEFAULT_RG_TEMPLATE",
     "DatasetTask",

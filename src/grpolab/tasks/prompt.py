@@ -7,10 +7,11 @@ described by one :class:`PromptFormat`:
 
 * ``chat_template``: ``"on"`` renders the conversation with the tokenizer's own chat template and
   ``add_generation_prompt=True`` (what the model saw in its chat fine-tuning); ``"off"`` feeds plain
-  text (base models, the tiny model); ``"auto"`` (default) is on when the tokenizer has a chat
-  template *and* the model looks like an instruct/chat model (its directory or ``_name_or_path``
-  names "instruct", "chat", "-it", ...) or the dataset is conversational. Qwen2.5 *base* models ship
-  a chat template too, hence the name check; set it explicitly when in doubt.
+  text (base models, the tiny model); ``"auto"`` (default) is on whenever the tokenizer defines a
+  chat template and off when it has none. A base checkpoint that ships a template (Qwen2.5 base
+  models do) is prompted through it too: set ``off`` to prompt it with plain text. Every command
+  resolves it the same way (:func:`grpolab.runs.open_run`, the trainer's setup) and prints which
+  format it uses.
 * ``system_prompt``: an optional system message (chat) or a first line (plain text).
 * ``prompt_template``: how the question becomes the user turn (chat) or the whole prompt (plain),
   with ``{prompt}`` for the question, e.g. ``"Question: {prompt}\\nAnswer:"``.
@@ -27,34 +28,18 @@ with the tokenizer's special tokens and a BOS is prepended when the tokenizer ha
 
 from __future__ import annotations
 
-import re
 import string
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 __all__ = [
     "CHAT_TEMPLATE_MODES",
     "PromptFormat",
     "check_messages",
-    "looks_like_chat_model",
 ]
 
 CHAT_TEMPLATE_MODES = ("auto", "on", "off")
 ROLES = ("system", "user", "assistant", "tool")
-
-#: Name fragments that mark an instruct / chat checkpoint (matched case-insensitively on the
-#: model directory name and on ``config._name_or_path``).
-_CHAT_NAME = re.compile(r"(instruct|chat|-it\b|_it\b|-sft\b|-rlhf\b|-dpo\b)", re.IGNORECASE)
-
-
-def looks_like_chat_model(model_path: str | Path | None, name_or_path: str | None = None) -> bool:
-    """Whether a model's directory name (or its ``_name_or_path``) marks an instruct/chat model."""
-    for name in (model_path, name_or_path):
-        if name and _CHAT_NAME.search(Path(str(name)).name):
-            return True
-    return False
-
 
 def check_messages(messages: Any, where: str = "messages") -> list[dict[str, str]]:
     """Validate a TRL-style conversation and return it as a list of plain ``{role, content}`` dicts.
@@ -122,9 +107,9 @@ class PromptFormat:
             raise RuntimeError("PromptFormat.chat_template is still 'auto'; call resolve(tokenizer, ...) first")
         return self.chat_template == "on"
 
-    def resolve(self, tokenizer, *, model_path: str | Path | None = None, conversational: bool = False
-                ) -> "PromptFormat":
-        """A copy with ``chat_template`` decided ("on"/"off") for this tokenizer and model.
+    def resolve(self, tokenizer) -> "PromptFormat":
+        """A copy with ``chat_template`` decided ("on"/"off") for this tokenizer: ``auto`` is on
+        exactly when the tokenizer defines a chat template.
 
         Raises:
             ValueError: ``"on"`` with a tokenizer that has no chat template.
@@ -136,10 +121,16 @@ class PromptFormat:
                 "task.chat_template=on but the tokenizer has no chat template; use a model directory whose "
                 "tokenizer_config.json holds one (instruct models do), or set task.chat_template=off")
         if mode == "auto":
-            chatty = looks_like_chat_model(model_path, getattr(tokenizer, "name_or_path", None))
-            mode = "on" if has and (chatty or conversational) else "off"
+            mode = "on" if has else "off"
         return PromptFormat(chat_template=mode, system_prompt=self.system_prompt,
                             prompt_template=self.prompt_template)
+
+    def describe(self) -> str:
+        """One line naming the resolved format, e.g. for a command's log."""
+        what = "the tokenizer's chat template" if self.use_chat else "plain text (no chat template)"
+        extra = [f"system prompt {self.system_prompt[:40]!r}"] if self.system_prompt else []
+        extra += [f"prompt template {self.prompt_template[:40]!r}"] if self.prompt_template != "{prompt}" else []
+        return what + (f", {', '.join(extra)}" if extra else "")
 
     # ------------------------------------------------------------------ messages
     def messages(self, item) -> list[dict[str, str]]:

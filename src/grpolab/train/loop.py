@@ -28,6 +28,7 @@ import torch
 
 from grpolab import objectives as obj
 from grpolab.config import Config
+from grpolab.models import stop_token_ids
 from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import load_weights, save_checkpoint
 from grpolab.train.collector import Collector, collector_for
@@ -184,6 +185,7 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
                           f"{len(train_items)} training items; lower it (--set rollout.prompts_per_step=N)")
     policy, tokenizer, from_scratch = build_policy(cfg.model, seed=cfg.trainer.seed, device=device)
     fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log)
+    collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_token_ids(policy, tokenizer))
     if overwrite and not resume:
         status, diffs = run_dir.warm_start_status(cfg)
         run_dir.start_over(keep_warm_start=status in ("match", "legacy"))
@@ -193,7 +195,8 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
         # the config first: a warm start killed part-way is then continued by `--resume` (from its
         # in-progress checkpoint RUN_DIR/sft.partial) as well as by the same command run again
         run_dir.write_config(cfg)
-        policy = warm_start(cfg, policy, tokenizer, from_scratch, train_items, eval_items, run_dir, log=log)
+        policy = warm_start(cfg, policy, tokenizer, from_scratch, train_items, eval_items, run_dir, log=log,
+                            collector=collector)
         policy = prepare_policy(cfg.model, policy)  # LoRA adapters, after the warm start
     else:  # the checkpoint holds the weights: no warm start needed
         policy = prepare_policy(cfg.model, policy)

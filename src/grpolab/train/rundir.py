@@ -52,12 +52,16 @@ RESUME_FIXED_KEYS = ("model.hidden_size", "model.num_layers", "model.num_heads",
 _NOT_WARM_START_MODEL = ("device", "lora", "lora_save", "attn_implementation", "gradient_checkpointing")
 _NOT_WARM_START_TASK = ("chat_template", "system_prompt", "prompt_template")
 _NOT_WARM_START_SFT = ("save_every", "snapshot_every")
+#: The default prompt settings: a key without a ``prompt_format`` entry means these (so warm starts
+#: cached before the checks used the run's prompt format keep matching).
+_PLAIN_FORMAT = {"chat_template": "auto", "system_prompt": "", "prompt_template": "{prompt}"}
 
 
 def warm_start_key(cfg: Config) -> dict[str, Any]:
     """The settings that produce a run's warm start: model (but its device), task, sft, seed, eval length, env."""
-    # LoRA is added after the warm start, and attention kernels / checkpointing / the prompt
-    # format of RL prompts do not change what the warm start learns: they are not part of the key;
+    # LoRA is added after the warm start, and attention kernels / checkpointing do not change what
+    # the warm start learns: they are not part of the key; the prompt format is (when not the
+    # default), since the warm start's accuracy checks, which decide when it stops, use it;
     # nor is how often it checkpoints (a resumed warm start is bit-identical to an uninterrupted one)
     # or keeps snapshots
     model = {k: v for k, v in dataclasses.asdict(cfg.model).items() if k not in _NOT_WARM_START_MODEL}
@@ -66,6 +70,9 @@ def warm_start_key(cfg: Config) -> dict[str, Any]:
     key = {"model": model, "task": task, "sft": sft,
            "seed": cfg.trainer.seed, "max_new_tokens": cfg.rollout.max_new_tokens,
            "env": dataclasses.asdict(cfg.env)}
+    prompt_format = {k: getattr(cfg.task, k) for k in _NOT_WARM_START_TASK}
+    if prompt_format != _PLAIN_FORMAT:  # the warm start's accuracy checks prompt in the run's format
+        key["prompt_format"] = prompt_format
     if cfg.sft.privileged_share > 0:  # the teacher-template share was rendered in credit.template
         key["teacher_template"] = cfg.credit.template
     return key

@@ -63,12 +63,11 @@ def prepare_policy(cfg: ModelConfig, model):
 
 
 def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str], None] = print):
-    """The run's :class:`grpolab.tasks.PromptFormat` with ``chat_template`` decided (logged when
-    ``auto``), after checking that every item's prompt encodes (the tiny tokenizer refuses text it
-    cannot encode: the error names the item)."""
+    """The run's :class:`grpolab.tasks.PromptFormat` with ``chat_template`` decided, after checking
+    that every item's prompt encodes (the tiny tokenizer refuses text it cannot encode: the error
+    names the item). Logs one line saying which format the run uses (:func:`prompt_format_line`)."""
     try:
-        fmt = cfg.task.prompt_format().resolve(
-            tokenizer, model_path=cfg.model.path, conversational=any(getattr(it, "messages", None) for it in items))
+        fmt = cfg.task.prompt_format().resolve(tokenizer)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     for i, it in enumerate(items):
@@ -76,10 +75,17 @@ def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str],
             fmt.encode([it], tokenizer)
         except ValueError as e:
             raise ConfigError(f"task {cfg.task.name!r}, prompt of item {i} ({it.prompt[:40]!r}...): {e}") from None
-    if cfg.task.chat_template == "auto":
-        how = "the tokenizer's chat template" if fmt.use_chat else "plain text (no chat template)"
-        log(f"prompts: {how} (task.chat_template=auto; set on/off to choose)")
+    log(prompt_format_line(cfg, fmt))
     return fmt
+
+
+def prompt_format_line(cfg: Config, fmt) -> str:
+    """``prompts: ...``: the format a run (or a command measuring it) prompts the model with."""
+    if cfg.env.name:  # episodes: the environment writes the prompt; no chat template applies
+        return f"prompts: plain text written by the {cfg.env.name!r} environment (episodes use no chat template)"
+    setting = f"task.chat_template={cfg.task.chat_template}"
+    hint = "; set off for plain text" if fmt.use_chat else ""
+    return f"prompts: {fmt.describe()} ({setting}{hint})"
 
 
 def save_final(cfg: ModelConfig, model, tokenizer, path: Path) -> Path:
@@ -145,7 +151,7 @@ def build_task_splits(cfg: TaskConfig, *, seed: int = 0, log: Callable[[str], No
 
 
 def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, eval_items,
-               run_dir, *, log: Callable[[str], None] = print):
+               run_dir, *, log: Callable[[str], None] = print, collector=None):
     """Supervised warm start, once per run directory (cached in ``RUN_DIR/sft``).
 
     The cache is reused only when it was built with the same settings
@@ -153,7 +159,8 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
     other settings it is rebuilt. A cache from an older grpolab without a settings record is
     reused as it is (and said so). While it trains, the warm start checkpoints to
     ``RUN_DIR/sft.partial`` (``sft.save_every``); a killed one continues from there when the run
-    is started again with the same settings.
+    is started again with the same settings. ``collector``: the run's collector, through which
+    the warm start's accuracy checks prompt the model (its prompt format and stop tokens).
     """
     from grpolab.train.rundir import RunDir
 
@@ -179,12 +186,12 @@ def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, e
         else "held-out items"
     log(f"warm start: supervised training on demonstrations until greedy accuracy on {where} >= "
         f"{cfg.sft.target_accuracy:.2f} (at most {cfg.sft.max_steps} steps)")
-    build_warm_start(cfg, model, tokenizer, train_items, eval_items, rd.sft, log=log)
+    build_warm_start(cfg, model, tokenizer, train_items, eval_items, rd.sft, log=log, collector=collector)
     return model
 
 
 def build_warm_start(cfg: Config, model, tokenizer, train_items, eval_items, out, *,
-                     log: Callable[[str], None] = print):
+                     log: Callable[[str], None] = print, collector=None):
     """Run the warm start (model trained in place) and write it to ``out`` with its ``sft.json``.
 
     ``grpolab sft --out OUT`` and ``grpolab train`` (``RUN_DIR/sft``) both come here. Progress is
@@ -196,7 +203,8 @@ def build_warm_start(cfg: Config, model, tokenizer, train_items, eval_items, out
     from grpolab.train.rundir import WarmStartCheckpoint
 
     checkpoint = WarmStartCheckpoint(out, cfg, log=log)
-    result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log, checkpoint=checkpoint)
+    result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log, checkpoint=checkpoint,
+                             collector=collector)
     t0 = time.time()
     saved = save_model(model, tokenizer, out)
     write_sft_record(saved, cfg, result, result.seconds + time.time() - t0)
@@ -205,11 +213,12 @@ def build_warm_start(cfg: Config, model, tokenizer, train_items, eval_items, out
 
 
 def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
-                    log: Callable[[str], None] = print, checkpoint=None):
+                    log: Callable[[str], None] = print, checkpoint=None, collector=None):
     """Run the supervised warm start with the ``sft`` section of ``cfg`` (model trained in place).
 
     ``checkpoint``: where to keep and find its in-progress checkpoint
-    (:class:`grpolab.train.rundir.WarmStartCheckpoint`); None: no checkpoints."""
+    (:class:`grpolab.train.rundir.WarmStartCheckpoint`); None: no checkpoints. ``collector``: the
+    run's collector for the accuracy checks (:func:`grpolab.train.sft.run_sft`)."""
     from grpolab.train.sft import run_sft
 
     demos, select_items = sft_selection_split(cfg, train_items, eval_items)
@@ -220,7 +229,7 @@ def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
         schedule=cfg.sft.schedule, ema=cfg.sft.ema,
         seed=cfg.trainer.seed, log=log, env=cfg.env,
         privileged_share=cfg.sft.privileged_share, teacher_template=cfg.credit.template,
-        checkpoint=checkpoint,
+        checkpoint=checkpoint, collector=collector,
     )
 
 

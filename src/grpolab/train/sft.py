@@ -171,6 +171,7 @@ def run_sft(
     privileged_share: float = 0.0,
     teacher_template: str = DEFAULT_TEACHER_TEMPLATE,
     checkpoint=None,
+    collector=None,
 ) -> SFTResult:
     """Train ``model`` in place on demonstrations; returns the steps taken and the final accuracy.
 
@@ -194,6 +195,10 @@ def run_sft(
     step (0: never) unless it has just finished (the caller writes the final model then). A
     checkpoint with ``snapshot_every`` > 0 also keeps the (evaluated, i.e. averaged with ``ema``)
     model of every ``snapshot_every``-th step through ``snapshot(step, model, tokenizer, info)``.
+
+    ``collector``: how the accuracy checks sample and score (the run's collector, with its prompt
+    format and stop tokens: :func:`grpolab.train.collector.collector_for`); None: plain-text
+    prompts, the tokenizer's EOS and ``env``.
     """
     if isinstance(privileged_share, bool) or not 0.0 <= privileged_share < 1.0:
         raise ValueError(f"privileged_share={privileged_share!r} must be in [0, 1) (0 = off; e.g. 0.5)")
@@ -220,7 +225,8 @@ def run_sft(
     if saved is not None:
         state.load_state_dict(saved)
     else:
-        state.accuracy = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env).accuracy
+        state.accuracy = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env,
+                                  collector=collector).accuracy
     resumed_from = state.step
     while state.step < max_steps and state.accuracy < target_accuracy:
         model.train()
@@ -241,7 +247,7 @@ def run_sft(
         if step % eval_every == 0 or step == max_steps:
             with state.average.swapped_in() if state.average is not None else contextlib.nullcontext():
                 state.accuracy = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens,
-                                          env=env).accuracy
+                                          env=env, collector=collector).accuracy
             state.history.append({"step": step, "loss": loss.item(), "accuracy": state.accuracy, "lr": lr_used})
             log(f"sft step {step:4d}  loss {loss.item():.3f}  greedy accuracy {state.accuracy:.3f}")
         finished = step >= max_steps or state.accuracy >= target_accuracy

@@ -1,0 +1,135 @@
+"""One door into a run (grpolab.runs.open_run): every command that trains or measures a chat-template
+run reports the format it uses and prompts through the template; the tiny default stays plain text.
+
+A spy on the single-turn collector records the prompt text and stop ids of every collection, so
+the tests see what each command really fed the model, not only what it printed."""
+
+import json
+from pathlib import Path
+
+import pytest
+from chat_helpers import make_chat_model_dir, write_gsm8k_jsonl
+
+from grpolab.cli import main
+from grpolab.runs import open_run
+from grpolab.train.collector import SingleTurnCollector
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat_gsm8k.yaml"
+CHAT_LINE = "prompts: the tokenizer's chat template"
+ASSISTANT = "<|im_start|>assistant\n"
+FAST = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4", "trainer.steps=1",
+        "trainer.eval_every=1", "trainer.save_every=1", "trainer.headroom=false", "log.progress=false",
+        "log.plots=false", "log.tensorboard=false", "model.device=cpu", "model.lora={}", "credit.name=grpo",
+        "task.n_eval=4"]
+
+
+@pytest.fixture
+def spy(monkeypatch):
+    """Every single-turn collection: (prompt texts, stop ids)."""
+    calls = []
+    real = SingleTurnCollector.collect
+
+    def collect(self, model, items, **kw):
+        calls.append((self.prompt_texts(items), self.stop_ids))
+        return real(self, model, items, **kw)
+
+    monkeypatch.setattr(SingleTurnCollector, "collect", collect)
+    return calls
+
+
+@pytest.fixture(scope="module")
+def chat(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("openrun")
+    model_dir = make_chat_model_dir(tmp / "tiny-chat")  # no "instruct" in the name: the template decides
+    data = write_gsm8k_jsonl(tmp / "gsm8k.jsonl", 40)
+    sets = [f"model.path={model_dir}", f"task.options.path={data}", *FAST]
+    cfg_file = tmp / "chat.yaml"
+    cfg_file.write_text(EXAMPLE.read_text())
+    args = [a for s in sets for a in ("--set", s)]
+    assert main(["train", str(cfg_file), *args, "--set", f"trainer.run_dir={tmp / 'run'}"]) == 0
+    return tmp, model_dir, cfg_file, args
+
+
+def _all_chat(calls):
+    """Every collection prompted through the chat template and stops on the turn end <|im_end|>."""
+    from chat_helpers import build_chat_tokenizer
+
+    assert calls, "the command collected nothing"
+    im_end = build_chat_tokenizer().convert_tokens_to_ids("<|im_end|>")
+    return all(all(p.endswith(ASSISTANT) for p in texts) and im_end in stops for texts, stops in calls)
+
+
+def test_train_reports_and_uses_the_template(chat, spy, capsys):
+    tmp, model_dir, cfg_file, args = chat
+    assert main(["train", str(cfg_file), *args, "--set", f"trainer.run_dir={tmp / 'run2'}"]) == 0
+    assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
+
+
+def test_eval_reports_and_uses_the_template(chat, spy, capsys):
+    tmp, *_ = chat
+    assert main(["eval", str(tmp / "run"), "--samples", "0", "--examples", "0"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["chat_template"] == "on"          # stdout stays one JSON document
+    assert CHAT_LINE in captured.err and _all_chat(spy)
+
+
+def test_eval_of_a_bare_model_takes_the_training_config(chat, spy, capsys):
+    tmp, model_dir, cfg_file, args = chat
+    assert main(["eval", str(model_dir), "--config", str(cfg_file), *args, "--samples", "0", "--examples", "0"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["chat_template"] == "on" and json.loads(captured.out)["items"] == 4
+    assert CHAT_LINE in captured.err and _all_chat(spy)
+    spy.clear()
+    assert main(["eval", str(model_dir), "--config", str(cfg_file), *args, "--set", "task.chat_template=off",
+                 "--samples", "0", "--examples", "0"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["chat_template"] == "off" and "prompts: plain text" in captured.err
+    assert spy and not any(p.endswith(ASSISTANT) for texts, _ in spy for p in texts)
+
+
+def test_headroom_reports_and_uses_the_template(chat, spy, capsys):
+    tmp, *_ = chat
+    assert main(["headroom", str(tmp / "run"), "--k", "2", "--out", str(tmp / "hr")]) == 0
+    assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
+    assert json.loads((tmp / "hr" / "headroom.json").read_text())["overall"]["n_items"] == 4
+
+
+def test_diagnose_reports_and_uses_the_template(chat, spy, capsys):
+    tmp, model_dir, *_ = chat
+    assert main(["diagnose", str(tmp / "run"), "--base", str(model_dir), "--n", "4", "--probe", "2"]) == 0
+    assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
+
+
+def test_credit_reports_and_uses_the_template(chat, spy, capsys, monkeypatch):
+    tmp, *_ = chat
+    from grpolab.train.credit import CreditStep
+
+    teacher = []  # the teacher's privileged prompts are built in the run's format (rows with A != 0 use them)
+    real = CreditStep.__call__
+    monkeypatch.setattr(CreditStep, "__call__",
+                        lambda self, *a, **kw: teacher.append(self.uses_chat()) or real(self, *a, **kw))
+    assert main(["credit", str(tmp / "run"), "--sample", "2", "--no-png"]) == 0
+    assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
+    assert teacher == [True]
+
+
+def test_sft_checks_use_the_template(chat, spy, capsys):
+    tmp, model_dir, cfg_file, args = chat
+    assert main(["sft", str(cfg_file), *args, "--set", "sft.enabled=yes", "--set", "sft.max_steps=2",
+                 "--set", "sft.eval_every=1", "--set", "sft.n_eval=2", "--set", "sft.batch_size=2",
+                 "--set", "task.options.demonstration_field=answer",
+                 "--out", str(tmp / "sft")]) == 0
+    assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)     # the warm start's accuracy checks
+
+
+def test_the_tiny_default_stays_plain_text(capsys):
+    run = open_run(None, None, ["task.n_eval=2", "task.n_train=8", "rollout.prompts_per_step=2"])
+    assert run.from_scratch and run.prompt_format.chat_template == "off" and not run.tokenizer.chat_template
+    assert "prompts: plain text (no chat template) (task.chat_template=auto)" in capsys.readouterr().out
+    assert run.collector.prompt_texts(run.eval_items) == [it.prompt for it in run.eval_items]
+
+
+def test_a_run_directory_refuses_another_config(chat, capsys):
+    tmp, _, cfg_file, _ = chat
+    assert main(["eval", str(tmp / "run"), "--config", str(cfg_file)]) == 2
+    assert "brings its own config" in capsys.readouterr().err
