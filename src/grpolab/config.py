@@ -351,8 +351,17 @@ class LogConfig:
     completions_every: int = 10
     completions_n: int = 4
     metric_names: str = "both"
+    # Training warnings (grpolab.train.watch): a line when this many consecutive steps had no prompt
+    # group with reward variance (0 = never), and when more than this share of a step's responses
+    # hit the length cap (1 = never). A step whose every verifier call failed always warns.
+    warn_no_signal_steps: int = 5
+    warn_truncated_frac: float = 0.5
 
     def validate(self) -> None:
+        _positive("log.warn_no_signal_steps", self.warn_no_signal_steps, zero_ok=True)
+        if not 0 < self.warn_truncated_frac <= 1:
+            raise ConfigError(f"log.warn_truncated_frac={self.warn_truncated_frac} must be in (0, 1] "
+                              "(1 = never warn; e.g. 0.5)")
         _choice("log.wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
         _choice("log.metric_names", self.metric_names, ("both", "grpolab"))
         _positive("log.completions_every", self.completions_every, zero_ok=True)

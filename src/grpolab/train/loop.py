@@ -33,6 +33,7 @@ from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import load_weights, save_checkpoint
 from grpolab.train.collector import Collector, collector_for
 from grpolab.train.dapo import collect_step, without_truncated
+from grpolab.train.watch import TrainingWatch, memory_metrics
 from grpolab.train.evaluate import SOLVED, evaluate, per_family
 from grpolab.train.experience import Experience
 from grpolab.train.metrics_log import MetricsLog
@@ -123,6 +124,9 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     spec = UpdateSpec.from_config(cfg)
     advantage_fn = obj.get_advantage_estimator(cfg.objective.advantage)
     tr = cfg.trainer
+    watch = TrainingWatch(no_signal_steps=cfg.log.warn_no_signal_steps, truncated_frac=cfg.log.warn_truncated_frac,
+                          max_new_tokens=cfg.rollout.max_new_tokens)
+    warn = _warner(cfg, log)
     while state.step < tr.steps:
         timer = PhaseTimer()
         # one round of prompts, or DAPO's dynamic sampling (grpolab.train.dapo)
@@ -135,7 +139,9 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
                            without_truncated(exp) if cfg.objective.mask_truncated else exp, spec)
         state.finish_step()
         row = {**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics, **exp.episode_metrics,
-               **_throughput(state, exp, timer)}
+               **_throughput(state, exp, timer), **memory_metrics()}
+        for line in watch.observe(state.step, row):  # a run that cannot learn says so
+            warn(line)
         every = cfg.log.completions_every
         if every and state.step % every == 0:  # what the model writes, like TRL's log_completions
             rows = completion_rows(exp.items, collector.prompt_texts(exp.items), exp.texts, exp.rewards.tolist(),
@@ -263,6 +269,12 @@ def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: floa
         start_families=evals[0].get("families", {}), final_families=evals[-1].get("families", {}),
     )
     write_report(run_dir.path, cfg, result, plots=cfg.log.plots)
+    from grpolab.train.metrics_log import read_metrics
+    from grpolab.train.watch import run_health
+
+    headline = run_health(read_metrics(run_dir.path), truncated_frac=cfg.log.warn_truncated_frac).headline()
+    if headline:
+        log("warning: " + headline.strip("*").removeprefix("Warning: "))
     log(f"done: held-out greedy accuracy {result.start_accuracy:.3f} -> {result.final_accuracy:.3f} "
         f"(best {result.best_accuracy:.3f}) in {result.seconds:.0f}s; report: {run_dir.path / 'summary.md'}")
     return result
@@ -392,6 +404,15 @@ def _logprobs(model, rollout, spec: UpdateSpec) -> torch.Tensor:
 def _evaluate(model, tokenizer, items, cfg: Config, collector: Collector | None = None):
     return evaluate(model, tokenizer, items, greedy=True, max_new_tokens=cfg.rollout.max_new_tokens, env=cfg.env,
                     collector=collector)
+
+
+def _warner(cfg: Config, log: Callable[[str], None]) -> Callable[[str], None]:
+    """Where training warnings go: above the progress bar when there is one, else ``log``."""
+    if cfg.log.progress:
+        from tqdm.auto import tqdm
+
+        return tqdm.write
+    return log
 
 
 def _progress(cfg: Config, initial: int):

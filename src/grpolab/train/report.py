@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.train.metrics_log import read_metrics
+from grpolab.train.watch import run_health
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
 PLOTS = {
@@ -67,6 +68,27 @@ def _credit_line(cfg) -> list[str]:
             f"{', negative rows only' if c.negative_only else ''}); plot: plots/credit.png"]
 
 
+def _memory_line(health) -> list[str]:
+    """Peak memory of the training process (and of the GPU) over the logged steps."""
+    if health.peak_rss_mb is None:
+        return []
+    gpu = f", CUDA peak {health.cuda_peak_mb:.0f} MiB" if health.cuda_peak_mb is not None else ""
+    return [f"- peak memory: RSS {health.peak_rss_mb:.0f} MiB{gpu}"]
+
+
+def _dapo_line(cfg) -> list[str]:
+    """DAPO's pieces when any is on (dynamic sampling, truncation masking, overlong shaping)."""
+    r, o = cfg.rollout, cfg.objective
+    parts = []
+    if r.dynamic_sampling:
+        parts.append(f"dynamic sampling (up to {r.dynamic_sampling_rounds} rounds)")
+    if o.mask_truncated:
+        parts.append("truncated responses masked")
+    if o.overlong_buffer:
+        parts.append(f"overlong buffer {o.overlong_buffer:g} (penalty {o.overlong_penalty:g})")
+    return [f"- DAPO: {', '.join(parts)}"] if parts else []
+
+
 def _sandbox_line(run_dir: Path) -> list[str]:
     """The isolation the code sandbox had in this run (``sandbox.json``), as a summary line."""
     path = run_dir / "sandbox.json"
@@ -87,19 +109,32 @@ def _read_headroom(run_dir: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text())
 
 
+def _headroom_family(fams: dict[str, Any], name: str) -> dict[str, Any]:
+    """The headroom entry of family ``name``: keyed ``KIND=NAME`` by
+    :func:`grpolab.diagnostics.headroom.family_of` (``family=click-button``, ``difficulty=3``), or
+    plain ``NAME``."""
+    if name in fams:
+        return fams[name]
+    for kind in ("family", "difficulty"):
+        if f"{kind}={name}" in fams:
+            return fams[f"{kind}={name}"]
+    return next((v for k, v in fams.items() if k.split("=", 1)[-1] == name), {})
+
+
 def per_task_rows(start: dict[str, dict], final: dict[str, dict],
                   headroom: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per task family: held-out greedy success before RL and at the end, episodes, and
     the family's headroom verdict before training (``None`` where not measured).
 
     ``start`` / ``final``: ``{family: {"accuracy", "solved", "n"}}`` (``TrainResult.start_families``);
-    ``headroom``: the parsed ``headroom.json`` (its families are keyed ``family=NAME``).
+    ``headroom``: the parsed ``headroom.json`` (its families are keyed ``KIND=NAME``, e.g.
+    ``family=click-button`` or ``difficulty=3``).
     """
     fams = (headroom or {}).get("families", {})
     rows = []
     for name in list(dict.fromkeys([*start, *final])):
         b, a = start.get(name), final.get(name)
-        h = fams.get(f"family={name}") or fams.get(name) or {}
+        h = _headroom_family(fams, name)
         rows.append({
             "task": name,
             "n": (a or b)["n"],
@@ -140,15 +175,20 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
     figs = plot_metrics(run_dir, rows) if plots and rows else []
     o = cfg.objective
     last = rows[-1] if rows else {}
+    health = run_health(rows, truncated_frac=cfg.log.warn_truncated_frac)
+    headline = health.headline()
     lines = [
         f"# grpolab run: {run_dir.name}",
         "",
+        *([headline, ""] if headline else []),
         f"- task: `{cfg.task.name}`, model: `{cfg.model.path or 'tiny (built-in)'}`",
         f"- objective: advantage `{o.advantage}`, ratio `{o.ratio}`, aggregation `{o.aggregation}`, "
         f"clip [{o.clip_low}, {o.clip_high}], KL {o.kl_coef} ({o.kl_estimator})",
         *_credit_line(cfg),
         f"- steps: {result.steps}, {cfg.rollout.prompts_per_step} prompts x {cfg.rollout.group_size} samples",
         f"- wall time: {result.seconds:.0f} s",
+        *_memory_line(health),
+        *_dapo_line(cfg),
         *_sandbox_line(run_dir),
         "",
         "| held-out greedy accuracy | value |",
@@ -176,6 +216,7 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
         "accuracy": {"before_rl": result.start_accuracy, "final": result.final_accuracy,
                      "best": result.best_accuracy, "change": result.final_accuracy - result.start_accuracy},
         "headroom_verdict": (headroom or {}).get("verdict"),
+        "health": health.to_dict(),
         "per_task": tasks,
     })
     path = run_dir / "summary.md"
