@@ -162,12 +162,12 @@ def test_unprivileged_server_isolates_itself_through_a_user_namespace(unprivileg
     server, uid = unprivileged_server
     assert {"netns", "mountns", "readonly_fs", "pidns", "ipcns", "nocaps", "seccomp"} <= set(server.features)
     limits = SandboxLimits(timeout_s=1.0)
-    r = server.run("import socket; print(socket.if_nameindex())\nopen('/work/x', 'w')", "", limits)
+    r = server.run("import socket; print(socket.if_nameindex())\nopen('/etc/x', 'w')", "", limits)
     assert r.stdout == "[(1, 'lo')]\n" and "Read-only file system" in r.stderr
     r = server.run("while True: pass", "", limits)
     assert r.timed_out and r.returncode == -signal.SIGKILL
-    r = server.run("import subprocess\nsubprocess.Popen(['sleep', '30'], start_new_session=True)\n"
-                   "print('bg')", "", limits)
+    r = server.run("import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', "
+                   "'import time; time.sleep(30)'], start_new_session=True)\nprint('bg')", "", limits)
     assert r.stdout == "bg\n"
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline and _sleepers(uid):
@@ -186,6 +186,6 @@ def _sleepers(uid):
                     cmd = f.read()
             except OSError:
                 continue
-            if f"\nUid:\t{uid}\t" in st and cmd.startswith(b"sleep"):
+            if f"\nUid:\t{uid}\t" in st and b"time.sleep(30)" in cmd:
                 out.append(int(name))
     return out

@@ -40,6 +40,12 @@ MAX_GLOBAL_COPY = 1 << 20
 #: Builtin types a solver value is converted to (subclasses included), in MRO lookup order.
 _PLAIN_TAGS = {tuple: "tuple", dict: "dict", set: "set", frozenset: "frozenset",
                bytes: "bytes", bytearray: "bytearray", complex: "complex"}
+#: Folders the judge imports from (the sandbox server sets them to the view's read-only
+#: standard library and allow-listed packages; these defaults serve a server without a view).
+STDLIB_DIRS: tuple[str, ...] = tuple(
+    [os.path.dirname(os.__file__)]
+    + [p for p in sys.path if p and os.path.basename(os.path.normpath(p)) == "lib-dynload"])
+PACKAGE_DIRS: tuple[str, ...] = ()
 NO_COMPARE = ("a {} object the program returned cannot be compared, hashed or tested for "
               "truth (it would vouch for itself): return plain values (int, float, str, list, "
               "tuple, dict, set, None, bool)")
@@ -270,6 +276,46 @@ def _solver(rfd: int, wfd: int, program: str, setup: str) -> None:
 
 # ------------------------------------------------------------------------------ the judge
 
+def _inside(path, dirs) -> bool:
+    real = os.path.realpath(path)
+    return any(real == os.path.realpath(d) or real.startswith(os.path.realpath(d) + os.sep)
+               for d in dirs)
+
+
+def trusted_module(modname):
+    """The module ``modname`` as the judge may use it, or None: a standard-library name only
+    from :data:`STDLIB_DIRS` (or built in), any other name only from :data:`PACKAGE_DIRS` (the
+    verifier's allow-list). Never from a folder the program could write, whatever it reports."""
+    import importlib  # noqa: PLC0415
+    import importlib.machinery  # noqa: PLC0415
+
+    if type(modname) is not str or not all(p.isidentifier() for p in modname.split(".")):
+        return None
+    top = modname.split(".")[0]
+    dirs = STDLIB_DIRS if top in sys.stdlib_module_names else PACKAGE_DIRS
+
+    def trusted(mod) -> bool:
+        spec = getattr(mod, "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        if origin in ("built-in", "frozen") or (origin is None and mod.__name__ in
+                                                sys.builtin_module_names):
+            return True
+        return isinstance(origin, str) and _inside(origin, dirs)
+
+    if top not in sys.modules and top not in sys.builtin_module_names:
+        spec = importlib.machinery.PathFinder.find_spec(top, list(dirs))
+        if spec is None or spec.origin is None or not _inside(spec.origin, dirs):
+            return None
+    try:
+        mod = importlib.import_module(modname)
+    except BaseException:  # noqa: BLE001
+        return None
+    top_mod = sys.modules.get(top)
+    if top_mod is None or not trusted(top_mod) or not trusted(mod):
+        return None
+    return mod
+
+
 class ProgramGone(Exception):
     """The solver process ended (or broke the protocol) before answering."""
 
@@ -475,6 +521,9 @@ def _judge(chan: _Channel, setup: str, nonce: str, out_fd: int) -> None:
         what = load.get("what", "") if isinstance(load, dict) else ""
         mark(-1, load.get("kind", "ERROR") if isinstance(load, dict) else "ERROR", what)
         return
+    # The setup's and the tests' own imports, too, resolve only in the trusted folders.
+    sys.path[:] = [*STDLIB_DIRS, *PACKAGE_DIRS]
+    sys.path_importer_cache.clear()
     ns = {"__name__": "__main__", "__builtins__": builtins}
     try:
         exec(compile(setup, "setup.py", "exec"), ns)  # noqa: S102 - the dataset's setup
@@ -488,12 +537,13 @@ def _judge(chan: _Channel, setup: str, nonce: str, out_fd: int) -> None:
             continue  # a test's abs, len, sorted, isinstance... are the judge's, not the program's
         try:
             kind = d.get("kind")
-            if name in sys.stdlib_module_names:
-                __import__(name)  # a test's math, re, ... are the real modules
-                ns[name] = sys.modules[name]
-            elif kind == "module":
-                __import__(d["name"])
-                ns[name] = sys.modules[d["name"]]
+            if name in sys.stdlib_module_names or kind == "module":
+                # A test's math, re, np... are the real modules, from the read-only standard
+                # library or the allow-list (trusted_module), else absent: never a module the
+                # program planted, whatever name it reports.
+                mod = trusted_module(name if name in sys.stdlib_module_names else d.get("name"))
+                if mod is not None:
+                    ns[name] = mod
             elif kind == "exception":
                 base = next((getattr(builtins, b) for b in d.get("bases", ())
                              if isinstance(getattr(builtins, b, None), type)), Exception)

@@ -1,11 +1,13 @@
 """The sandbox fork server: a standalone script (no grpolab imports) run as its own process.
 
 Started by :mod:`grpolab.rewards.sandbox` as ``python -I _sandbox_server.py DISK_MB
-[--preload=PATH]...``. At start it isolates *itself* once (as root, or as an ordinary user inside
-a new user namespace): a new network namespace, so it and every child see only a downed
-loopback; a new mount namespace with the whole tree read-only, empty private tmpfs over /tmp,
-/var/tmp, /dev/shm, /run and every other world-writable directory near the top of the tree
-(:func:`_private_dirs`), empty read-only tmpfs over /proc and /sys; last, a seccomp filter
+[--preload=PATH]... [--packages=NAME,...]``. At start it isolates *itself* once (as root, or as an
+ordinary user inside a new user namespace): a new network namespace, so it and every child see
+only a downed loopback; a new mount namespace whose root is a **minimal view** (:func:`view_spec`,
+``Server._mounts``): the interpreter, its standard library, the shared libraries they load, the
+allow-listed third-party packages under ``/sandbox/packages``, five device nodes, two /etc files,
+empty /proc and /sys, all read-only, and a size-capped tmpfs under /tmp; the host's tree is
+detached (pivot_root), so nothing else of the host can even be named; last, a seccomp filter
 (:func:`_seccomp_program`) that it and every child live under. Then it serves requests one at a
 time over its stdin/stdout: 4-byte big-endian length + a JSON object each way (a request's
 ``private_len`` raw bytes follow its JSON and are read only after the child is forked).
@@ -70,6 +72,7 @@ MS_PRIVATE = 1 << 18
 MS_BIND = 4096
 MS_MOVE = 8192
 MNT_DETACH = 2
+SYS_pivot_root = 155  # x86_64 (aarch64: 41; the seccomp table is x86_64-only as well)
 MOUNT_ATTR_RDONLY = 1
 AT_FDCWD = -100
 AT_RECURSIVE = 0x8000
@@ -277,58 +280,211 @@ def _blocked_ancestors(also: tuple[str, ...] = ()) -> dict[str, set[str]]:
     return targets
 
 
-#: Always covered by an empty private tmpfs (when they exist): the usual world-writable and
-#: socket-bearing places of a Linux host.
-PRIVATE_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run", "/var/run", "/var/lock",
-                "/run/lock", "/run/user")
+#: Where the allow-listed third-party packages appear inside the view (read-only).
+PACKAGES_DIR = "/sandbox/packages"
+#: Device nodes the view keeps (no /dev/ptmx, no /dev/pts, no /dev/shm).
+VIEW_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+#: Host files the view keeps besides the interpreter (for the dynamic loader and local time).
+VIEW_ETC = ("/etc/ld.so.cache", "/etc/localtime")
+#: Literal paths of the dynamic loader the interpreter may be exec'd through.
+VIEW_LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
 
 
-def _private_dirs() -> list[str]:
-    """Directories to cover with an empty tmpfs: :data:`PRIVATE_DIRS`, every world-writable
-    directory in the first two levels of the tree (``/X``, ``/X/Y``; not /proc, /sys) and every
-    world-writable mount point. Symlinks resolved; none nested inside another."""
-    found = set()
-    for d in PRIVATE_DIRS:
-        if os.path.isdir(d):
-            found.add(os.path.realpath(d))
-
-    def world_writable(path: str) -> bool:
-        try:
-            st = os.lstat(path)
-        except OSError:
-            return False
-        return (st.st_mode & 0o170000) == 0o040000 and bool(st.st_mode & 0o002)
-
-    try:
-        top = [e for e in os.scandir("/") if e.is_dir(follow_symlinks=False)]
-    except OSError:
-        top = []
-    for e in top:
-        if e.path in ("/proc", "/sys"):
-            continue
-        if world_writable(e.path):
-            found.add(e.path)
-            continue
-        try:
-            for e2 in os.scandir(e.path):
-                if e2.is_dir(follow_symlinks=False) and world_writable(e2.path):
-                    found.add(e2.path)
-        except OSError:
-            pass
-    try:
-        with open("/proc/self/mountinfo") as f:
-            for line in f:
-                mp = line.split()[4].encode().decode("unicode_escape")
-                if not mp.startswith(("/proc", "/sys")) and world_writable(mp):
-                    found.add(mp)
-    except (OSError, IndexError, UnicodeDecodeError):
-        pass
-    found.discard("/")
-    out = []
-    for d in sorted(found, key=len):
-        if not any(d.startswith(p + "/") for p in out):
-            out.append(d)
+def _stdlib_dirs() -> list[str]:
+    """The standard library's folders as ``sys.path`` spells them: the one holding ``os.py``
+    and the extension-module folder (lib-dynload); never a virtual environment's."""
+    out = [os.path.dirname(os.__file__)]
+    for p in sys.path:
+        if p and os.path.basename(os.path.normpath(p)) == "lib-dynload" and os.path.isdir(p):
+            if os.path.normpath(p) not in out:
+                out.append(os.path.normpath(p))
     return out
+
+
+def _package_paths(names) -> list[tuple[str, str]]:
+    """``(host path, name in PACKAGES_DIR)`` for each allow-listed top-level package or module
+    that this interpreter can import, plus its vendored-library sibling (``numpy.libs``)."""
+    import importlib.util
+
+    out = []
+    for name in names:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None or spec.origin in (None, "built-in", "frozen"):
+            continue
+        if spec.submodule_search_locations:
+            path = os.path.realpath(list(spec.submodule_search_locations)[0])
+        else:
+            path = os.path.realpath(spec.origin)
+        out.append((path, os.path.basename(path)))
+        libs = os.path.join(os.path.dirname(path), name + ".libs")
+        if os.path.isdir(libs):
+            out.append((os.path.realpath(libs), name + ".libs"))
+    return out
+
+
+def _elf_needed(path: str) -> tuple[list[str], list[str]]:
+    """``(DT_NEEDED sonames, DT_RUNPATH/DT_RPATH entries)`` of a 64-bit little-endian ELF file
+    (empty lists for anything else)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return [], []
+    if data[:6] != b"\x7fELF\x02\x01":
+        return [], []
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    loads, dyn = [], None
+    for i in range(phnum):
+        p_type, _flags, off, vaddr, _pa, filesz, _memsz, _al = struct.unpack_from(
+            "<IIQQQQQQ", data, phoff + i * phentsize)
+        if p_type == 1:
+            loads.append((vaddr, off, filesz))
+        elif p_type == 2:
+            dyn = (off, filesz)
+    if dyn is None:
+        return [], []
+
+    def file_off(addr: int) -> int | None:
+        for vaddr, off, size in loads:
+            if vaddr <= addr < vaddr + size:
+                return addr - vaddr + off
+        return None
+
+    entries = []
+    for k in range(dyn[1] // 16):
+        tag, val = struct.unpack_from("<qQ", data, dyn[0] + 16 * k)
+        if tag == 0:
+            break
+        entries.append((tag, val))
+    strtab = next((file_off(v) for t, v in entries if t == 5), None)
+    if strtab is None:
+        return [], []
+
+    def string(off: int) -> str:
+        end = data.index(b"\0", strtab + off)
+        return data[strtab + off:end].decode(errors="replace")
+
+    needed = [string(v) for t, v in entries if t == 1]
+    runpath = [p for t, v in entries if t in (15, 29) for p in string(v).split(":") if p]
+    return needed, runpath
+
+
+#: Where the dynamic loader looks for a library by default (multiarch and plain layouts).
+LIB_DIRS = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+            "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib",
+            "/usr/local/lib")
+
+
+def _shared_libraries(objects) -> list[tuple[str, str]]:
+    """``(real path, path the loader finds it at)`` of every shared library ``objects`` (ELF
+    files) need, transitively, looked up as the dynamic loader would (RUNPATH with $ORIGIN,
+    then the usual system folders)."""
+    dirs = LIB_DIRS
+    seen: set[str] = set()
+    names: set[str] = set()
+    out: list[tuple[str, str]] = []
+    todo = [os.path.realpath(o) for o in objects]
+    while todo:
+        obj = todo.pop()
+        if obj in seen:
+            continue
+        seen.add(obj)
+        needed, runpath = _elf_needed(obj)
+        origin = os.path.dirname(obj)
+        search = [p.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for p in runpath]
+        for soname in needed:
+            for d in (*search, *dirs):
+                cand = os.path.join(d, soname)
+                if os.path.isfile(cand):
+                    real = os.path.realpath(cand)
+                    if cand not in names:
+                        names.add(cand)
+                        out.append((real, cand))
+                    todo.append(real)
+                    break
+    return out
+
+
+#: Extension modules left out of the view's library scan (no display in a sandbox).
+SKIP_EXTENSIONS = ("_tkinter",)
+
+
+def _extension_modules(dirs) -> list[str]:
+    """Every ``*.so`` under ``dirs`` (extension modules and the libraries vendored beside them)."""
+    out = []
+    for d in dirs:
+        if os.path.isfile(d):
+            if d.endswith(".so"):
+                out.append(d)
+            continue
+        for root, _subdirs, files in os.walk(d):
+            out += [os.path.join(root, n) for n in files
+                    if ".so" in n and not n.startswith(SKIP_EXTENSIONS)]
+    return out
+
+
+def _mapped_files() -> list[str]:
+    """Regular files this process has mapped (the interpreter, its shared libraries)."""
+    found = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and parts[5].startswith("/"):
+                path = parts[5].rstrip("\n")
+                if path.endswith(" (deleted)") or path.startswith(("/proc/", "/dev/", "/sys/")):
+                    continue
+                if os.path.isfile(path) and path not in found:
+                    found.append(path)
+    return found
+
+
+def view_spec(packages=()) -> dict:
+    """What the programs' filesystem view holds (computed on the host, before isolating):
+    ``binds`` [(host path, path in the view)], ``hide`` (site-packages folders inside the
+    standard library, covered by an empty tmpfs), ``stdlib`` and ``sys_path`` (the programs'
+    import path: the standard library, then :data:`PACKAGES_DIR` when a package is allowed)."""
+    stdlib = _stdlib_dirs()
+    pkgs = _package_paths(packages)
+    binds: list[tuple[str, str]] = []
+    covered: list[str] = []
+    taken: set[str] = set()
+
+    def add(src: str, dst: str) -> None:
+        if (dst in taken or not os.path.exists(src)
+                or any(dst.startswith(c + "/") for c in covered)):
+            return
+        taken.add(dst)
+        binds.append((os.path.realpath(src), dst))
+        if os.path.isdir(src):
+            covered.append(dst)
+
+    for d in sorted(stdlib, key=len):
+        add(d, d)
+    hide = []
+    for d in stdlib:
+        for sub in ("site-packages", "dist-packages"):
+            if os.path.isdir(os.path.join(d, sub)):
+                hide.append(os.path.join(d, sub))
+    exe = os.path.realpath(sys.executable)
+    add(exe, exe)
+    mapped = [(m, m) for m in _mapped_files()]
+    libs = _shared_libraries(
+        [exe, *_extension_modules(stdlib[1:]), *_extension_modules([p for p, _ in pkgs])])
+    for src, dst in [*mapped, *libs]:
+        if not any(src.startswith(p + "/") for p, _ in pkgs):  # those: under PACKAGES_DIR
+            add(src, dst)
+    for path in (*VIEW_LOADERS, *VIEW_ETC):
+        if os.path.exists(path):
+            add(path, path)
+    for src, name in pkgs:
+        binds.append((src, PACKAGES_DIR + "/" + name))
+    sys_path = list(stdlib) + ([PACKAGES_DIR] if pkgs else [])
+    return {"binds": binds, "hide": hide, "stdlib": stdlib, "sys_path": sys_path,
+            "executable": exe, "packages": sorted(n for _, n in pkgs if not n.endswith(".libs"))}
 
 
 def _cap_last_cap() -> int:
@@ -379,7 +535,8 @@ def _works_in_child(fn) -> bool:
 
 
 class Server:
-    def __init__(self, disk_mb: int, isolate: bool = True, rfd: int = 0) -> None:
+    def __init__(self, disk_mb: int, isolate: bool = True, rfd: int = 0,
+                 packages: tuple[str, ...] = ()) -> None:
         self.features: list[str] = []
         self.notes: list[str] = []
         self.uid: int | None = None
@@ -393,10 +550,13 @@ class Server:
         self.nocaps = False
         self.seccomp: bytes | None = None
         self.last_cap = _cap_last_cap()  # before /proc is hidden
-        self.private_dirs: list[str] = []
+        self.view: dict = {}
         if not isolate:
             self.notes.append("isolation disabled (--no-isolation): rlimits only")
         else:
+            self.view = view_spec(packages)
+            # opened now: the view has no /proc
+            pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
             root = os.geteuid() == 0
             if not root:
                 # Unprivileged: a user namespace may give us the others (kernel permitting).
@@ -433,7 +593,7 @@ class Server:
             # setns back to our own namespace after it (root). "intermediate": when setns back
             # is refused (a user namespace), an intermediate child unshares and forks the
             # program, waits for it and passes its status on.
-            fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
+            fd = pidns_fd
 
             def via_setns() -> None:
                 _unshare(CLONE_NEWPID)
@@ -498,13 +658,6 @@ class Server:
                     self.seccomp = prog
                 else:
                     self.notes.append("seccomp filter refused by the kernel")
-        if "mountns" in self.features:
-            for target in ("/proc", "/sys"):
-                try:  # hide the host's processes and devices (after opening /proc/self/ns/pid)
-                    _mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                           "size=4k,mode=555")
-                except OSError as exc:
-                    self.notes.append(f"could not hide {target}: {exc}")
         if self.seccomp is not None:
             # Last: from here on the server and everything it forks live under the filter.
             try:
@@ -528,50 +681,40 @@ class Server:
         self._mounts(disk_mb)
 
     def _mounts(self, disk_mb: int) -> None:
-        """In our private mount namespace: the whole tree read-only; every world-writable or
-        socket-bearing directory (:func:`_private_dirs`) covered by an empty tmpfs; the Python
-        installation reachable for the unprivileged uid."""
+        """In our private mount namespace: a new root holding only the view
+        (:func:`view_spec`): the standard library, the interpreter and the shared libraries it
+        mapped, the allow-listed packages under :data:`PACKAGES_DIR`, a few device nodes and
+        /etc files, empty /proc, /sys and /tmp; all read-only except a size-capped tmpfs under
+        /tmp. The host's tree is detached: nothing else of it can be named."""
+        view = self.view
         _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-        # Cover each private directory, and every non-world-traversable ancestor of a path the
-        # interpreter needs (say /root, mode 0700), by an empty tmpfs into which only the
-        # needed subtrees are bind-mounted back. The subtrees wait on a tmpfs over /proc
-        # meanwhile (nothing here reads /proc; it is uncovered again afterwards).
-        private = _private_dirs()
-        targets = _blocked_ancestors(also=tuple(private))
-        for d in private:
-            targets.setdefault(d, set())
-        hold = "/proc"
-        _mount("tmpfs", hold, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=700")
-        covered = []
-        for anc in sorted(targets, key=len):
-            if not os.path.isdir(anc) or os.path.islink(anc):
-                continue  # hidden by an earlier cover
-            children = sorted(targets[anc])
-            held = []
-            for child in children:
-                src = os.path.join(anc, child)
-                dst = os.path.join(hold, f"{len(os.listdir(hold))}")
-                if os.path.isdir(src):
-                    os.mkdir(dst)
-                else:
-                    open(dst, "w").close()
-                _mount(src, dst, None, MS_BIND | MS_REC, None)
-                held.append((child, dst, os.path.isdir(src)))
-            _mount("tmpfs", anc, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-            for child, dst, is_dir in held:
-                target = os.path.join(anc, child)
-                if is_dir:
-                    os.mkdir(target)
-                else:
-                    open(target, "w").close()
-                _mount(dst, target, None, MS_MOVE, None)
-            covered.append(anc)
-        _check(_libc.umount2(hold.encode(), ctypes.c_int(MNT_DETACH)), "umount the hold")
-        self.private_dirs = [d for d in private if d in covered]
-        if "/tmp" in self.private_dirs:
-            self.features.append("private_dirs")
-            self.notes.append("private: " + " ".join(self.private_dirs))
-        os.mkdir("/tmp/sandbox", 0o755)
+        new = "/proc"  # any existing directory: the new root is a tmpfs mounted on it
+        _mount("tmpfs", new, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+
+        def make(path: str, is_dir: bool) -> str:
+            target = new + path
+            os.makedirs(target if is_dir else os.path.dirname(target), mode=0o755, exist_ok=True)
+            if not is_dir and not os.path.exists(target):
+                open(target, "w").close()
+            return target
+
+        for src, dst in view["binds"]:
+            target = make(dst, os.path.isdir(src))
+            _mount(src, target, None, MS_BIND | MS_REC, None)
+        for d in view["hide"]:  # third-party packages inside the standard library's folder
+            _mount("tmpfs", new + d, "tmpfs", MS_NOSUID | MS_NODEV, "size=4k,mode=555")
+        make("/dev", True)
+        for dev in VIEW_DEVICES:
+            if os.path.exists(dev):
+                _mount(dev, make(dev, False), None, MS_BIND, None)
+        for d in ("/proc", "/sys", "/tmp/sandbox"):
+            make(d, True)
+        os.chdir(new)
+        _check(_libc.syscall(ctypes.c_long(SYS_pivot_root), b".", b"."), "pivot_root")
+        _check(_libc.umount2(b".", ctypes.c_int(MNT_DETACH)), "detach the host's tree")
+        os.chdir("/")
+        self.features.append("minimal_fs")
+        self.features.append("private_dirs")
         # Everything read-only, recursively (mount_setattr, Linux >= 5.12).
         attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
         ret = _libc.syscall(ctypes.c_long(SYS_mount_setattr), ctypes.c_int(AT_FDCWD), b"/",
@@ -583,6 +726,10 @@ class Server:
             self.notes.append(f"could not make / read-only: {os.strerror(ctypes.get_errno())}")
         _mount("tmpfs", "/tmp/sandbox", "tmpfs", MS_NOSUID | MS_NODEV,
                f"size={int(disk_mb)}m,mode=755")
+        # Imports resolve only in the view's read-only folders (never in /tmp).
+        sys.path[:] = view["sys_path"]
+        sys.path_importer_cache.clear()
+        sys.executable = view["executable"]
         self.work_root = "/tmp/sandbox"
         self.features.append("mountns")
 
@@ -926,17 +1073,27 @@ def main() -> None:
     # start servers from worker threads. A dead client closes our stdin: we exit after the
     # current program (whose own limits bound the wait).
     disk_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 256
+    packages: tuple[str, ...] = ()
     try:
         for arg in sys.argv[2:]:
             if arg.startswith("--preload="):
                 _preload(arg.split("=", 1)[1])
-        server = Server(disk_mb, isolate="--no-isolation" not in sys.argv[2:], rfd=rfd)
+            elif arg.startswith("--packages="):
+                packages = tuple(n for n in arg.split("=", 1)[1].split(",") if n)
+        server = Server(disk_mb, isolate="--no-isolation" not in sys.argv[2:], rfd=rfd,
+                        packages=packages)
     except BaseException as exc:  # noqa: BLE001
         _send(wfd, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         return
+    harness = sys.modules.get("_grpolab_code_harness")
+    if harness is not None and server.view:
+        # The judge imports only from here (read-only in the view).
+        harness.STDLIB_DIRS = tuple(server.view["stdlib"])
+        harness.PACKAGE_DIRS = (PACKAGES_DIR,) if server.view["packages"] else ()
     gc.freeze()  # children's garbage collections then leave the inherited pages alone (COW)
     _send(wfd, {"ready": True, "features": server.features, "notes": server.notes,
-                "pid": os.getpid(), "uid": server.uid})
+                "pid": os.getpid(), "uid": server.uid,
+                "packages": list(server.view.get("packages", ()))})
     while True:
         try:
             req = _recv(rfd)

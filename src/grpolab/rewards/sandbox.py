@@ -5,9 +5,11 @@ How it works (details and what it does NOT protect against: ``docs/rewards.md``)
 * A pool of **fork servers** (:class:`ForkServerPool`, one per CPU by default) -- pre-started
   ``python -I`` processes running :mod:`grpolab.rewards._sandbox_server`. Each server isolates
   itself once at start (root, or an ordinary user through a user namespace): its own network
-  namespace with only a downed loopback; its own mount namespace with the whole tree read-only,
-  empty private tmpfs over /tmp, /var/tmp, /dev/shm, /run and every other world-writable
-  directory near the top of the tree, empty /proc and /sys; then a seccomp filter that refuses
+  namespace with only a downed loopback; its own mount namespace whose root is a minimal,
+  read-only view -- the interpreter, its standard library and shared libraries, the allow-listed
+  packages (:data:`DEFAULT_PACKAGES`) under /sandbox/packages, a few device nodes, empty /proc,
+  /sys and /tmp; nothing else of the host (no project, data, home, run directory); then a
+  seccomp filter that refuses
   AF_UNIX sockets (no host UNIX socket can be reached, wherever it lives), user namespaces,
   namespace-making clones, pivot_root/chroot, io_uring, ptrace and more. Then it forks one child
   per program. The child becomes PID 1 of a fresh PID namespace (when it exits, the kernel kills
@@ -22,7 +24,7 @@ How it works (details and what it does NOT protect against: ``docs/rewards.md``)
   one-shot server process per program -- the same isolation code, plus an interpreter start.
 
 Limits are per call (:class:`SandboxLimits`); isolation features actually in force are listed
-in ``SandboxResult.isolation`` (``netns``, ``mountns``, ``readonly_fs``, ``private_dirs``,
+in ``SandboxResult.isolation`` (``netns``, ``mountns``, ``minimal_fs``, ``readonly_fs``, ``private_dirs``,
 ``pidns``, ``ipcns``, ``nocaps``, ``seccomp``, and ``uid`` (root) or ``userns`` (an ordinary
 user); fewer on a degraded platform: :func:`sandbox_isolation` says which are missing).
 """
@@ -70,6 +72,9 @@ PRIVATE_FD = 3
 SERVER_DISK_MB = 256
 #: Extra seconds the client waits for a server's reply beyond the program's own time limit.
 REPLY_GRACE_S = 15.0
+#: Third-party packages programs may import (when installed here): each is bind-mounted
+#: read-only into the view at ``/sandbox/packages``; nothing else of ``sys.path`` is visible.
+DEFAULT_PACKAGES: tuple[str, ...] = ("numpy",)
 REASONS = ("", "timeout", "memory", "output_limit", "file_size", "killed", "setup_failed")
 
 
@@ -163,6 +168,14 @@ class SandboxResult:
 # ------------------------------------------------------------------------------ one server
 
 
+def _check_packages(packages) -> tuple[str, ...]:
+    if isinstance(packages, str) or not all(
+            isinstance(p, str) and p.isidentifier() for p in packages):
+        raise ValueError("sandbox packages must be a list of top-level module names "
+                         f"(identifiers, e.g. ['numpy']), got {packages!r}")
+    return tuple(packages)
+
+
 def _pack(obj: dict) -> bytes:
     data = json.dumps(obj, ensure_ascii=True).encode()
     return struct.pack(">I", len(data)) + data
@@ -172,13 +185,17 @@ class ForkServer:
     """One fork-server process; :meth:`run` is not thread-safe (the pool hands it out)."""
 
     def __init__(self, disk_mb: int = SERVER_DISK_MB, start_timeout_s: float = 30.0,
-                 isolate: bool = True, launcher: list[str] | None = None) -> None:
+                 isolate: bool = True, launcher: list[str] | None = None,
+                 packages: tuple[str, ...] | None = None) -> None:
         """Start a server. ``isolate=False`` skips namespaces and the uid switch (rlimits
         only): for tests of the degraded mode, never for untrusted code. ``launcher``
         replaces ``[sys.executable]`` (e.g. ``["setpriv", "--reuid", "4242", ...,
-        "/usr/bin/python3"]`` to test the unprivileged path)."""
+        "/usr/bin/python3"]`` to test the unprivileged path). ``packages``: the third-party
+        packages programs may import (default :data:`DEFAULT_PACKAGES`; those the server's
+        interpreter cannot find are left out, see :attr:`packages`)."""
+        packages = _check_packages(DEFAULT_PACKAGES if packages is None else packages)
         args = [*(launcher or [sys.executable]), "-I", str(SERVER_SCRIPT), str(int(disk_mb)),
-                *(f"--preload={p}" for p in PRELOAD)]
+                *(f"--preload={p}" for p in PRELOAD), "--packages=" + ",".join(packages)]
         if not isolate:
             args.append("--no-isolation")
         self.proc = subprocess.Popen(
@@ -203,6 +220,8 @@ class ForkServer:
         self.notes: list[str] = list(hello.get("notes", ()))
         #: uid the programs of this server run as (None when not root).
         self.uid: int | None = hello.get("uid")
+        #: allow-listed packages actually in the programs' view.
+        self.packages: tuple[str, ...] = tuple(hello.get("packages", ()))
 
     @property
     def alive(self) -> bool:
@@ -307,8 +326,9 @@ class ForkServerPool:
     """
 
     def __init__(self, size: int | None = None, disk_mb: int = SERVER_DISK_MB,
-                 isolate: bool = True) -> None:
+                 isolate: bool = True, packages: tuple[str, ...] | None = None) -> None:
         size = _default_size() if size is None else size
+        self.packages = _check_packages(DEFAULT_PACKAGES if packages is None else packages)
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"ForkServerPool size must be a positive int, got {size!r}")
         self.size = size
@@ -346,7 +366,7 @@ class ForkServerPool:
         if server is None or not server.alive:
             if server is not None:
                 self._discard(server)
-            server = ForkServer(self.disk_mb, isolate=self.isolate)
+            server = ForkServer(self.disk_mb, isolate=self.isolate, packages=self.packages)
             with self._lock:
                 self._all.append(server)
         return server
@@ -364,7 +384,7 @@ class ForkServerPool:
                 if server is None or not server.alive:
                     if server is not None:
                         self._discard(server)
-                    taken[k] = server = ForkServer(self.disk_mb, isolate=self.isolate)
+                    taken[k] = server = ForkServer(self.disk_mb, isolate=self.isolate, packages=self.packages)
                     with self._lock:
                         self._all.append(server)
         finally:
@@ -439,8 +459,8 @@ def sandbox_features() -> tuple[str, ...]:
 
 
 #: Features every fully isolated server has, in both modes (root, or an ordinary user).
-REQUIRED_FEATURES = ("netns", "mountns", "readonly_fs", "private_dirs", "pidns", "ipcns",
-                     "nocaps", "seccomp")
+REQUIRED_FEATURES = ("netns", "mountns", "minimal_fs", "readonly_fs", "private_dirs", "pidns",
+                     "ipcns", "nocaps", "seccomp")
 #: Setting this environment variable to 1 turns degraded isolation into an error (CI).
 REQUIRE_ENV = "GRPOLAB_REQUIRE_SANDBOX"
 
