@@ -5,7 +5,7 @@ warm-started model), then GRPO from it with several seeds. Reports held-out *gre
 success of the warm start and of each seed's final model, overall and by item family
 (``meta["family"]`` for web, ``meta["n_terms"]`` for tool_arith), on the same eval items.
 
-    # warm start + 3 seeds (the settings of examples/web_agent.yaml, docs/envs.md "Measured")
+    # warm start + 3 seeds (the settings of examples/web_agent.yaml, docs/results/envs_log.md "Measured")
     python benchmarks/envs.py --env web --seeds 0 1 2
     # reuse a warm start; extra overrides go to `grpolab train`
     python benchmarks/envs.py --env web --warm-start runs/web_ws --set trainer.steps=60 --jobs 2
