@@ -1,12 +1,12 @@
 """Slow, obviously-correct loop twins of ``grpolab.objectives`` (float64, pure Python).
 
-Written from /work/shared/METHODS.md sections 1-3 alone, never from the implementation. Every
-function loops over sequences and positions with Python floats; inputs may be torch tensors or
-nested lists. Positions with ``mask == 0`` are never read (``if not valid: continue``), so NaN or
+Written from the method descriptions alone (docs/methods.md: advantages, aggregation, importance
+ratios), never from the implementation. Every function loops over sequences and positions with
+Python floats; inputs may be torch tensors or nested lists. Positions with ``mask == 0`` are never read (``if not valid: continue``), so NaN or
 huge values there cannot leak in. Nothing here imports grpolab.
 
 Gradients are written out analytically (no autograd): with the stop-gradient structure of
-METHODS.md section 3, ``log_ratio_t = sg(value_t) + logp_t - sg(logp_t)``, so
+docs/methods.md ("Importance ratios"), ``log_ratio_t = sg(value_t) + logp_t - sg(logp_t)``, so
 ``d log_ratio_t / d logp_s = [s == t] * mask_t`` for every ratio level, and
 
     dLoss/dlogp[i,t] = W[i,t] * ( dl/dlog_ratio (i,t) + kl_coef * dkl/dlogp (i,t) ).
@@ -161,7 +161,7 @@ def _seq_signs(advantages, m):
 
 
 def ref_aggregation_weights(mask, mode, advantages=None, group_ids=None, max_len=None):
-    """W[B][T] of METHODS.md section 2, by explicit counting."""
+    """W[B][T] of docs/methods.md ("Aggregation"), by explicit counting."""
     m = _rows(mask)
     B = len(m)
     lens = [sum(1 for v in row if v != 0.0) for row in m]
@@ -320,7 +320,7 @@ def ref_policy_loss(logp, old_logp, advantages, mask, *, group_ids=None, ratio="
 
 
 # ----------------------------------------------------------------------------- credit (RLSD, GEAR)
-# METHODS.md sections 4-5 and the GEAR rules written in grpolab/objectives/credit.py's docstring
+# docs/methods.md ("Token-level credit from a privileged self-teacher") and the GEAR rules written in grpolab/objectives/credit.py's docstring
 # (threshold: lower median + k * MAD, or the lower q-quantile; anchors strictly above it; a segment
 # runs from an anchor to the next anchor, just after a boundary token, or just before a masked
 # position; segment tokens take the anchor's log-weight -sign(A) * D_anchor).

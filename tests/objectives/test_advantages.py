@@ -1,6 +1,6 @@
 """Group advantages (GRPO / Dr.GRPO), leave-one-out (RLOO) and the estimator registry.
 
-METHODS.md section 1: A_i = (R_i - mean_g R) / (std_g R + 1e-6), std unbiased; Dr.GRPO drops the
+docs/methods.md ("Advantages"): A_i = (R_i - mean_g R) / (std_g R + 1e-6), std unbiased; Dr.GRPO drops the
 division; RLOO subtracts the mean of the other G-1 rewards. A single-sample group gets 0.
 """
 import math

@@ -1,4 +1,4 @@
-"""aggregation_weights: token / sequence / constant / balanced (METHODS.md section 2).
+"""aggregation_weights: token / sequence / constant / balanced (docs/methods.md, "Aggregation").
 
 loss = sum_{i,t} W[i,t] l[i,t]. token W = mask/sum(mask); sequence W = mask/(|o_i| n); constant
 W = mask/(n L); balanced: mean over groups of J_g = (|S+|/G_g) L+ + (|S-|/G_g) L-, with L+- token

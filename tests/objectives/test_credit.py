@@ -1,4 +1,4 @@
-"""Token-level credit (RLSD, GEAR, OPSD), METHODS.md sections 4-5 and credit.py's GEAR rules.
+"""Token-level credit (RLSD, GEAR, OPSD), docs/methods.md ("Token-level credit") and credit.py's GEAR rules.
 
 Expected values come from tests/objectives/reference.py (float64 loops) or hand arithmetic in the
 comments, never from grpolab.

@@ -1,4 +1,4 @@
-"""KL estimators (METHODS.md section 1): k1 = logp - ref, k2 = 0.5 (logp - ref)^2,
+"""KL estimators (docs/methods.md, "KL to a reference policy"): k1 = logp - ref, k2 = 0.5 (logp - ref)^2,
 k3 = exp(ref - logp) - (ref - logp) - 1."""
 import math
 
@@ -88,8 +88,8 @@ def test_kl_term_in_policy_loss(est, aggregation):
 @pytest.mark.parametrize("x", [25.0, -25.0])
 def test_k3_beyond_20_nats_follows_the_formula(x):
     # (grpolab's k3 is exact up to x = 50 and linear beyond; see test_k3_linear_beyond_50)
-    # METHODS.md: k3 = exp(x) - x - 1 with x = ref - logp, no clamp. Both values are finite in
-    # float64 (and float32):
+    # docs/methods.md ("KL to a reference policy"): k3 = exp(x) - x - 1 with x = ref - logp, no
+    # clamp. Both values are finite in float64 (and float32):
     #   x = +25: k3 = e^25 - 26 = 7.2004899e10,  d k3 / d logp = 1 - e^25 = -7.2004899e10
     #   x = -25: k3 = e^-25 + 24 = 24.0000000000, d k3 / d logp = 1 - e^-25 = 0.99999999999
     # A clamp of x to +-20 would give 4.85e8 / 19 and a zero gradient: the KL penalty would stop

@@ -1,4 +1,4 @@
-"""policy_loss: clipped surrogate x ratio level x aggregation (+ KL), METHODS.md sections 1-3.
+"""policy_loss: clipped surrogate x ratio level x aggregation (+ KL), docs/methods.md.
 
 l_t = max(-A r, -A clip(r, 1-clip_low, 1+clip_high)), for A<0 min(l_t, -A dual_clip);
 cumulative (CTPO): log_ratio = min(log_ratio, 10), s_t = pos_t**clip_power, clipped ratio
@@ -196,7 +196,7 @@ def test_hand_ctpo_positions_1_and_100(x, A, t, expected, grad_t):
 
 
 def test_hand_ctpo_bound_values():
-    # the arithmetic quoted in METHODS.md: t=1 -> [0.975, 1.05]; t=100 -> [0.78, 1.65]
+    # the arithmetic quoted in docs/methods.md ("Importance ratios"): t=1 -> [0.975, 1.05]; t=100 -> [0.78, 1.65]
     big, small = 3.0, -3.0
     assert abs(-_ctpo_single(big, 1.0, 1)[0] - 1.0512711) < 1e-7        # exp(0.05)
     assert abs(_ctpo_single(small, -1.0, 1)[0] - 0.9753099) < 1e-7      # exp(-0.025)
@@ -357,7 +357,7 @@ def test_log_ratios_of_plus_minus_50(ratio, aggregation, dtype):
 
 
 def test_sequence_ratio_beyond_e20_is_capped_by_the_documented_guard():
-    # grpolab deviates from METHODS.md here on purpose (docs/methods.md, "Guard"): for the
+    # grpolab deviates from the papers here on purpose (docs/methods.md, "Guard"): for the
     # non-cumulative levels the log ratio is capped at +20 before exp, because a sequence-level sum
     # of per-token log ratios (each up to 20) overflows float32 otherwise (verl caps GSPO's at 10).
     # Sequence level, two tokens with d = 15 each -> value 30, capped to 20; A = -1, dual clip off:

@@ -1,5 +1,5 @@
 """Property-based tests (hypothesis) over random ragged masks and uneven groups, plus the
-Balanced-Aggregation facts that follow from METHODS.md section 2."""
+Balanced-Aggregation facts that follow from docs/methods.md ("Aggregation")."""
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

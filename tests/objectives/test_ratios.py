@@ -1,6 +1,6 @@
 """log_importance_ratio: values of the four levels and the stop-gradient structure.
 
-METHODS.md section 3: d_t = clamp(logp_t - old_t, -20, 20) * mask_t; token d_t, sequence sum d,
+docs/methods.md ("Importance ratios"): d_t = clamp(logp_t - old_t, -20, 20) * mask_t; token d_t, sequence sum d,
 gspo (1/|o|) sum d, cumulative D_t = sum_{t'<=t} d_t'; log_ratio_t = sg(value_t) + logp_t - sg(logp_t)
 so that d log_ratio_t / d logp_s = [s == t] * mask_t at every level.
 """

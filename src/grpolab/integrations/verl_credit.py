@@ -2,7 +2,7 @@
 
 RLSD (arXiv 2604.03128) and GEAR (arXiv 2605.11853) reweight each token's advantage by how much
 more (or less) likely a *privileged teacher* -- the same model shown the reference solution -- finds
-the token the student sampled (docs/methods.md sections 4 and 5). verl's advantage estimators see
+the token the student sampled (docs/methods.md, "Token-level credit from a privileged self-teacher"). verl's advantage estimators see
 only rewards, masks and uids, so the teacher forward cannot be a plug-in: this module extends
 verl's v1 trainer (``verl.trainer.ppo.v1.PPOTrainer``, verl ``>=0.9.1,<0.10``) instead. After
 verl has computed ``advantages`` (any estimator: ``grpo``, ``grpolab_balanced``, ...), each step

@@ -14,7 +14,7 @@ turn through ``credit.chat_template``, or a system note through ``credit.system_
 rendered by the same template as the student's prompt, so both end with the same assistant header
 and the response tokens align; plain-text prompts use ``credit.template`` around the prompt as the
 student saw it. With LoRA the frozen teacher is the base model (adapters off, no weight copy;
-never re-synced: a deviation from docs/methods.md section 4).
+never re-synced: a deviation from docs/methods.md, "Token-level credit").
 
 Only rows whose advantage is non-zero go through the teacher for ``rlsd`` and ``gear`` (a zero
 advantage stays zero whatever the weight), so groups whose rewards are all equal cost nothing.

@@ -139,7 +139,7 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
     """
     rollout, advantages, old_logp, ref_logp = exp.rollout, exp.advantages, exp.old_logp, exp.ref_logp
     if advantages is None:
-        raise ValueError("update() needs exp.advantages; compute them first (Experience.with_advantages)")
+        raise ValueError("update() needs exp.advantages; compute them first and pass exp.replace(advantages=A)")
     policy.train()
     group_rows = exp.group_rows()  # mini-batches take whole prompt groups
     means, clip_by_pos, drift_by_pos = MetricMeans(), MetricMeans(), MetricMeans()
