@@ -76,7 +76,7 @@ class GuessTask(ProceduralTask):
 
     def generate(self, rng: random.Random) -> TaskItem:
         secret = rng.randint(0, 9)
-        item = TaskItem(prompt=f"game {rng.randint(0, 999)}: guess 0-9\n", reference=str(secret),
+        item = TaskItem(prompt=f"game {rng.randint(0, 99999)}: guess 0-9\n", reference=str(secret),
                         reward="exact", meta={"env": "guess"})
         transcript, ret, done = run_script(make_env("guess"), item, expert_actions(secret))
         assert done and ret == 1.0, (secret, transcript)

@@ -34,7 +34,7 @@ class MaxOfTask(ProceduralTask):
 
     name = "max_of"
 
-    def __init__(self, *, n_digits: int = 3, seed: int = 0, eval_fraction: float = 0.1) -> None:
+    def __init__(self, *, n_digits: int = 4, seed: int = 0, eval_fraction: float = 0.1) -> None:
         super().__init__(seed=seed, eval_fraction=eval_fraction)
         if isinstance(n_digits, bool) or not isinstance(n_digits, int) or not 2 <= n_digits <= 6:
             raise ValueError(f"max_of: n_digits must be a whole number in 2..6, got {n_digits!r}")
@@ -59,7 +59,7 @@ def main(argv: list[str]) -> int:
     from grpolab.train import train
 
     run_dir, *overrides = argv or ["runs/max_of"]
-    cfg = load_config(overrides=["task.name=max_of", "task.options.n_digits=3", f"trainer.run_dir={run_dir}",
+    cfg = load_config(overrides=["task.name=max_of", "task.options.n_digits=4", f"trainer.run_dir={run_dir}",
                                  "trainer.steps=50", *overrides])
     result = train(cfg)
     print(f"max_of: held-out accuracy {result.start_accuracy:.3f} -> {result.final_accuracy:.3f}")
