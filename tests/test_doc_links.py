@@ -88,3 +88,13 @@ def test_the_checker_finds_what_it_should(tmp_path):
 @pytest.mark.parametrize("page", PAGES, ids=[str(p.relative_to(ROOT)) for p in PAGES])
 def test_relative_links_resolve(page):
     assert broken(page) == []
+
+
+def test_the_index_lists_every_guide_and_the_readme_links_it():
+    """docs/index.md names every page of docs/ (a new guide must be added there) and the run logs."""
+    index = ROOT / "docs" / "index.md"
+    listed = {(index.parent / t.partition("#")[0]).resolve() for t in links(index) if not t.startswith("http")}
+    for page in [*ROOT.glob("docs/*.md"), ROOT / "docs" / "results" / "README.md", *ROOT.glob("docs/results/*_log.md")]:
+        if page != index:
+            assert page.resolve() in listed, f"docs/index.md does not link {page.relative_to(ROOT)}"
+    assert "docs/index.md" in links(ROOT / "README.md")
