@@ -133,16 +133,17 @@ def _import_function(spec: str) -> Callable[..., Any]:
         raise RewardSpecError(
             f"reward {spec!r}: importing module {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from None
-    owner = module_name
+    path: list[str] = []
     for part in attr.split("."):
         if not hasattr(obj, part):
+            owner = module_name + (":" + ".".join(path) if path else "")
             names = sorted(n for n in dir(obj) if not n.startswith("_") and callable(getattr(obj, n, None)))
             raise RewardSpecError(
                 f"reward {spec!r}: {owner!r} has no attribute {part!r}"
                 + (f" (its callables: {', '.join(names[:20])})" if names else "")
             )
         obj = getattr(obj, part)
-        owner = f"{owner}.{part}" if owner != module_name else f"{module_name}:{part}"
+        path.append(part)
     _check_signature(obj, f"reward {spec!r}")
     return obj
 
