@@ -9,8 +9,45 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from grpolab import __version__
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one ``error: ...`` line (exit code 2) for a bad argument, like a config error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
+def _number(kind, *, low=None, high=None, low_open=False, what=""):
+    """An argparse type: ``kind`` (int or float) within ``[low, high]`` (``(low, ...`` with ``low_open``)."""
+
+    def parse(text: str):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'a whole number' if kind is int else 'a number'}") \
+                from None
+        if kind is float and v != v:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+        bad = (low is not None and (v <= low if low_open else v < low)) or (high is not None and v > high)
+        if bad:
+            rng = (f"> {low}" if low_open else f">= {low}") if high is None else \
+                f"in {'(' if low_open else '['}{low}, {high}]"
+            raise argparse.ArgumentTypeError(f"{text} is not allowed: must be {rng}{what}")
+        return v
+
+    parse.__name__ = kind.__name__  # argparse names the type in its messages
+    return parse
+
+
+POSITIVE_INT = _number(int, low=1)
+COUNT = _number(int, low=0)
+TEMPERATURE = _number(float, low=0, low_open=True, what=" (greedy decoding is --samples 0)")
+NEW_TOKENS = _number(int, low=1, what=" (the longest response, in tokens)")
+UNIT = _number(float, low=0, high=1)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -22,13 +59,20 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from grpolab.commands import train_command
+    from grpolab.commands import ConfigError, train_command
+
+    if args.resume is not None and not Path(args.resume).is_dir():
+        raise ConfigError(f"--resume {args.resume}: {'is a file, not' if Path(args.resume).exists() else 'there is no'} "
+                          "run directory there; give a directory that `grpolab train` wrote (it holds config.yaml)")
 
     return train_command(args.config, args.overrides, resume=args.resume, overwrite=args.overwrite)
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from grpolab.commands import sft_command
+    from grpolab.commands import ConfigError, sft_command
+
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"--out {args.out} is a file; give a directory to write the warm-started model to")
 
     return sft_command(args.config, args.overrides, out=args.out, overwrite=args.overwrite)
 
@@ -86,7 +130,7 @@ def cmd_models_import(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="grpolab", description="RL with verifiable rewards (GRPO family) "
+    p = _Parser(prog="grpolab", description="RL with verifiable rewards (GRPO family) "
                                 "for causal language models.")
     p.add_argument("--version", action="version", version=f"grpolab {__version__}")
     p.add_argument("--debug", action="store_true", help="show the full traceback of an error")
@@ -116,32 +160,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override a --config value (repeatable; also works without --config)")
     e.add_argument("--task", default=None, help="task name (default: the run's or config's task, else arith)")
     e.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    e.add_argument("--n", type=int, default=None,
+    e.add_argument("--n", type=POSITIVE_INT, default=None,
                    help="held-out items (default: the run's task.n_eval, else all rows / 256 generated)")
-    e.add_argument("--samples", type=int, default=8, help="samples per item for sampled accuracy/pass@k (0: greedy only)")
-    e.add_argument("--temperature", type=float, default=1.0)
-    e.add_argument("--max-new-tokens", type=int, default=None,
+    e.add_argument("--samples", type=COUNT, default=8, help="samples per item for sampled accuracy/pass@k (0: greedy only)")
+    e.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="sampling temperature (> 0)")
+    e.add_argument("--max-new-tokens", type=NEW_TOKENS, default=None,
                    help="default: the run's or config's rollout.max_new_tokens (48 by default)")
     e.add_argument("--seed", type=int, default=0)
     e.add_argument("--completions", default=None, metavar="FILE.jsonl",
                    help="write every greedy completion (prompt, completion, reward, reference) here")
-    e.add_argument("--examples", type=int, default=3, help="print a table of this many examples to stderr (0: none)")
+    e.add_argument("--examples", type=COUNT, default=3, help="print a table of this many examples to stderr (0: none)")
     e.set_defaults(func=cmd_eval)
 
     h = sub.add_parser("headroom", help="is there headroom for RL? greedy vs sampled success, pass@k, verdict")
     h.add_argument("model", help="a model directory (HF format) or a grpolab run directory")
     h.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
     h.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    h.add_argument("--n", type=int, default=None,
+    h.add_argument("--n", type=POSITIVE_INT, default=None,
                    help="held-out items (default: the run's or config's task.n_eval, else all rows / 256 generated)")
     h.add_argument("--config", default=None, help="a training config whose task, env and rollout settings to "
                    "use for a bare model directory (e.g. a warm start measured for the runs that start from it)")
     h.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a --config value (repeatable; also works without --config)")
-    h.add_argument("--k", type=int, default=8, help="samples per item")
-    h.add_argument("--temperature", type=float, default=None,
+    h.add_argument("--k", type=POSITIVE_INT, default=8, help="samples per item")
+    h.add_argument("--temperature", type=TEMPERATURE, default=None,
                    help="sampling temperature (default: the run's rollout.temperature, else 1.0)")
-    h.add_argument("--max-new-tokens", type=int, default=None)
+    h.add_argument("--max-new-tokens", type=NEW_TOKENS, default=None)
     h.add_argument("--seed", type=int, default=0)
     h.add_argument("--out", default=None, help="write headroom.json/.md here (default: the run directory, "
                    "if MODEL is one)")
@@ -154,8 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--design", default=None, metavar="FILE",
                    help="run the points listed in a YAML file instead of a grid (runs: [{optim.lr: '1e-4', "
                         "trainer.seed: 0}, ...]; e.g. an orthogonal array, studies/web_lr_grid_design.yaml)")
-    w.add_argument("--seeds", type=int, default=1, help="seeds per grid point (trainer.seed = 0..N-1)")
-    w.add_argument("--jobs", type=int, default=1, help="runs at once (torch threads per run = cores // jobs)")
+    w.add_argument("--seeds", type=POSITIVE_INT, default=1, help="seeds per grid point (trainer.seed = 0..N-1)")
+    w.add_argument("--jobs", type=POSITIVE_INT, default=1, help="runs at once (torch threads per run = cores // jobs)")
     w.add_argument("--out", default="runs/sweep", help="sweep directory")
     w.add_argument("--summary-only", action="store_true", help="only rewrite the summary of finished runs")
     w.set_defaults(func=cmd_sweep)
@@ -164,10 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(c)
     c.add_argument("--vary", action="append", default=[], metavar="KEY=A,B",
                    help="variants, e.g. --vary objective.aggregation=token,balanced (repeatable: product)")
-    c.add_argument("--seeds", type=int, default=3)
+    c.add_argument("--seeds", type=POSITIVE_INT, default=3)
     c.add_argument("--baseline", default=None, help="the variant others are compared with (a value, or "
                    "key=value,...; default: the first)")
-    c.add_argument("--jobs", type=int, default=1)
+    c.add_argument("--jobs", type=POSITIVE_INT, default=1)
     c.add_argument("--out", default="runs/compare")
     c.add_argument("--summary-only", action="store_true", help="only rewrite the comparison of finished runs")
     c.set_defaults(func=cmd_compare)
@@ -175,17 +219,17 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("diagnose", help="what changed in a trained run: drift, revert/transplant, effective rank")
     d.add_argument("run_dir", help="a grpolab run directory (with final/ or checkpoints/)")
     d.add_argument("--base", default=None, help="the starting model (default: RUN_DIR/sft, else model.path)")
-    d.add_argument("--n", type=int, default=256, help="held-out items for the ablations")
-    d.add_argument("--probe", type=int, default=64, help="held-out prompts for hidden-state ranks")
+    d.add_argument("--n", type=POSITIVE_INT, default=256, help="held-out items for the ablations")
+    d.add_argument("--probe", type=POSITIVE_INT, default=64, help="held-out prompts for hidden-state ranks")
     d.add_argument("--seed", type=int, default=0)
     d.set_defaults(func=cmd_diagnose)
 
     cr = sub.add_parser("credit", help="HTML/PNG page: each response token coloured by its teacher credit multiplier")
     cr.add_argument("run_dir", help="a grpolab run directory")
-    cr.add_argument("--sample", type=int, default=6, help="responses to show")
+    cr.add_argument("--sample", type=POSITIVE_INT, default=6, help="responses to show")
     cr.add_argument("--method", default=None, choices=["rlsd", "gear", "opsd"],
                     help="credit method (default: the run's, or gear for a grpo run)")
-    cr.add_argument("--lam", type=float, default=None,
+    cr.add_argument("--lam", type=UNIT, default=None,
                     help="mixing weight shown (default: the value training reached; 1 = the full teacher weight)")
     cr.add_argument("--seed", type=int, default=0)
     cr.add_argument("--out", default=None, help="output folder (default: RUN_DIR/credit)")
@@ -206,6 +250,12 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                              help="show the full traceback of an error")
     return p
+
+
+def _train_run_dir(args: argparse.Namespace) -> str:
+    from grpolab.commands import train_run_dir
+
+    return train_run_dir(args.config, args.overrides, args.resume)
 
 
 def _quiet_transformers() -> None:
@@ -238,8 +288,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "sft":  # the warm start continues from OUT.partial when run again
             print("interrupted; run the same `grpolab sft` command again to continue from its last "
                   "checkpoint (sft.save_every)", file=sys.stderr)
+        elif args.command == "train":
+            print(f"interrupted; resume with `grpolab train --resume {_train_run_dir(args)}`", file=sys.stderr)
         else:
-            print("interrupted; resume with `grpolab train --resume RUN_DIR`", file=sys.stderr)
+            print("interrupted", file=sys.stderr)
         return 130
 
 

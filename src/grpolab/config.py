@@ -68,6 +68,11 @@ class ModelConfig:
             raise ConfigError("model.path is empty; give a local model directory, or leave it unset (null) "
                               "for the built-in tiny model")
         _choice("model.dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        import re
+
+        if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(self.device)):
+            raise ConfigError(f"model.device={self.device!r} is not allowed; choose one of: auto, cpu, cuda, "
+                              "cuda:N (a GPU index), mps")
         _choice("model.lora_save", self.lora_save, ("merged", "adapter", "both"))
         _choice("model.tokenizer_alphabet", self.tokenizer_alphabet, ("default", "printable"))
         for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
@@ -120,6 +125,15 @@ class TaskConfig:
                 _positive(f"task.{k}", getattr(self, k))
         if not isinstance(self.options, dict):
             raise ConfigError(f"task.options must be a mapping, got {type(self.options).__name__}")
+        from grpolab.tasks import list_tasks
+        from grpolab.tasks.base import task_options
+
+        _choice("task.name", self.name, list_tasks())
+        allowed = task_options(self.name)
+        unknown = sorted(set(self.options) - set(allowed)) if allowed is not None else []
+        if unknown:
+            raise ConfigError(f"task.options.{unknown[0]} is not an option of task {self.name!r}; its options: "
+                              f"{', '.join(allowed)}")
         if "reward" in self.options:  # a user's module:function is imported here, at config time
             from grpolab.rewards import resolve_reward
 
@@ -172,7 +186,10 @@ class SFTConfig:
     privileged_share: float = 0.0
 
     def validate(self) -> None:
-        _choice("sft.enabled", self.enabled, ("auto", "yes", "no"))
+        # true/false like every other boolean setting, as well as yes/no
+        words = {"true": "yes", "on": "yes", "1": "yes", "false": "no", "off": "no", "0": "no"}
+        self.enabled = words.get(str(self.enabled).lower(), self.enabled)
+        _choice("sft.enabled", self.enabled, ("auto", "yes", "no", "true", "false"))
         if isinstance(self.privileged_share, bool) or not 0 <= self.privileged_share < 1:
             raise ConfigError(f"sft.privileged_share={self.privileged_share} must be in [0, 1) "
                               "(0 = off; e.g. 0.5)")
@@ -323,6 +340,9 @@ class TrainerConfig:
     def validate(self) -> None:
         if not str(self.run_dir).strip():
             raise ConfigError("trainer.run_dir is empty; set trainer.run_dir=PATH (e.g. runs/default)")
+        if Path(self.run_dir).exists() and not Path(self.run_dir).is_dir():
+            raise ConfigError(f"trainer.run_dir={str(self.run_dir)!r} is a file, not a directory; give a new or "
+                              "existing run directory")
         for k in ("steps", "epochs", "mini_batches", "eval_every", "save_every", "keep_checkpoints"):
             _positive(f"trainer.{k}", getattr(self, k))
         _positive("trainer.micro_batch_tokens", self.micro_batch_tokens)
@@ -475,7 +495,9 @@ class EnvConfig:
         if self.name:
             from grpolab.envs import list_envs
 
-            _choice("env.name", self.name, [""] + list_envs())
+            if self.name not in list_envs():
+                raise ConfigError(f"env.name={self.name!r} is not allowed; choose one of: {', '.join(list_envs())} "
+                                  "(or leave it empty for single-turn sampling)")
 
 
 @dataclass

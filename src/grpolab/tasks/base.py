@@ -153,6 +153,26 @@ def list_tasks() -> list[str]:
     return sorted(_TASKS)
 
 
+def task_options(name: str) -> list[str] | None:
+    """The option names the task ``name`` takes (``reward`` included, which every task takes),
+    or None when its factory accepts any keyword (``**options``) or cannot be inspected.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered tasks).
+    """
+    if name not in _TASKS:
+        raise ValueError(f"unknown task {name!r}; registered tasks: {', '.join(list_tasks())}")
+    try:
+        params = inspect.signature(_TASKS[name]).parameters
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    names = [k for k, p in params.items() if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                           inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    return sorted(set(names) | {"reward"})
+
+
 def get_task(name: str, /, **options: Any) -> Task:
     """Build the task registered under ``name`` with ``options`` (e.g. ``seed=1``).
 

@@ -14,9 +14,25 @@ from grpolab.config import Config, ConfigError, ModelConfig, TaskConfig
 
 
 def resolve_device(name: str) -> torch.device:
+    """``model.device`` as a torch device; a GPU that is not there is a :class:`ConfigError`."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    from grpolab.config import ConfigError
+
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"model.device={name!r} is not a device; choose auto, cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ConfigError(f"model.device={name!r} but torch sees no CUDA GPU on this machine; set "
+                              "model.device=cpu (or auto)")
+        if device.index is not None and device.index >= n:
+            raise ConfigError(f"model.device={name!r} but torch sees {n} CUDA GPU(s) (cuda:0..cuda:{n - 1})")
+    if device.type == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ConfigError("model.device='mps' but this machine has no Apple MPS device; set model.device=cpu")
+    return device
 
 
 def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):

@@ -1,0 +1,121 @@
+"""Every CLI misuse of issue 35 is one ``error:`` line naming what is wrong and what is allowed,
+exit code 2, before any work, with nothing written."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grpolab.cli import main
+
+
+def _run_expect_error(capsys, argv, *needles):
+    with pytest.raises(SystemExit) as e:  # argparse-level errors exit through parser.exit
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+@pytest.mark.parametrize("argv,needles", [
+    (["eval", "RUN", "--n", "0"], ["--n", "must be >= 1"]),
+    (["eval", "RUN", "--temperature", "-1"], ["--temperature", "must be > 0", "--samples 0"]),
+    (["eval", "RUN", "--temperature", "nan"], ["--temperature", "not a number"]),
+    (["eval", "RUN", "--samples", "-1"], ["--samples", "must be >= 0"]),
+    (["eval", "RUN", "--max-new-tokens", "0"], ["--max-new-tokens", "must be >= 1"]),
+    (["eval", "RUN", "--n", "ten"], ["--n", "'ten' is not a whole number"]),
+    (["headroom", "RUN", "--k", "0"], ["--k", "must be >= 1"]),
+    (["headroom", "RUN", "--n", "0"], ["--n", "must be >= 1"]),
+    (["headroom", "RUN", "--temperature", "-1"], ["--temperature", "must be > 0"]),
+    (["diagnose", "RUN", "--n", "0"], ["--n", "must be >= 1"]),
+    (["diagnose", "RUN", "--probe", "0"], ["--probe", "must be >= 1"]),
+    (["sweep", "--jobs", "0"], ["--jobs", "must be >= 1"]),
+    (["sweep", "--seeds", "0"], ["--seeds", "must be >= 1"]),
+    (["compare", "--jobs", "0"], ["--jobs", "must be >= 1"]),
+    (["credit", "RUN", "--lam", "1.5"], ["--lam", "in [0, 1]"]),
+    (["credit", "RUN", "--sample", "0"], ["--sample", "must be >= 1"]),
+    (["train", "--no-such-flag"], ["unrecognized arguments: --no-such-flag"]),
+])
+def test_bad_numbers_are_one_error_line(capsys, argv, needles):
+    _run_expect_error(capsys, argv, *needles)
+
+
+def test_sweep_jobs_zero_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "sw"
+    _run_expect_error(capsys, ["sweep", "--jobs", "0", "--grid", "optim.lr=1e-4,3e-4", "--out", str(out)], "--jobs")
+    assert not out.exists()
+
+
+def _config_error(capsys, argv, *needles):
+    rc = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2
+    assert len(err.splitlines()) == 1 and err.startswith("error: "), err
+    for n in needles:
+        assert n in err, (n, err)
+    return err
+
+
+@pytest.mark.parametrize("override,needles", [
+    ("model.device=tpu", ["model.device='tpu'", "auto, cpu, cuda, cuda:N", "mps"]),
+    ("task.name=arithm", ["task.name='arithm'", "arith, dataset"]),
+    ("task.options.max_digitz=2", ["task.options.max_digitz is not an option of task 'arith'", "max_digits"]),
+    ("task.options.reward=bogus", ["task.options.reward", "'bogus'", "math"]),
+    ("env.name=nope", ["env.name='nope'", "choose one of: miniwob"]),
+])
+def test_config_mistakes_are_refused_before_any_work(tmp_path, capsys, override, needles):
+    run = tmp_path / "run"
+    err = _config_error(capsys, ["train", "--set", override, "--set", f"trainer.run_dir={run}"], *needles)
+    assert "choose one of: ," not in err  # no empty first choice
+    assert not run.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_cuda_without_a_gpu_is_refused_before_any_work(tmp_path, capsys):
+    run = tmp_path / "run"
+    _config_error(capsys, ["train", "--set", "model.device=cuda", "--set", f"trainer.run_dir={run}"],
+                  "model.device='cuda'", "no CUDA GPU", "model.device=cpu")
+    assert not (run / "config.yaml").exists()
+
+
+def test_run_dir_that_is_a_file(tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    _config_error(capsys, ["train", "--set", f"trainer.run_dir={f}"], "is a file, not a directory")
+    assert f.read_text() == "x"
+
+
+def test_sft_out_that_is_a_file(tmp_path, capsys):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    _config_error(capsys, ["sft", "--out", str(f)], "--out", "is a file")
+    assert f.read_text() == "x" and not (tmp_path / "afile.partial").exists()
+
+
+def test_resume_of_a_missing_path(tmp_path, capsys):
+    _config_error(capsys, ["train", "--resume", str(tmp_path / "nope")], "there is no run directory there",
+                  "config.yaml")
+
+
+def test_sft_enabled_takes_true_false_like_every_boolean():
+    from grpolab.config import load_config
+
+    assert load_config(overrides=["sft.enabled=true"]).sft.enabled == "yes"
+    assert load_config(overrides=["sft.enabled=false"]).sft.enabled == "no"
+    assert load_config(overrides=["sft.enabled=no"]).sft.enabled == "no"
+
+
+def test_ctrl_c_names_the_run_dir(tmp_path, capsys, monkeypatch):
+    import grpolab.commands as commands
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "train_command", interrupted)
+    rc = main(["train", "--set", f"trainer.run_dir={tmp_path / 'myrun'}"])
+    err = capsys.readouterr().err
+    assert rc == 130
+    assert f"grpolab train --resume {tmp_path / 'myrun'}" in err and "RUN_DIR" not in err
