@@ -1,0 +1,188 @@
+"""The "short_arith" task: a sum or difference asked in words, answered with the number alone.
+
+Made for small pretrained instruct models (docs/real-models.md: SmolLM2-135M-Instruct), where the
+tiny model's scratchpad format of "arith" means nothing. One item::
+
+    prompt:         "What is 47 + 8?"
+    reference:      "55"
+    reward:         "final_line" the last line must be "55", "Answer: 55" or "47 + 8 = 55" (the
+                                 question's own expression); the number inside a sentence, a
+                                 restated sum with other operands, or a right line followed by
+                                 more text scores 0 (:mod:`grpolab.rewards.final_line`)
+    demonstration:  "55"
+    privileged:     the worked solution, column by column (option ``privileged``):
+                    "7 + 8 = 15: write 5, carry 1. 4 + 1 = 5. So 47 + 8 = 55.\nAnswer: 55"
+    meta:           {"difficulty": number of carries/borrows, "family": "carry" | "no carry",
+                     "digits": [2, 1]}
+
+The prompt asks only the question; the instruction ("Answer with the number only.") belongs to
+the run's ``task.prompt_template``, so the same items serve other answer formats (e.g.
+"... End with a line 'Answer: N'.", which the same verifier accepts).
+
+Operands: ``digits`` gives the number of digits of each operand (``[2, 1]``: a two-digit and a
+one-digit number, 10-99 and 0-9); ``shuffle`` (default true) puts them in either order. ``ops``:
+a subset of "+-"; a difference is never negative (the larger operand comes first).
+"""
+
+from __future__ import annotations
+
+import random
+
+from grpolab.tasks.arith import PRIVILEGED_KINDS
+from grpolab.tasks.base import ProceduralTask, TaskItem, register_task
+
+__all__ = ["ShortArithTask", "worked_solution"]
+
+
+def _digits_of(n: int, width: int) -> list[int]:
+    return [(n // 10**i) % 10 for i in range(width)]  # least significant first
+
+
+def worked_solution(a: int, op: str, b: int) -> tuple[str, int]:
+    """``(text, carries)``: the column-by-column working of ``a op b`` ending with ``Answer: N``.
+
+    ``worked_solution(47, "+", 8)`` -> ``("7 + 8 = 15: write 5, carry 1. 4 + 1 = 5. So 47 + 8 = 55.\\nAnswer: 55", 1)``
+    (the answer line is the last line, so the solution itself passes the "final_line" verifier).
+    """
+    if op not in "+-" or len(op) != 1:
+        raise ValueError(f"op must be '+' or '-', got {op!r}")
+    if a < 0 or b < 0 or (op == "-" and b > a):
+        raise ValueError(f"worked_solution needs non-negative operands and a non-negative result, got {a}{op}{b}")
+    result = a + b if op == "+" else a - b
+    top, bottom = (a, b) if op == "-" or a >= b else (b, a)  # columns of the longer number
+    width = len(str(top))
+    dt, db = _digits_of(top, width), _digits_of(bottom, width)
+    n_bottom = len(str(bottom))
+    steps: list[str] = []
+    carry = carries = 0
+    for i in range(width):
+        x, y, in_b = dt[i], db[i], i < n_bottom
+        if not in_b and carry == 0:
+            continue  # the digit is copied as it is
+        sign = "+" if op == "+" else "-"
+        expr = f"{x}" + (f" {sign} {y}" if in_b else "") + (f" {sign} {carry}" if carry else "")
+        value = x + y + carry if op == "+" else x - y - carry
+        if op == "+" and value >= 10 and i < width - 1:
+            steps.append(f"{expr} = {value}: write {value % 10}, carry 1")
+            carry, carries = 1, carries + 1
+        elif op == "-" and value < 0:
+            steps.append(f"{expr}: borrow 10, {value + 10}")
+            carry, carries = 1, carries + 1
+        else:
+            steps.append(f"{expr} = {value}")
+            carry = 0
+    # the most significant digit comes out of the last step; the sentence below states the total
+    text = ". ".join(steps) + f". So {a} {op} {b} = {result}.\nAnswer: {result}"
+    return text, carries
+
+
+@register_task("short_arith")
+class ShortArithTask(ProceduralTask):
+    """A sum or difference in words with a one-number answer (see the module docstring).
+
+    Args:
+        digits: digits of each operand, a list of 2 ints in 1..4 (default ``[2, 1]``).
+        max_operand: instead of ``digits``: both operands are drawn from ``0..max_operand``
+            (e.g. 20: the 441 sums ``0 + 0`` .. ``20 + 20``).
+        shuffle: with ``digits``, put the operands in either order (a difference keeps the larger first).
+        ops: a non-empty subset of "+-".
+        privileged: "solution" (the worked solution), "hint" (its first step) or "answer".
+        seed, eval_fraction: see :class:`grpolab.tasks.ProceduralTask` (``eval_fraction`` defaults
+            to 0.2 here). The prompt space is finite and small, so :meth:`available` counts each
+            split exactly and ``items(split, None)`` returns all of it (at most 4096 / 256 items).
+    """
+
+    name = "short_arith"
+
+    def __init__(self, *, digits=(2, 1), max_operand: int | None = None, shuffle: bool = True, ops: str = "+",
+                 privileged: str = "solution", seed: int = 0, eval_fraction: float = 0.2) -> None:
+        super().__init__(seed=seed, eval_fraction=eval_fraction)
+        digits = list(digits) if isinstance(digits, (list, tuple)) else digits
+        if (not isinstance(digits, list) or len(digits) != 2
+                or any(isinstance(d, bool) or not isinstance(d, int) or not 1 <= d <= 4 for d in digits)):
+            raise ValueError(f"short_arith: digits must be a list of two ints in 1..4 (e.g. [2, 1]), got {digits!r}")
+        if max_operand is not None and (isinstance(max_operand, bool) or not isinstance(max_operand, int)
+                                        or not 1 <= max_operand <= 999):
+            raise ValueError(f"short_arith: max_operand must be an int in 1..999 (or null), got {max_operand!r}")
+        if not isinstance(shuffle, bool):
+            raise ValueError(f"short_arith: shuffle must be true or false, got {shuffle!r}")
+        if not ops or not isinstance(ops, str) or set(ops) - set("+-"):
+            raise ValueError(f"short_arith: ops must be a non-empty subset of '+-', got {ops!r}")
+        if privileged not in PRIVILEGED_KINDS:
+            raise ValueError(f"short_arith: privileged must be one of {PRIVILEGED_KINDS}, got {privileged!r}")
+        self.digits = digits
+        self.max_operand = max_operand
+        self.shuffle = shuffle
+        self.ops = "".join(dict.fromkeys(ops))
+        self.privileged = privileged
+        self._counts: dict[str, int] | None = None
+
+    def _ranges(self) -> tuple[range, range]:
+        if self.max_operand is not None:
+            r = range(0, self.max_operand + 1)
+            return r, r
+        a, b = ((range(0 if d == 1 else 10 ** (d - 1), 10**d)) for d in self.digits)
+        return a, b
+
+    def _prompts(self):
+        """Every (a, op, b) the task can ask, once each."""
+        ra, rb = self._ranges()
+        seen = set()
+        for op in self.ops:
+            for x in ra:
+                for y in rb:
+                    pairs = [(x, y)] + ([(y, x)] if self.shuffle and self.max_operand is None else [])
+                    for a, b in pairs:
+                        if op == "-" and b > a:
+                            a, b = b, a
+                        if (a, op, b) not in seen:
+                            seen.add((a, op, b))
+                            yield a, op, b
+
+    def available(self, split: str) -> int:
+        """How many distinct prompts ``split`` holds."""
+        if self._counts is None:
+            from grpolab.tasks.base import prompt_in_eval
+
+            n_eval = sum(prompt_in_eval(f"What is {a} {op} {b}?", self.eval_fraction) for a, op, b in self._prompts())
+            n_all = sum(1 for _ in self._prompts())
+            self._counts = {"train": n_all - n_eval, "eval": n_eval}
+        return self._counts[split]
+
+    def items(self, split: str, n: int | None = None) -> list[TaskItem]:
+        """``n`` items of ``split`` (None: all of it, at most 4096 train / 256 eval).
+
+        Raises:
+            TooFewItems: ``n`` is more than the split holds.
+        """
+        from grpolab.tasks.base import PROCEDURAL_DEFAULT_N, TooFewItems, check_split
+
+        check_split(split, 0 if n is None else n)
+        have = self.available(split)
+        if n is None:
+            n = min(have, PROCEDURAL_DEFAULT_N[split])
+        if n > have:
+            raise TooFewItems(self.name, split, have, n)
+        return super().items(split, n)
+
+    def generate(self, rng: random.Random) -> TaskItem:
+        ra, rb = self._ranges()
+        a, b = rng.choice(ra), rng.choice(rb)
+        op = rng.choice(self.ops)
+        if op == "+" and self.shuffle and self.max_operand is None and rng.random() < 0.5:
+            a, b = b, a
+        if op == "-" and b > a:
+            a, b = b, a
+        solution, carries = worked_solution(a, op, b)
+        answer = str(a + b if op == "+" else a - b)
+        privileged = {"solution": solution, "hint": solution.split(". ")[0], "answer": answer}[self.privileged]
+        return TaskItem(
+            prompt=f"What is {a} {op} {b}?",
+            reference=answer,
+            privileged=privileged,
+            reward="final_line",
+            reward_options={"expression": f"{a} {op} {b}"},
+            demonstration=answer,
+            meta={"difficulty": carries, "family": "carry" if carries else "no carry",
+                  "digits": [len(str(a)), len(str(b))], "op": op},
+        )

@@ -1,0 +1,63 @@
+"""The short_arith task: words in, one number out, a worked solution as privileged context."""
+
+import pytest
+
+from grpolab.tasks import ShortArithTask, get_task, prompt_in_eval
+from grpolab.tasks.short_arith import worked_solution
+
+
+def test_items_are_scored_by_their_final_line():
+    task = ShortArithTask(digits=[2, 1])
+    items = task.items("train", 50)
+    for it in items:
+        a, op, b = it.prompt[len("What is "):-1].split()
+        assert it.reference == str(int(a) + int(b)) and op == "+"
+        assert (len(a), len(b)) in {(2, 1), (1, 2)}
+        assert it.score(f"{a} {op} {b} = {it.reference}").score == 1.0
+        assert it.score(it.reference).score == 1.0
+        assert it.score(f"The sum is {it.reference}").score == 0.0
+        assert it.privileged.endswith(f"So {a} + {b} = {it.reference}.\nAnswer: {it.reference}")
+        assert it.score(it.privileged).score == 1.0  # the worked solution's last line is its answer line
+        assert it.demonstration == it.reference
+
+
+def test_splits_are_disjoint_and_large_enough():
+    task = get_task("short_arith", digits=[1, 1], eval_fraction=0.5)
+    ev = task.items("eval", 40)
+    tr = task.items("train", 40)
+    assert not {i.prompt for i in ev} & {i.prompt for i in tr}
+    assert all(prompt_in_eval(i.prompt, 0.5) for i in ev)
+
+
+def test_worked_solutions_by_hand():
+    assert worked_solution(47, "+", 8) == ("7 + 8 = 15: write 5, carry 1. 4 + 1 = 5. So 47 + 8 = 55.\nAnswer: 55", 1)
+    assert worked_solution(8, "+", 47)[0].startswith("7 + 8 = 15")  # columns of the longer number
+    assert worked_solution(30, "+", 5) == ("0 + 5 = 5. So 30 + 5 = 35.\nAnswer: 35", 0)
+    assert worked_solution(100, "-", 3) == (
+        "0 - 3: borrow 10, 7. 0 - 1: borrow 10, 9. 1 - 1 = 0. So 100 - 3 = 97.\nAnswer: 97", 2)
+    with pytest.raises(ValueError, match="non-negative result"):
+        worked_solution(3, "-", 5)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"digits": [2]}, "digits must be a list of two ints"),
+    ({"digits": [0, 1]}, "digits must be a list of two ints"),
+    ({"ops": "*"}, "ops must be a non-empty subset"),
+    ({"privileged": "all"}, "privileged must be one of"),
+])
+def test_bad_options_are_named(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        ShortArithTask(**kw)
+
+
+def test_max_operand_space_is_counted_exactly_and_served_whole():
+    task = ShortArithTask(max_operand=20, eval_fraction=0.5)
+    n_tr, n_ev = task.available("train"), task.available("eval")
+    assert n_tr + n_ev == 21 * 21
+    ev = task.items("eval")
+    assert len(ev) == n_ev >= 200 and len({i.prompt for i in ev}) == n_ev
+    assert all(0 <= int(x) <= 20 for i in ev for x in i.reward_options["expression"].split(" + "))
+    from grpolab.tasks import TooFewItems
+
+    with pytest.raises(TooFewItems, match=f"only {n_ev} eval items"):
+        task.items("eval", n_ev + 1)
