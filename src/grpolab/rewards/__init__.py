@@ -15,6 +15,8 @@ Registry: :func:`register_reward`, :func:`get_reward`, :func:`list_rewards`; sco
   database (:mod:`grpolab.rewards.sql`).
 * ``"json_schema"`` -- the completion's JSON validated with ``jsonschema``, optional partial
   credit (:mod:`grpolab.rewards.json_schema`).
+* ``"final_line"`` -- the last line is the number, ``Answer: N`` or the question's expression
+  ``= N`` (the "short_arith" task's verifier, :mod:`grpolab.rewards.final_line`).
 * ``"pair_sum"`` -- the answer names two listed numbers that add up to the target (the "pairsum"
   task's verifier, :mod:`grpolab.rewards.pair_sum`).
 
@@ -47,6 +49,7 @@ from grpolab.rewards.math import (
     numbers_equal,
     parse_number,
 )
+from grpolab.rewards.final_line import final_line_reward
 from grpolab.rewards.reasoning_gym import import_reasoning_gym, reasoning_gym_reward
 from grpolab.rewards.sandbox import (
     ForkServerPool,
@@ -101,6 +104,7 @@ __all__ = [
     "import_reasoning_gym",
     "list_rewards",
     "math_reward",
+    "final_line_reward",
     "pair_sum_reward",
     "normalize_answer",
     "numbers_equal",

@@ -9,7 +9,8 @@
 * registry -- :func:`register_task`, :func:`get_task`, :func:`list_tasks`.
 * built-in tasks: "arith" (:class:`ArithTask`, the tiny model's default), "reverse"
   (:class:`ReverseTask`), "pairsum" (:class:`PairSumTask`, a search whose failures run long), "dataset" (:func:`load_dataset_task` for .jsonl/.json/.parquet),
-  "reasoning_gym" (:class:`ReasoningGymTask`); multi-turn tasks for :mod:`grpolab.envs`:
+  "reasoning_gym" (:class:`ReasoningGymTask`), "short_arith" (:class:`ShortArithTask`, a sum asked
+  in words with a one-number answer, for small pretrained instruct models); multi-turn tasks for :mod:`grpolab.envs`:
   "tool_arith" (:class:`ToolArithTask`), "web" (:class:`WebTask`) and "miniwob"
   (:class:`MiniWoBTask`, real MiniWoB++ pages; needs ``grpolab[miniwob]`` and a browser).
 """
@@ -35,6 +36,7 @@ from grpolab.tasks.miniwob import MiniWoBTask
 from grpolab.tasks.pairsum import PairSumTask
 from grpolab.tasks.reasoning_gym import DEFAULT_RG_TEMPLATE, ReasoningGymTask
 from grpolab.tasks.reverse import ReverseTask
+from grpolab.tasks.short_arith import ShortArithTask
 from grpolab.tasks.tool_arith import ToolArithTask
 from grpolab.tasks.web import WebTask
 
@@ -54,6 +56,7 @@ __all__ = [
     "ProceduralTask",
     "ReasoningGymTask",
     "ReverseTask",
+    "ShortArithTask",
     "ToolArithTask",
     "WebTask",
     "SPLITS",
