@@ -356,9 +356,9 @@ class LogConfig:
     ``wandb_entity`` / ``wandb_run_name`` / ``wandb_mode`` (``online | offline | disabled``) are
     passed to ``wandb.init``. ``completions_every``: every N steps write ``completions_n`` sampled
     completions (prompt, completion, reward) to ``RUN_DIR/completions.jsonl`` and TensorBoard text
-    (0 = off), like TRL's ``log_completions``. ``metric_names``: ``both`` (default) writes grpolab's
-    names and the verl-style aliases of docs/real-models.md (``actor/pg_clipfrac``,
-    ``response_length/mean``, ...); ``grpolab`` only grpolab's."""
+    (0 = off), like TRL's ``log_completions``. ``metric_names``: ``grpolab`` (default) writes grpolab's
+    names only; ``both`` adds the verl-style aliases of docs/real-models.md (``actor/pg_clipfrac``,
+    ``response_length/mean``, ...; 25 more keys per row, opt-in since they duplicate the row)."""
 
     tensorboard: bool = True
     wandb: bool = False
@@ -370,7 +370,10 @@ class LogConfig:
     plots: bool = True
     completions_every: int = 10
     completions_n: int = 4
-    metric_names: str = "both"
+    metric_names: str = "grpolab"
+    # With log.progress on and stderr not a terminal (a log file): one progress line every this many
+    # steps, with the rate and an ETA (0 = about 20 lines per run).
+    progress_every: int = 0
     # Training warnings (grpolab.train.watch): a line when this many consecutive steps had no prompt
     # group with reward variance (0 = never), and when more than this share of a step's responses
     # hit the length cap (1 = never). A step whose every verifier call failed always warns.
@@ -379,6 +382,7 @@ class LogConfig:
 
     def validate(self) -> None:
         _positive("log.warn_no_signal_steps", self.warn_no_signal_steps, zero_ok=True)
+        _positive("log.progress_every", self.progress_every, zero_ok=True)
         if not 0 < self.warn_truncated_frac <= 1:
             raise ConfigError(f"log.warn_truncated_frac={self.warn_truncated_frac} must be in (0, 1] "
                               "(1 = never warn; e.g. 0.5)")

@@ -18,6 +18,7 @@ reward, credit method) comes from a registry chosen by the config. Batch structu
 from __future__ import annotations
 
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,7 +121,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
                              wandb_run_name=cfg.log.wandb_run_name, wandb_mode=cfg.log.wandb_mode,
                              config=cfg.to_dict(), resume_step=state.step if resume and state.step > 0 else None,
                              schema=metric_schema(cfg))
-    progress = _progress(cfg, initial=state.step)
+    progress = _progress(cfg, initial=state.step, log=log)
     spec = UpdateSpec.from_config(cfg)
     advantage_fn = obj.get_advantage_estimator(cfg.objective.advantage)
     tr = cfg.trainer
@@ -407,19 +408,20 @@ def _evaluate(model, tokenizer, items, cfg: Config, collector: Collector | None 
 
 
 def _warner(cfg: Config, log: Callable[[str], None]) -> Callable[[str], None]:
-    """Where training warnings go: above the progress bar when there is one, else ``log``."""
-    if cfg.log.progress:
+    """Where training warnings go: above the progress bar when one is drawn, else ``log``."""
+    if cfg.log.progress and sys.stderr.isatty():
         from tqdm.auto import tqdm
 
         return tqdm.write
     return log
 
 
-def _progress(cfg: Config, initial: int):
+def _progress(cfg: Config, initial: int, log: Callable[[str], None] = print):
+    """A tqdm bar on a terminal; in a log file one line every ``log.progress_every`` steps with an ETA."""
     if cfg.log.progress:
-        from tqdm.auto import tqdm
+        from grpolab.train.progress import progress_bar
 
-        return tqdm(total=cfg.trainer.steps, initial=initial, desc="grpo", dynamic_ncols=True)
+        return progress_bar(cfg.trainer.steps, initial=initial, desc="grpo", every=cfg.log.progress_every, log=log)
 
     class _Null:
         def update(self, *_):

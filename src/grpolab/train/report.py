@@ -26,33 +26,57 @@ PLOTS = {
 }
 
 
-def plot_metrics(run_dir: str | Path, rows: list[dict[str, Any]]) -> list[Path]:
+def plot_series(rows: list[dict[str, Any]], keys: list[str],
+                start: dict[str, float] | None = None) -> list[tuple[str, list[tuple[int, float]]]]:
+    """The ``(label, [(step, value), ...])`` lines of one plot: each key's logged points (``start``
+    adds a step-0 point per key, e.g. the held-out accuracy before RL); keys whose points are
+    identical (``reward/mean`` and ``accuracy`` under a 0/1 reward) are drawn once, labelled
+    ``a = b``."""
+    lines: list[tuple[str, list[tuple[int, float]]]] = []
+    for k in keys:
+        pts = [(int(r["step"]), float(r[k])) for r in rows if r.get(k) is not None]
+        if start and k in start and pts:
+            pts = [(0, float(start[k]))] + pts
+        if not pts:
+            continue
+        same = next((i for i, (_, p) in enumerate(lines) if p == pts), None)
+        if same is not None:
+            lines[same] = (f"{lines[same][0]} = {k}", pts)
+        else:
+            lines.append((k, pts))
+    return lines
+
+
+def plot_metrics(run_dir: str | Path, rows: list[dict[str, Any]],
+                 start: dict[str, float] | None = None) -> list[Path]:
+    """PNG plots of :data:`PLOTS` in ``RUN_DIR/plots``; ``start``: step-0 values (``eval/accuracy``
+    before RL) drawn as the first point. Steps are whole numbers on the x axis."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     out_dir = Path(run_dir) / "plots"
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     for name, keys in PLOTS.items():
+        lines = plot_series(rows, keys, start)
+        if not lines:
+            continue
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        drawn = False
-        for k in keys:
-            pts = [(r["step"], r[k]) for r in rows if r.get(k) is not None]
-            if pts:
-                xs, ys = zip(*pts)
-                ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, label=k)
-                drawn = True
-        if drawn:
-            ax.set_xlabel("step")
-            ax.set_title(name.replace("_", " "))
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-            fig.tight_layout()
-            path = out_dir / f"{name}.png"
-            fig.savefig(path, dpi=100)
-            written.append(path)
+        for label, pts in lines:
+            xs, ys = zip(*pts)
+            ax.plot(xs, ys, marker="o" if len(pts) < 30 else None, label=label)
+        ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_title(name.replace("_", " "))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{name}.png"
+        fig.savefig(path, dpi=100)
+        written.append(path)
         plt.close(fig)
     return written
 
@@ -172,7 +196,7 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
 def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
-    figs = plot_metrics(run_dir, rows) if plots and rows else []
+    figs = plot_metrics(run_dir, rows, start={"eval/accuracy": result.start_accuracy}) if plots and rows else []
     o = cfg.objective
     last = rows[-1] if rows else {}
     health = run_health(rows, truncated_frac=cfg.log.warn_truncated_frac)
