@@ -42,11 +42,12 @@ import operator
 import re
 import secrets
 import sys
+import time
 from typing import Any
 
 from grpolab.rewards._code_harness import NO_COMPARE, decode
 
-from grpolab.rewards.base import RewardResult, register_reward
+from grpolab.rewards.base import RewardResult, VerifierTimeout, register_reward
 from grpolab.rewards.sandbox import run_sandboxed
 
 __all__ = ["build_fast_harness", "build_harness", "code_reward", "extract_code", "fast_plan",
@@ -195,6 +196,243 @@ def fast_plan(tests: list[str], setup: str = "") -> list[dict] | None:
     return plan
 
 
+#: The report decoder's bounds (fast path, in the verifier): values nested deeper, or holding
+#: more items in all, are refused (the test fails); decoding past the time budget is a
+#: verifier timeout (``info["error"]``), never an ordinary failure.
+MAX_REPORT_DEPTH = 100
+MAX_REPORT_ITEMS = 200_000
+DECODE_BUDGET_S = 2.0
+#: A program's frozenset is hashed (to be looked up in a test's set) only up to this size.
+MAX_HASHED_FROZENSET = 1000
+
+
+class _HashIndex:
+    """Membership over a program's items without a hash table: (hash, position) pairs sorted,
+    a lookup bisects to the run of equal hashes and compares inside it. Items that all hash
+    alike (``k * (2**61 - 1)``) make one run: O(n log n) to build, a lookup scans the run only
+    for a probe with that very hash (no quadratic blow-up, unlike ``set(items)``)."""
+
+    __slots__ = ("items", "keys", "pos")
+
+    def __init__(self, items: list) -> None:
+        pairs = []
+        for i, x in enumerate(items):
+            try:
+                pairs.append((hash(x), i))
+            except TypeError:
+                pass  # unhashable: never equal to a hashable probe
+        pairs.sort()
+        self.items = items
+        self.keys = [h for h, _ in pairs]
+        self.pos = [i for _, i in pairs]
+
+    def find(self, probe) -> int:
+        """Position of an item equal to ``probe``, or -1."""
+        import bisect
+
+        try:
+            h = hash(probe)
+        except TypeError:
+            return -1
+        k = bisect.bisect_left(self.keys, h)
+        while k < len(self.keys) and self.keys[k] == h:
+            if self.items[self.pos[k]] == probe:
+                return self.pos[k]
+            k += 1
+        return -1
+
+
+def _in_trusted(x, container) -> bool:
+    """``x in container`` for a test's own (trusted) set or dict; False when unhashable."""
+    try:
+        return x in container
+    except TypeError:
+        return False
+
+
+class ReportSet:
+    """A program's set or frozenset as reported, compared without building a hash table from
+    its items (see :class:`_HashIndex`): ``==``, ``!=``, ``<=``, ``<``, ``>=``, ``>`` against a
+    test's set, ``in``, ``len``, iteration."""
+
+    __slots__ = ("items", "frozen", "_index")
+
+    def __init__(self, items: list, frozen: bool) -> None:
+        self.items, self.frozen, self._index = items, frozen, None
+
+    def _idx(self) -> _HashIndex:
+        if self._index is None:
+            self._index = _HashIndex(self.items)
+        return self._index
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __contains__(self, x) -> bool:
+        return self._idx().find(x) >= 0
+
+    def __repr__(self) -> str:
+        return ("frozenset(" if self.frozen else "set(") + repr(self.items) + ")"
+
+    def _subset_of(self, other) -> bool:
+        return all(_in_trusted(x, other) for x in self.items)
+
+    def _superset_of(self, other) -> bool:
+        idx = self._idx()
+        return all(idx.find(y) >= 0 for y in other)
+
+    def __eq__(self, other):
+        if isinstance(other, ReportSet):
+            other = other.items
+        elif not isinstance(other, (set, frozenset)):
+            return NotImplemented if not isinstance(other, list) else False
+        # equal sizes, other within ours and ours within other: no duplicates, same elements
+        return len(self.items) == len(other) and self._superset_of(other) and (
+            all(_in_trusted(x, other) for x in self.items) if isinstance(other, (set, frozenset))
+            else ReportSet(list(other), True)._superset_of(self.items))
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    def __le__(self, other):
+        if not isinstance(other, (set, frozenset)):
+            return NotImplemented
+        return self._subset_of(other)
+
+    def __lt__(self, other):
+        if not isinstance(other, (set, frozenset)):
+            return NotImplemented
+        return self._subset_of(other) and not self._superset_of(other)
+
+    def __ge__(self, other):
+        if not isinstance(other, (set, frozenset)):
+            return NotImplemented
+        return self._superset_of(other)
+
+    def __gt__(self, other):
+        if not isinstance(other, (set, frozenset)):
+            return NotImplemented
+        return self._superset_of(other) and not self._subset_of(other)
+
+    def __hash__(self):
+        if not self.frozen:
+            raise TypeError("unhashable type: 'set'")
+        if len(self.items) > MAX_HASHED_FROZENSET:
+            raise TypeError(f"a reported frozenset of over {MAX_HASHED_FROZENSET} items is "
+                            "not hashed")
+        return hash(frozenset(self.items))
+
+
+class ReportDict:
+    """A program's dict as reported: ``(key, value)`` pairs compared with a test's dict without
+    building a hash table from the program's keys; ``==``, ``!=``, ``[key]``, ``get``, ``in``,
+    ``len``, ``keys``/``values``/``items``, iteration over keys."""
+
+    __slots__ = ("pairs", "_keys")
+
+    def __init__(self, pairs: list) -> None:
+        self.pairs = pairs
+        self._keys = ReportSet([k for k, _ in pairs], True)
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __iter__(self):
+        return iter(k for k, _ in self.pairs)
+
+    def __contains__(self, key) -> bool:
+        return key in self._keys
+
+    def __getitem__(self, key):
+        i = self._keys._idx().find(key)
+        if i < 0:
+            raise KeyError(key)
+        return self.pairs[i][1]
+
+    def get(self, key, default=None):
+        i = self._keys._idx().find(key)
+        return default if i < 0 else self.pairs[i][1]
+
+    def keys(self):
+        return [k for k, _ in self.pairs]
+
+    def values(self):
+        return [v for _, v in self.pairs]
+
+    def items(self):
+        return list(self.pairs)
+
+    def __repr__(self) -> str:
+        return "{" + ", ".join(f"{k!r}: {v!r}" for k, v in self.pairs) + "}"
+
+    def __eq__(self, other):
+        if not isinstance(other, dict):
+            return NotImplemented if not isinstance(other, list) else False
+        if len(self.pairs) != len(other) or not self._keys._superset_of(other):
+            return False
+        return all(_in_trusted(k, other) and other[k] == v for k, v in self.pairs)
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+
+def decode_report(v, deadline: float):
+    """A value the fast path's harness reported (JSON, parsed), rebuilt for the comparison in
+    the verifier with bounded work: at most :data:`MAX_REPORT_ITEMS` items and
+    :data:`MAX_REPORT_DEPTH` levels (else ValueError: the test fails), sets and dicts as
+    :class:`ReportSet` / :class:`ReportDict` (no hash table built from the program's data), and
+    :class:`~grpolab.rewards.base.VerifierTimeout` past ``deadline`` (``time.monotonic()``)."""
+    budget = [MAX_REPORT_ITEMS]
+
+    def rec(v, depth):
+        if depth > MAX_REPORT_DEPTH:
+            raise ValueError(f"reported value nested deeper than {MAX_REPORT_DEPTH} levels")
+        budget[0] -= 1
+        if budget[0] < 0:
+            raise ValueError(f"reported value holds more than {MAX_REPORT_ITEMS} items")
+        if budget[0] % 4096 == 0 and time.monotonic() > deadline:
+            raise VerifierTimeout("decoding the program's report ran past the verifier's "
+                                  f"budget of {DECODE_BUDGET_S} s")
+        t = type(v)
+        if v is None or t in (bool, int, float, str):
+            return v
+        if t is list:
+            return [rec(e, depth + 1) for e in v]
+        if t is not dict:
+            raise ValueError(f"malformed value of type {t.__name__}")
+        tag, body = v.get("$"), v.get("v")
+        if tag == "ref":
+            return _Opaque(str(v.get("type", "?")))
+        if tag in ("int", "float", "complex", "bytes", "bytearray"):
+            if tag == "int" and (type(body) is not str or len(body) > 10_000):
+                raise ValueError("malformed int")
+            return decode({"$": tag, "v": body}, None)
+        if type(body) is not list:
+            raise ValueError(f"malformed {tag!r} value")
+        if tag == "dict":
+            pairs = []
+            for kv in body:
+                if type(kv) is not list or len(kv) != 2:
+                    raise ValueError("malformed dict item")
+                pairs.append((rec(kv[0], depth + 1), rec(kv[1], depth + 1)))
+            return ReportDict(pairs)
+        items = [rec(e, depth + 1) for e in body]
+        if tag == "tuple":
+            return tuple(items)
+        if tag in ("set", "frozenset"):
+            return ReportSet(items, tag == "frozenset")
+        raise ValueError(f"unknown value tag {tag!r}")
+
+    return rec(v, 0)
+
+
 class _Opaque:
     """A non-plain value the program returned (fast path): it refuses to be compared."""
 
@@ -208,11 +446,14 @@ class _Opaque:
     __hash__ = None
 
 
-def _fast_check(check, payload: str) -> str:
-    """"" when ``check`` holds for the decoded value, else the failure ("ErrorType: message")."""
+def _fast_check(check, payload: str, deadline: float) -> str:
+    """"" when ``check`` holds for the decoded value, else the failure ("ErrorType: message").
+    A verifier timeout is not a failure of the program: it propagates (``info["error"]``)."""
     try:
-        value = decode(json.loads(payload), lambda _i, t: _Opaque(t))
+        value = decode_report(json.loads(payload), deadline)
         return "" if check(value) else "AssertionError: "
+    except VerifierTimeout:
+        raise
     except Exception as exc:  # noqa: BLE001 - a malformed report or an opaque value: failed
         return f"{type(exc).__name__}: {exc}"
 
@@ -304,13 +545,14 @@ def code_reward(
                 failures.append(f"program: {what}")
         elif 0 <= i < len(tests):
             reports.setdefault(i, []).append((status, what))
+    deadline = time.monotonic() + DECODE_BUDGET_S
     for i in sorted(reports):
         if len(reports[i]) != 1:
             why = "more than one report for this test"  # forged or from a forked copy
         else:
             status, what = reports[i][0]
             if plan is not None and status == "VALUE":
-                why = _fast_check(plan[i]["check"], what)
+                why = _fast_check(plan[i]["check"], what, deadline)
             elif plan is None and status == "PASS":
                 why = ""
             else:
