@@ -120,6 +120,7 @@ SECCOMP_TABLES = {
             "quotactl": 179,
         },
         "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "unshare": 272,
+        "memfd_create": 319,
     },
 }
 AF_UNIX = 1
@@ -135,7 +136,7 @@ EPERM = 1
 ENOSYS = 38
 
 
-def _seccomp_program(table: dict) -> bytes:
+def _seccomp_program(table: dict, extra_deny=()) -> bytes:
     """The classic-BPF filter (struct sock_filter[]) for ``table``, assembled with labels.
 
     Denied calls return EPERM; clone3 returns ENOSYS (its flags live in memory a filter cannot
@@ -152,7 +153,7 @@ def _seccomp_program(table: dict) -> bytes:
     ins(JEQ, table["arch"], 0, "kill")
     ins(LD, 0)  # seccomp_data.nr
     ins(JGE, 0x40000000, "deny", 0)  # x32 system calls
-    for nr in sorted(table["deny"].values()):
+    for nr in sorted({*table["deny"].values(), *extra_deny}):
         ins(JEQ, nr, "deny", 0)
     ins(JEQ, table["clone3"], "nosys", 0)
     ins(JEQ, table["socket"], "socket", 0)
@@ -534,6 +535,272 @@ def _works_in_child(fn) -> bool:
     return os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0
 
 
+# ------------------------------------------------------------------------------ per-program limits
+# rlimits are per process; these limits hold for a program's processes together: memory
+# (processes + shared memory + files in its /tmp), process count and CPU time.
+#
+# * "cgroup2": one cgroup v2 per server (programs run one at a time), created at start where
+#   the machine allows it (root with the memory and pids controllers at the cgroup2 root, or a
+#   delegated cgroup we may enable them in). memory.max / memory.swap.max / pids.max are
+#   enforced by the kernel (a program over memory.max is OOM-killed: reason "memory"); CPU
+#   time is cpu.stat's usage, sampled, the program killed past cpu_s.
+# * "sampled" (no usable cgroup v2): the server samples the program's process tree in the
+#   host's /proc (an fd kept from before the view) every SAMPLE_S: Pss_Anon + Pss_Shmem of every
+#   process (proportional: pages still shared after a fork count once) and their CPU time (with their reaped children's), killing the program past
+#   memory_mb or cpu_s. memfd_create is refused by seccomp (a memfd's pages belong to no
+#   process) and SysV shared memory is capped at memory_mb in the program's IPC namespace.
+
+SAMPLE_S = 0.02
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _cgroup2_root() -> str | None:
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                left, _, right = line.partition(" - ")
+                if right.split()[:1] == ["cgroup2"]:
+                    return left.split()[4]
+    except OSError:
+        pass
+    return None
+
+
+class CgroupLimits:
+    """Per-program limits through one cgroup v2 (see above)."""
+
+    kind = "cgroup2"
+
+    def __init__(self) -> None:
+        root = _cgroup2_root()
+        if root is None:
+            raise OSError("no cgroup2 file system mounted")
+        own = "/"
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                if line.startswith("0::"):
+                    own = line[3:].strip()
+        errors = []
+        for parent in (root, os.path.join(root, own.lstrip("/"))):
+            try:
+                self._make(parent)
+                return
+            except OSError as exc:
+                errors.append(f"{parent}: {exc.strerror or exc}")
+        raise OSError("; ".join(errors))
+
+    def _make(self, parent: str) -> None:
+        with open(os.path.join(parent, "cgroup.controllers")) as f:
+            have = f.read().split()
+        if not {"memory", "pids"} <= set(have):
+            raise OSError(0, f"controllers memory+pids not available (have {have})")
+        with open(os.path.join(parent, "cgroup.subtree_control")) as f:
+            enabled = f.read().split()
+        for c in ("memory", "pids", "cpu"):
+            if c not in enabled and c in have:
+                try:
+                    with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
+                        f.write("+" + c)
+                except OSError:
+                    if c != "cpu":
+                        raise
+        name = f"grpolab-sandbox-{os.getpid()}"
+        path = os.path.join(parent, name)
+        os.mkdir(path)
+        try:
+            self.parent_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.name = name
+            self.procs_fd = os.open("cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=self.fd)
+            self._set("memory.max", "max")
+            self._set("pids.max", "max")
+            self.swap = os.path.exists(os.path.join(path, "memory.swap.max"))
+        except BaseException:
+            os.rmdir(path)
+            raise
+        self.path = path
+        self.current: dict[str, str] = {}
+
+    def _set(self, name: str, value: str) -> None:
+        fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=self.fd)
+        try:
+            os.write(fd, value.encode())
+        finally:
+            os.close(fd)
+
+    def _read(self, name: str) -> dict[str, int]:
+        fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.fd)
+        try:
+            text = os.read(fd, 4096).decode()
+        finally:
+            os.close(fd)
+        out = {}
+        for line in text.splitlines():
+            k, _, v = line.partition(" ")
+            if v.strip().isdigit():
+                out[k] = int(v)
+        return out
+
+    def prepare(self, req: dict) -> None:
+        want = {"memory.max": str(int(req["memory_mb"]) << 20),
+                "pids.max": str(int(req["max_processes"]))}
+        if self.swap:
+            want["memory.swap.max"] = "0"
+        for k, v in want.items():
+            if self.current.get(k) != v:
+                self._set(k, v)
+                self.current[k] = v
+        self.cpu0 = self._read("cpu.stat").get("usage_usec", 0)
+        self.oom0 = self._read("memory.events").get("oom_kill", 0)
+
+    def enter(self) -> None:
+        """In the forked child, first thing: join the cgroup."""
+        os.write(self.procs_fd, b"0")
+
+    def sample(self, pid: int) -> tuple[int, float]:
+        """(memory bytes, CPU seconds) of the program so far (memory: enforced by the kernel)."""
+        return 0, (self._read("cpu.stat").get("usage_usec", 0) - self.cpu0) / 1e6
+
+    def finish(self) -> tuple[float, bool]:
+        """(CPU seconds, whether the kernel OOM-killed one of its processes)."""
+        cpu = (self._read("cpu.stat").get("usage_usec", 0) - self.cpu0) / 1e6
+        return cpu, self._read("memory.events").get("oom_kill", 0) > self.oom0
+
+    def close_in_child(self) -> None:
+        for fd in (self.procs_fd, self.fd, self.parent_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def describe(self) -> str:
+        return f"cgroup v2 ({self.path}): memory.max, pids.max, CPU from cpu.stat"
+
+    def cleanup(self) -> None:
+        for _ in range(50):
+            try:
+                os.rmdir(self.name, dir_fd=self.parent_fd)
+                return
+            except OSError:
+                time.sleep(0.01)
+
+
+class SampledLimits:
+    """Per-program memory and CPU limits measured in the host's /proc (see above)."""
+
+    kind = "sampled"
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        self.proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.peak_cpu = 0.0
+
+    def prepare(self, req: dict) -> None:
+        self.peak_cpu = 0.0
+        self.memory_bytes = int(req["memory_mb"]) << 20
+
+    def enter(self) -> None:
+        pass
+
+    def cap_sysv_shm(self) -> None:
+        """In the child, inside its new IPC namespace: SysV shared memory <= memory_mb."""
+        pages = self.memory_bytes // os.sysconf("SC_PAGE_SIZE")
+        for name, value in (("sys/kernel/shmmax", self.memory_bytes), ("sys/kernel/shmall", pages)):
+            fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=self.proc_fd)
+            try:
+                os.write(fd, str(value).encode())
+            finally:
+                os.close(fd)
+
+    def _tree(self, pid: int) -> list[int]:
+        out, todo = [], [pid]
+        while todo:
+            p = todo.pop()
+            out.append(p)
+            try:
+                tfd = os.open(f"{p}/task", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC,
+                              dir_fd=self.proc_fd)
+            except OSError:
+                continue
+            try:
+                tasks = os.listdir(tfd)
+                for t in tasks:
+                    try:
+                        fd = os.open(f"{t}/children", os.O_RDONLY | os.O_CLOEXEC, dir_fd=tfd)
+                        try:
+                            todo += [int(c) for c in os.read(fd, 65536).split()]
+                        finally:
+                            os.close(fd)
+                    except OSError:
+                        pass
+            finally:
+                os.close(tfd)
+        return out
+
+    def _memory(self, p: int) -> int:
+        """Proportional anonymous + shared memory of process ``p`` (Pss: a page a forked
+        process still shares with its parent counts once in all, not once per process);
+        resident sizes where smaps_rollup is missing."""
+        for name, keys in (("smaps_rollup", (b"Pss_Anon:", b"Pss_Shmem:")),
+                           ("status", (b"RssAnon:", b"RssShmem:"))):
+            try:
+                fd = os.open(f"{p}/{name}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_fd)
+            except OSError:
+                continue
+            try:
+                text = os.read(fd, 8192)
+            except OSError:
+                continue
+            finally:
+                os.close(fd)
+            found = [int(line.split()[1]) * 1024 for line in text.split(b"\n")
+                     if line.startswith(keys)]
+            if found:
+                return sum(found)
+        return 0
+
+    def sample(self, pid: int) -> tuple[int, float]:
+        mem, cpu = 0, 0.0
+        for p in self._tree(pid):
+            try:
+                fd = os.open(f"{p}/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_fd)
+                try:
+                    stat = os.read(fd, 4096)
+                finally:
+                    os.close(fd)
+                fields = stat[stat.rindex(b")") + 2:].split()
+                cpu += sum(int(x) for x in fields[11:15]) / CLK_TCK  # utime stime cutime cstime
+                mem += self._memory(p)
+            except (OSError, ValueError, IndexError):
+                continue  # it just exited
+        self.peak_cpu = max(self.peak_cpu, cpu)
+        return mem, cpu
+
+    def finish(self) -> tuple[float, bool]:
+        return self.peak_cpu, False
+
+    def close_in_child(self) -> None:
+        try:
+            os.close(self.proc_fd)
+        except OSError:
+            pass
+
+    def describe(self) -> str:
+        return (f"sampled every {SAMPLE_S * 1000:.0f} ms in /proc (memory = Pss_Anon + Pss_Shmem of "
+                f"all processes, CPU of all processes; memfd_create refused; SysV shm capped): "
+                f"no cgroup v2 ({self.why})")
+
+    def cleanup(self) -> None:
+        pass
+
+
+def _limits_backend():
+    try:
+        return CgroupLimits()
+    except OSError as exc:
+        return SampledLimits(str(exc))
+
+
 class Server:
     def __init__(self, disk_mb: int, isolate: bool = True, rfd: int = 0,
                  packages: tuple[str, ...] = ()) -> None:
@@ -551,6 +818,8 @@ class Server:
         self.seccomp: bytes | None = None
         self.last_cap = _cap_last_cap()  # before /proc is hidden
         self.view: dict = {}
+        # per-program limits over all of a program's processes (before /proc, /sys are hidden)
+        self.limits = _limits_backend()
         if not isolate:
             self.notes.append("isolation disabled (--no-isolation): rlimits only")
         else:
@@ -646,7 +915,9 @@ class Server:
                 self.notes.append(f"no seccomp filter: no system-call table for "
                                   f"{os.uname().machine} (only {sorted(SECCOMP_TABLES)})")
             else:
-                prog = _seccomp_program(table)
+                # memfds: accounted only by a cgroup; refused without one
+                extra = (table["memfd_create"],) if self.limits.kind != "cgroup2" else ()
+                prog = _seccomp_program(table, extra)
 
                 def try_seccomp() -> None:
                     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
@@ -760,7 +1031,10 @@ class Server:
             if uid is not None:
                 os.chown(workdir, uid, uid)
             os.chmod(workdir, 0o700)
-        stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
+        try:  # an unnamed file in our tmpfs (memfd_create may be refused by our own filter)
+            stdin_fd = os.open(self.work_root, os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except OSError:
+            stdin_fd = os.memfd_create("stdin", os.MFD_CLOEXEC)
         os.write(stdin_fd, req.get("stdin", "").encode())
         os.lseek(stdin_fd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
@@ -770,6 +1044,7 @@ class Server:
         if n_private:
             priv_r, priv_w = os.pipe()
             os.set_blocking(priv_w, False)
+        self.limits.prepare(req)
         if self.pidns == "setns":
             _unshare(CLONE_NEWPID)  # the next child is PID 1 of a new namespace
         try:
@@ -824,15 +1099,20 @@ class Server:
     def _child(self, req, workdir, fds, uid) -> None:
         stdin_fd, out_w, err_w, priv_r = fds
         try:
+            self.limits.enter()  # first: everything it starts is counted
             os.setsid()
             os.dup2(stdin_fd, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
+            keep = getattr(self.limits, "proc_fd", None)  # closed below, after its last use
+            first = PRIVATE_FD + 1 if priv_r is not None else 3
             if priv_r is not None:
                 os.dup2(priv_r, PRIVATE_FD)
-                os.closerange(PRIVATE_FD + 1, 65536)
+            if keep is not None and keep >= first:
+                os.closerange(first, keep)
+                os.closerange(keep + 1, 65536)
             else:
-                os.closerange(3, 65536)
+                os.closerange(first, 65536)
             cpu = max(1, int(math.ceil(req["cpu_s"])))
             resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
             mem = int(req["memory_mb"]) * 1024 * 1024
@@ -846,6 +1126,9 @@ class Server:
             resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
             if self.ipcns:
                 _unshare(CLONE_NEWIPC)
+                if self.limits.kind == "sampled":
+                    self.limits.cap_sysv_shm()
+            self.limits.close_in_child()
             if self.prog_mountns:
                 workdir = self._program_mounts(uid)
             os.chdir(workdir)
@@ -943,7 +1226,27 @@ class Server:
                     pass
 
         drain_until = None
+        cpu_limit = float(req["cpu_s"])
+        mem_limit = int(req["memory_mb"]) << 20
+        next_sample = time.monotonic() + SAMPLE_S
+        sampled_cpu = 0.0
         while True:
+            now = time.monotonic()
+            if status is None and not killed_by_us and now >= next_sample:
+                # limits over all of the program's processes (see SampledLimits, CgroupLimits)
+                mem, sampled_cpu = self.limits.sample(pid)
+                next_sample = now + SAMPLE_S
+                if sampled_cpu > cpu_limit:
+                    reason = "timeout"
+                    detail = f"CPU-time limit of {req['cpu_s']} s (all processes together)"
+                    killed_by_us = True
+                    kill()
+                elif mem > mem_limit:
+                    reason = "memory"
+                    detail = (f"memory limit of {req['memory_mb']} MB (all processes together, "
+                              f"{mem >> 20} MB measured)")
+                    killed_by_us = True
+                    kill()
             if status is None:
                 wpid, st, ru = os.wait4(pid, os.WNOHANG)
                 if wpid == pid:
@@ -967,6 +1270,8 @@ class Server:
                 # Pipes still open after the kill: some holder escaped the namespace; give up.
                 break
             wait_s = min(remaining, 0.05) if pidfd is None else remaining
+            if status is None and not killed_by_us:
+                wait_s = min(wait_s, max(0.0, next_sample - time.monotonic()))
             if drain_until is not None:
                 wait_s = min(wait_s, drain_until - time.monotonic())
             wait_ms = max(1, int(wait_s * 1000))
@@ -1017,6 +1322,11 @@ class Server:
         else:
             returncode = os.WEXITSTATUS(status)
         cpu_s = rusage.ru_utime + rusage.ru_stime if rusage is not None else 0.0
+        limits_cpu, oom = self.limits.finish()
+        cpu_s = max(cpu_s, limits_cpu, sampled_cpu)
+        if oom and reason in ("", "killed"):
+            reason, detail = "memory", (f"memory limit of {req['memory_mb']} MB (all processes "
+                                        "together; the kernel killed one)")
         stdout = bytes(bufs[out_r]).decode("utf-8", errors="replace")
         stderr = bytes(bufs[err_r]).decode("utf-8", errors="replace")
         if not reason and returncode in (-signal.SIGXCPU, -signal.SIGKILL) and cpu_s >= float(
@@ -1093,7 +1403,15 @@ def main() -> None:
     gc.freeze()  # children's garbage collections then leave the inherited pages alone (COW)
     _send(wfd, {"ready": True, "features": server.features, "notes": server.notes,
                 "pid": os.getpid(), "uid": server.uid,
-                "packages": list(server.view.get("packages", ()))})
+                "packages": list(server.view.get("packages", ())),
+                "limits": {"kind": server.limits.kind, "detail": server.limits.describe()}})
+    try:
+        _serve(server, rfd, wfd)
+    finally:
+        server.limits.cleanup()
+
+
+def _serve(server: "Server", rfd: int, wfd: int) -> None:
     while True:
         try:
             req = _recv(rfd)

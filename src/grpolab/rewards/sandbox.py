@@ -222,6 +222,9 @@ class ForkServer:
         self.uid: int | None = hello.get("uid")
         #: allow-listed packages actually in the programs' view.
         self.packages: tuple[str, ...] = tuple(hello.get("packages", ()))
+        #: how per-program limits (all processes together) are enforced: ``{"kind":
+        #: "cgroup2" | "sampled", "detail": ...}``.
+        self.limits: dict[str, str] = dict(hello.get("limits") or {})
 
     @property
     def alive(self) -> bool:
@@ -482,6 +485,11 @@ class SandboxIsolation:
         description: one line for a log, e.g. ``"sandbox isolation: full (...)"`` or
             ``"sandbox isolation DEGRADED: missing seccomp, nocaps (...)"``.
         notes: the server's own reasons (``ForkServer.notes``).
+        limits: how the per-program limits over all processes are enforced: ``"cgroup2"``
+            (kernel-enforced memory.max / pids.max, CPU from cpu.stat) or ``"sampled"`` (the
+            server measures the process tree in /proc; see docs/rewards.md), "" when unknown.
+        limits_detail: one line on it (the cgroup's path, or why there is none).
+        packages: the allow-listed third-party packages in the programs' view.
     """
 
     features: tuple[str, ...]
@@ -489,16 +497,21 @@ class SandboxIsolation:
     degraded: bool
     description: str
     notes: tuple[str, ...] = ()
+    limits: str = ""
+    limits_detail: str = ""
+    packages: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"features": list(self.features), "missing": list(self.missing),
                 "degraded": self.degraded, "description": self.description,
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "limits": self.limits,
+                "limits_detail": self.limits_detail, "packages": list(self.packages)}
 
 
-def isolation_of(features, notes=()) -> SandboxIsolation:
+def isolation_of(features, notes=(), limits=None, packages=()) -> SandboxIsolation:
     """The :class:`SandboxIsolation` for a server's ``features`` (pure; see
-    :func:`sandbox_isolation`)."""
+    :func:`sandbox_isolation`); ``limits`` is ``ForkServer.limits``."""
+    limits = dict(limits or {})
     features = tuple(features)
     missing = [f for f in REQUIRED_FEATURES if f not in features]
     if "uid" not in features and "userns" not in features:
@@ -512,7 +525,10 @@ def isolation_of(features, notes=()) -> SandboxIsolation:
                 "untrusted code is less contained, see docs/rewards.md")
     else:
         desc = f"sandbox isolation: full ({mode}; {', '.join(features)})"
-    return SandboxIsolation(features, tuple(missing), bool(missing), desc, tuple(notes))
+    if limits.get("kind"):
+        desc += f"; per-program limits: {limits['kind']}"
+    return SandboxIsolation(features, tuple(missing), bool(missing), desc, tuple(notes),
+                            limits.get("kind", ""), limits.get("detail", ""), tuple(packages))
 
 
 def sandbox_isolation(pool: ForkServerPool | None = None) -> SandboxIsolation:
@@ -522,7 +538,7 @@ def sandbox_isolation(pool: ForkServerPool | None = None) -> SandboxIsolation:
     into the run summary, log ``description`` and warn when ``degraded``.
     """
     server = (pool or default_pool())._probe()
-    return isolation_of(server.features, server.notes)
+    return isolation_of(server.features, server.notes, server.limits, server.packages)
 
 
 # ------------------------------------------------------------------------------ entry point
