@@ -118,12 +118,18 @@ SECCOMP_TABLES = {
             "name_to_handle_at": 303, "open_by_handle_at": 304, "sethostname": 170,
             "setdomainname": 171, "fanotify_init": 300, "syslog": 103, "vhangup": 153,
             "quotactl": 179,
+            # flock(2) on any file of the view (read-only host files) would hold the host's lock
+            "flock": 73,
         },
         "socket": 41, "socketpair": 53, "clone": 56, "clone3": 435, "unshare": 272,
         "memfd_create": 319,
     },
 }
 AF_UNIX = 1
+AF_INET = 2
+AF_INET6 = 10
+AF_NETLINK = 16
+NETLINK_ROUTE = 0
 SOCK_DGRAM = 2
 #: clone() flags that make new namespaces (NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID,
 #: NEWNET): refused, like unshare and setns.
@@ -166,13 +172,20 @@ def _seccomp_program(table: dict, extra_deny=()) -> bytes:
     ins(LD, 16)
     ins(JSET, CLONE_NEWUSER_FLAG, "deny", 0)
     ins(RET, SECCOMP_RET_ALLOW)
-    labels["socket"] = len(prog)  # socket(AF_UNIX, ...): no way to connect to a host socket
-    ins(LD, 16)  # args[0] (low 32 bits)
-    ins(JEQ, AF_UNIX, "deny", 0)
-    ins(RET, SECCOMP_RET_ALLOW)
-    labels["socketpair"] = len(prog)  # a datagram pair could still sendto() a host path
-    ins(LD, 16)
-    ins(JEQ, AF_UNIX, 0, "allow")
+    # socket(): an allow-list of families. AF_INET/AF_INET6 (only a downed loopback in the
+    # network namespace) and AF_NETLINK with NETLINK_ROUTE only (if_nameindex, getaddrinfo);
+    # never AF_UNIX (host sockets by path), AF_VSOCK (the host's vsock port space), other
+    # netlink families (uevents, audit, sock_diag...), AF_PACKET, AF_ALG or anything else.
+    labels["socket"] = len(prog)
+    ins(LD, 16)  # args[0] (low 32 bits): the family
+    ins(JEQ, AF_INET, "allow", 0)
+    ins(JEQ, AF_INET6, "allow", 0)
+    ins(JEQ, AF_NETLINK, 0, "deny")
+    ins(LD, 32)  # args[2]: the netlink protocol
+    ins(JEQ, NETLINK_ROUTE, "allow", "deny")
+    labels["socketpair"] = len(prog)  # AF_UNIX stream/seqpacket pairs only: a datagram pair
+    ins(LD, 16)                       # could still sendto() a host path
+    ins(JEQ, AF_UNIX, 0, "deny")
     ins(LD, 24)  # args[1]: type, without SOCK_NONBLOCK / SOCK_CLOEXEC
     ins(AND, 0xF)
     ins(JEQ, SOCK_DGRAM, "deny", 0)
