@@ -331,6 +331,9 @@ class TrainerConfig:
     skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
     share_prompts: bool = True  # the update forwards each distinct prompt of a micro-batch once
     headroom: bool = True  # measure greedy vs sampled success before RL (RUN_DIR/headroom.md)
+    # seconds the headroom check may take (0 = no limit): it measures held-out items in chunks of 8
+    # and stops before a chunk that would overrun, so a large model gets a smaller sample, not a long wait
+    headroom_budget: float = 60.0
     eval_every: int = 25
     save_every: int = 25
     keep_checkpoints: int = 2
@@ -348,6 +351,10 @@ class TrainerConfig:
         _positive("trainer.micro_batch_tokens", self.micro_batch_tokens)
         for k in ("micro_batch_size", "policy_lag"):
             _positive(f"trainer.{k}", getattr(self, k), zero_ok=True)
+        b = self.headroom_budget
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not b >= 0 or b == float("inf"):
+            raise ConfigError(f"trainer.headroom_budget={b!r} must be a number of seconds >= 0 (0 = no limit), "
+                              "e.g. --set trainer.headroom_budget=120")
 
 
 @dataclass
