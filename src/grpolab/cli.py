@@ -51,8 +51,9 @@ UNIT = _number(float, low=0, high=1)
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", nargs="?", help="YAML config (sections: model, task, sft, rollout, "
-                   "objective, optim, trainer, log); defaults are used for anything not given")
+    p.add_argument("config", nargs="?", help="YAML config (sections: model, task, sft, rollout, objective, "
+                   "optim, trainer, log, credit, env; `grpolab config` lists every key with its default); "
+                   "defaults are used for anything not given")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override one config value, e.g. --set objective.aggregation=balanced "
                    "(repeatable; 'preset=ctpo' applies a named preset)")
@@ -65,7 +66,17 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise ConfigError(f"--resume {args.resume}: {'is a file, not' if Path(args.resume).exists() else 'there is no'} "
                           "run directory there; give a directory that `grpolab train` wrote (it holds config.yaml)")
 
+    if args.dry_run:
+        from grpolab.commands import dry_run
+
+        return dry_run(args.config, args.overrides, args.resume)
     return train_command(args.config, args.overrides, resume=args.resume, overwrite=args.overwrite)
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    from grpolab.commands import config_command
+
+    return config_command(args.section)
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
@@ -143,6 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true", help="start over in a run directory that holds a run "
                    "(deleted only once the new config's model and data load; a warm start built with the "
                    "same settings is kept)")
+    t.add_argument("--dry-run", action="store_true", help="print the resolved config (presets, file, --set "
+                   "and, with --resume, the saved config applied) and exit without running anything")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("sft", help="supervised warm start of the tiny model on task demonstrations")
@@ -235,6 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--out", default=None, help="output folder (default: RUN_DIR/credit)")
     cr.add_argument("--no-png", action="store_true", help="HTML only")
     cr.set_defaults(func=cmd_credit)
+    g = sub.add_parser("config", help="list every config key with its default, allowed values and meaning")
+    g.add_argument("section", nargs="?", default=None,
+                   help="one section: model, task, sft, rollout, objective, optim, trainer, log, credit, env")
+    g.set_defaults(func=cmd_config)
     m = sub.add_parser("models", help="model files: import a GGUF (or a packaged model) as a Hugging Face directory")
     msub = m.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     mi = msub.add_parser("import", help="write a .gguf file, or a known name such as smollm2-135m-instruct, "

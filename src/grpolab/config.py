@@ -14,7 +14,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import yaml
 
@@ -23,7 +23,60 @@ class ConfigError(ValueError):
     """A configuration problem, reported before any work starts."""
 
 
-def _choice(key: str, value: Any, allowed: list[str] | tuple[str, ...]) -> None:
+def _registry(name: str) -> Callable[[], list[str]]:
+    def names() -> list[str]:
+        from grpolab import objectives as obj
+
+        return getattr(obj, name).names()
+
+    return names
+
+
+def _tasks() -> list[str]:
+    from grpolab.tasks import list_tasks
+
+    return list_tasks()
+
+
+def _envs() -> list[str]:
+    from grpolab.envs import list_envs
+
+    return list_envs()
+
+
+#: The allowed values of every setting that takes a name: what the validators check and what
+#: ``grpolab config`` prints (static tuples, or the registry the name must come from).
+CHOICES: dict[str, Callable[[], Sequence[str]]] = {
+    "model.dtype": lambda: ("auto", "float32", "bfloat16", "float16"),
+    "model.device": lambda: ("auto", "cpu", "cuda", "cuda:N", "mps"),
+    "model.lora_save": lambda: ("merged", "adapter", "both"),
+    "model.tokenizer_alphabet": lambda: ("default", "printable"),
+    "task.name": _tasks,
+    "task.chat_template": lambda: ("auto", "on", "off"),
+    "sft.enabled": lambda: ("auto", "yes", "no", "true", "false"),
+    "sft.select_on": lambda: ("validation", "heldout"),
+    "sft.schedule": lambda: ("constant", "linear", "cosine"),
+    "objective.advantage": _registry("ADVANTAGE_ESTIMATORS"),
+    "objective.ratio": _registry("RATIO_LEVELS"),
+    "objective.aggregation": _registry("AGGREGATIONS"),
+    "objective.kl_estimator": _registry("KL_ESTIMATORS"),
+    "optim.schedule": lambda: ("constant", "linear", "cosine"),
+    "log.wandb_mode": lambda: ("online", "offline", "disabled"),
+    "log.metric_names": lambda: ("grpolab", "both"),
+    "credit.name": _registry("CREDIT_METHODS"),
+    "credit.lam_schedule": lambda: ("linear", "constant"),
+    "credit.teacher": lambda: ("frozen", "live"),
+    "credit.privileged_placement": lambda: ("user", "system"),
+    "credit.divergence": lambda: ("kl", "logratio"),
+    "credit.gear_threshold": lambda: ("mad", "quantile"),
+    "env.name": lambda: ("",) + tuple(_envs()),
+}
+
+
+def _choice(key: str, value: Any, allowed: Sequence[str] | None = None) -> None:
+    """Refuse ``value`` unless it is one of ``allowed`` (default: :data:`CHOICES` of ``key``)."""
+    if allowed is None:
+        allowed = CHOICES[key]()
     if value not in allowed:
         raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(map(str, allowed))}")
 
@@ -67,14 +120,14 @@ class ModelConfig:
         if self.path is not None and not str(self.path).strip():
             raise ConfigError("model.path is empty; give a local model directory, or leave it unset (null) "
                               "for the built-in tiny model")
-        _choice("model.dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
+        _choice("model.dtype", self.dtype)
         import re
 
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", str(self.device)):
             raise ConfigError(f"model.device={self.device!r} is not allowed; choose one of: auto, cpu, cuda, "
                               "cuda:N (a GPU index), mps")
-        _choice("model.lora_save", self.lora_save, ("merged", "adapter", "both"))
-        _choice("model.tokenizer_alphabet", self.tokenizer_alphabet, ("default", "printable"))
+        _choice("model.lora_save", self.lora_save)
+        _choice("model.tokenizer_alphabet", self.tokenizer_alphabet)
         for k in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
             _positive(f"model.{k}", getattr(self, k))
         if self.hidden_size % self.num_heads:
@@ -128,7 +181,7 @@ class TaskConfig:
         from grpolab.tasks import list_tasks
         from grpolab.tasks.base import task_options
 
-        _choice("task.name", self.name, list_tasks())
+        _choice("task.name", self.name)
         allowed = task_options(self.name)
         unknown = sorted(set(self.options) - set(allowed)) if allowed is not None else []
         if unknown:
@@ -189,12 +242,12 @@ class SFTConfig:
         # true/false like every other boolean setting, as well as yes/no
         words = {"true": "yes", "on": "yes", "1": "yes", "false": "no", "off": "no", "0": "no"}
         self.enabled = words.get(str(self.enabled).lower(), self.enabled)
-        _choice("sft.enabled", self.enabled, ("auto", "yes", "no", "true", "false"))
+        _choice("sft.enabled", self.enabled)
         if isinstance(self.privileged_share, bool) or not 0 <= self.privileged_share < 1:
             raise ConfigError(f"sft.privileged_share={self.privileged_share} must be in [0, 1) "
                               "(0 = off; e.g. 0.5)")
-        _choice("sft.select_on", self.select_on, ("validation", "heldout"))
-        _choice("sft.schedule", self.schedule, ("constant", "linear", "cosine"))
+        _choice("sft.select_on", self.select_on)
+        _choice("sft.schedule", self.schedule)
         if not 0 <= self.ema < 1:
             raise ConfigError(f"sft.ema={self.ema} must be in [0, 1) (0 = off; e.g. 0.99)")
         _positive("sft.max_steps", self.max_steps, zero_ok=True)
@@ -275,10 +328,10 @@ class ObjectiveConfig:
                               "longest response in (0, 1) (e.g. 0.2), or a whole number of tokens (e.g. 16)")
         _positive("objective.overlong_penalty", self.overlong_penalty, zero_ok=True)
 
-        _choice("objective.advantage", self.advantage, obj.ADVANTAGE_ESTIMATORS.names())
-        _choice("objective.ratio", self.ratio, obj.RATIO_LEVELS.names())
-        _choice("objective.aggregation", self.aggregation, obj.AGGREGATIONS.names())
-        _choice("objective.kl_estimator", self.kl_estimator, obj.KL_ESTIMATORS.names())
+        _choice("objective.advantage", self.advantage)
+        _choice("objective.ratio", self.ratio)
+        _choice("objective.aggregation", self.aggregation)
+        _choice("objective.kl_estimator", self.kl_estimator)
         try:
             obj.check_objective(
                 ratio=self.ratio, aggregation=self.aggregation, clip_low=self.clip_low,
@@ -313,7 +366,7 @@ class OptimConfig:
         _positive("optim.lr", self.lr)
         _positive("optim.weight_decay", self.weight_decay, zero_ok=True)
         _positive("optim.warmup_steps", self.warmup_steps, zero_ok=True)
-        _choice("optim.schedule", self.schedule, ("constant", "linear", "cosine"))
+        _choice("optim.schedule", self.schedule)
         _positive("optim.grad_clip", self.grad_clip, zero_ok=True)
         for k in ("beta1", "beta2"):
             if not 0 <= getattr(self, k) < 1:
@@ -393,8 +446,8 @@ class LogConfig:
         if not 0 < self.warn_truncated_frac <= 1:
             raise ConfigError(f"log.warn_truncated_frac={self.warn_truncated_frac} must be in (0, 1] "
                               "(1 = never warn; e.g. 0.5)")
-        _choice("log.wandb_mode", self.wandb_mode, ("online", "offline", "disabled"))
-        _choice("log.metric_names", self.metric_names, ("both", "grpolab"))
+        _choice("log.wandb_mode", self.wandb_mode)
+        _choice("log.metric_names", self.metric_names)
         _positive("log.completions_every", self.completions_every, zero_ok=True)
         _positive("log.completions_n", self.completions_n)
         if self.wandb:
@@ -454,10 +507,10 @@ class CreditConfig:
         from grpolab import objectives as obj
         from grpolab.rollout.teacher import check_template
 
-        _choice("credit.name", self.name, obj.CREDIT_METHODS.names())
-        _choice("credit.lam_schedule", self.lam_schedule, ("linear", "constant"))
-        _choice("credit.teacher", self.teacher, ("frozen", "live"))
-        _choice("credit.privileged_placement", self.privileged_placement, ("user", "system"))
+        _choice("credit.name", self.name)
+        _choice("credit.lam_schedule", self.lam_schedule)
+        _choice("credit.teacher", self.teacher)
+        _choice("credit.privileged_placement", self.privileged_placement)
         for k in ("lam", "lam_end"):
             if not 0 <= getattr(self, k) <= 1:
                 raise ConfigError(f"credit.{k}={getattr(self, k)} must be in [0, 1] (0 = plain GRPO)")
