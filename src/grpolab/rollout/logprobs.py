@@ -40,6 +40,10 @@ from .batch import Rollout
 from .cache import DynamicLayer, ForwardSignature, new_cache
 
 
+#: positions whose ``V``-wide logits the chunked head holds at once (``response_logprobs(head_chunk=)``)
+HEAD_CHUNK = 512
+
+
 @dataclass
 class LogprobResult:
     """Per-token scores of a response batch.
@@ -64,6 +68,7 @@ def response_logprobs(
     return_entropy: bool = False,
     micro_batch_size: int | None = None,
     share_prompts: bool = False,
+    head_chunk: int | None = HEAD_CHUNK,
 ) -> LogprobResult:
     """Log-probs (and optionally entropies) of the response tokens, with gradients.
 
@@ -83,6 +88,11 @@ def response_logprobs(
         share_prompts: forward each distinct prompt of a chunk once and the responses on top of
             its KV cache (see the module docstring); the same values and gradients up to float
             rounding, fewer FLOPs when rows repeat prompts (groups).
+        head_chunk: score through :func:`chunked_head_logprobs` (the LM head over at most this
+            many positions at a time, logits recomputed in the backward: no ``[B, T, V]`` tensor
+            is ever held); ``None`` or 0 takes the model's own ``[B, T, V]`` logits. The same
+            values and gradients up to float rounding; falls back to the logits when the model's
+            head is not a plain bias-free linear layer that reproduces its logits.
 
     Each (micro-)batch is trimmed to its own longest prompt and response before the forward.
 
@@ -122,7 +132,7 @@ def response_logprobs(
             prompt_ids[s : s + mb], prompt_mask[s : s + mb], response_ids[s : s + mb], response_mask[s : s + mb],
             temperature=temperature, return_entropy=return_entropy,
             response_attn_BT=None if response_attention is None else response_attention[s : s + mb],
-            share_prompts=share_prompts,
+            share_prompts=share_prompts, head_chunk=head_chunk,
         )
         logps.append(lp)
         ents.append(ent)
@@ -156,6 +166,7 @@ def joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, respons
 def _score(
     model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT,
     *, temperature: float, return_entropy: bool, response_attn_BT=None, share_prompts: bool = False,
+    head_chunk: int | None = None,
 ):
     """One forward. Returns ``(logp [B, T], entropy [B, T] | None)``."""
     if response_attn_BT is None:
@@ -179,6 +190,29 @@ def _score(
         response_ids_BT, response_mask_BT = response_ids_BT[:, :T], response_mask_BT[:, :T]
         response_attn_BT = response_attn_BT[:, :T]
     P = prompt_ids_BP.shape[1]
+    maskf = response_mask_BT.to(out_dtype)
+    if head_chunk:
+        hidden = None
+        if share_prompts:
+            hidden = shared_prompt_hidden(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT)
+        if hidden is None:
+            hidden = joint_hidden(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT)
+        if hidden is not None:
+            valid = maskf > 0
+            h_NH = hidden[valid]  # only the scored positions go through the head
+            lp_N, ent_N = chunked_head_logprobs(h_NH, _head_weight(model), response_ids_BT[valid],
+                                                temperature=temperature, chunk=head_chunk,
+                                                return_entropy=return_entropy)
+            dt = lp_N.dtype
+            logp_BT = torch.zeros(B, T, dtype=dt, device=lp_N.device).masked_scatter(valid, lp_N)
+            ent_BT = None
+            if return_entropy:
+                ent_BT = torch.zeros(B, T, dtype=dt, device=lp_N.device).masked_scatter(valid, ent_N)
+            if T < T_full:
+                pad = (0, T_full - T)
+                logp_BT = torch.nn.functional.pad(logp_BT, pad)
+                ent_BT = torch.nn.functional.pad(ent_BT, pad) if ent_BT is not None else None
+            return logp_BT, ent_BT
     logits_BTV = None
     if share_prompts:
         logits_BTV = shared_prompt_logits(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT)
@@ -194,7 +228,6 @@ def _score(
         logits_BTV = logits_BTV / temperature
     lse_BT = torch.logsumexp(logits_BTV, dim=-1)
     tok_logit_BT = logits_BTV.gather(-1, response_ids_BT.unsqueeze(-1)).squeeze(-1)
-    maskf = response_mask_BT.to(out_dtype)
     # torch.where (not multiply) so that garbage at masked positions cannot leak as NaN
     logp_BT = torch.where(maskf > 0, tok_logit_BT - lse_BT, torch.zeros_like(lse_BT))
     ent_BT = None
@@ -282,3 +315,164 @@ def shared_prompt_logits(model, sig: ForwardSignature, prompt_ids_BP, prompt_mas
     out = model(input_ids=response_ids_BT[:, : T - 1], attention_mask=attn_BL, position_ids=pos_BT, use_cache=True,
                 **{sig.cache_kw: rows})
     return torch.cat([first_BV[:, None], out.logits], dim=1)
+
+
+# ------------------------------------------------------------------------------------------------
+# The chunked LM head: log-probs from the final hidden states, never a [B, T, V] tensor
+
+
+def _head_weight(model) -> torch.Tensor | None:
+    """The LM head's weight ``[V, H]`` if the head is a plain bias-free ``nn.Linear``, else None."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if get is not None else None
+    if type(head) is not torch.nn.Linear or head.bias is not None:
+        return None
+    return head.weight
+
+
+def _head_reproduces(model, hidden_NH: torch.Tensor, logits_NV: torch.Tensor) -> bool:
+    """Whether ``head(hidden)`` equals the model's own logits at a few positions (some models
+    scale or soft-cap after the head, or return pre-norm hidden states: those keep their logits)."""
+    w = _head_weight(model)
+    if w is None:
+        return False
+    with torch.no_grad():
+        probe = torch.nn.functional.linear(hidden_NH, w).float()
+        ref = logits_NV.float()
+        return probe.shape == ref.shape and torch.allclose(probe, ref, atol=1e-4, rtol=1e-4)
+
+
+def joint_hidden(model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT):
+    """The joint forward's final hidden states ``[B, T, H]`` at the positions that predict the
+    response tokens (``P - 1 .. P + T - 2``), or None when the head cannot score them (the
+    model's logits are then needed: :func:`_head_reproduces`)."""
+    if _head_weight(model) is None:
+        return None
+    P, T = prompt_ids_BP.shape[1], response_ids_BT.shape[1]
+    kwargs = {"logits_to_keep": 1} if sig.logits_to_keep else {}
+    out = joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT,
+                        output_hidden_states=True, **kwargs)
+    hidden = getattr(out, "hidden_states", None)
+    if not hidden:
+        return None
+    h = hidden[-1]
+    if not _head_reproduces(model, h[:, -1], out.logits[:, -1]):
+        return None
+    return h[:, P - 1 : P + T - 1]
+
+
+def shared_prompt_hidden(model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT,
+                         response_attn_BT):
+    """:func:`shared_prompt_logits` returning final hidden states ``[B, T, H]`` instead of logits
+    (None: use the joint path)."""
+    first_N, inverse_B = distinct_prompts(prompt_ids_BP, prompt_mask_BP)
+    if shared_prompt_fallback(model, sig, prompt_mask_BP, first_N.shape[0]) is not None:
+        return None
+    if not sig.logits_to_keep or _head_weight(model) is None:
+        return None
+    T = response_ids_BT.shape[1]
+    ids_NP, mask_NP = prompt_ids_BP[first_N], prompt_mask_BP[first_N].long()
+    pos_NP = (mask_NP.cumsum(-1) - 1).clamp_(min=0)
+    cache = new_cache(model)
+    out = model(input_ids=ids_NP, attention_mask=mask_NP, position_ids=pos_NP, use_cache=True,
+                output_hidden_states=True, logits_to_keep=1, **{sig.cache_kw: cache})
+    layers = getattr(cache, "layers", None)
+    if not isinstance(layers, list) or not layers or any(
+            type(layer) is not DynamicLayer or layer.keys is None or layer.keys.shape[0] != ids_NP.shape[0]
+            for layer in layers):
+        return None
+    hidden = getattr(out, "hidden_states", None)
+    if not hidden or not _head_reproduces(model, hidden[-1][:, -1], out.logits[:, -1]):
+        return None
+    first_BH = hidden[-1][:, -1][inverse_B]  # the last prompt position predicts response token 0
+    if T == 1:
+        return first_BH[:, None]
+    rows = new_cache(model)
+    for i, layer in enumerate(layers):
+        rows.update(layer.keys.index_select(0, inverse_B), layer.values.index_select(0, inverse_B), i)
+    attn_BT = response_attn_BT.long()
+    attn_BL = torch.cat([prompt_mask_BP.long(), attn_BT[:, : T - 1]], dim=1)
+    pos_BT = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BT[:, : T - 1].cumsum(-1) - 1).clamp_(min=0)
+    out = model(input_ids=response_ids_BT[:, : T - 1], attention_mask=attn_BL, position_ids=pos_BT, use_cache=True,
+                output_hidden_states=True, logits_to_keep=1, **{sig.cache_kw: rows})
+    return torch.cat([first_BH[:, None], out.hidden_states[-1]], dim=1)
+
+
+class _ChunkedHeadLogp(torch.autograd.Function):
+    """``logp[n] = z[n, tok[n]] - logsumexp(z[n])`` with ``z = (h W^T) / temperature``, over chunks
+    of rows; the entropy ``H[n] = -sum_v p log p`` alongside. Saves only ``h``, ``W`` and the
+    per-row ``logsumexp`` and ``H``; the backward recomputes each chunk's logits:
+    ``d logp / dz = onehot(tok) - p`` and ``d H / dz = -p (log p + H)``, both divided by the
+    temperature on the way back to ``h W^T``."""
+
+    @staticmethod
+    def forward(ctx, h_NH, w_VH, tok_N, temperature, chunk, want_entropy):
+        N = h_NH.shape[0]
+        acc = torch.float64 if w_VH.dtype == torch.float64 else torch.float32
+        logp = torch.empty(N, dtype=acc, device=h_NH.device)
+        lse = torch.empty(N, dtype=acc, device=h_NH.device)
+        ent = torch.empty(N, dtype=acc, device=h_NH.device)
+        for s in range(0, N, chunk):
+            z = torch.nn.functional.linear(h_NH[s : s + chunk], w_VH).to(acc)
+            if temperature != 1.0:
+                z = z / temperature
+            l_n = torch.logsumexp(z, dim=-1)
+            lse[s : s + chunk] = l_n
+            logp[s : s + chunk] = z.gather(-1, tok_N[s : s + chunk, None]).squeeze(-1) - l_n
+            if want_entropy:
+                ent[s : s + chunk] = l_n - (torch.softmax(z, dim=-1) * z).sum(-1)
+        ctx.save_for_backward(h_NH, w_VH, tok_N, lse, ent)
+        ctx.temperature, ctx.chunk, ctx.want_entropy = temperature, chunk, want_entropy
+        if not want_entropy:
+            ctx.mark_non_differentiable(ent)
+        return logp, ent
+
+    @staticmethod
+    def backward(ctx, g_logp, g_ent):
+        h_NH, w_VH, tok_N, lse, ent = ctx.saved_tensors
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        gh = torch.empty_like(h_NH) if need_h else None
+        gw = torch.zeros_like(w_VH) if need_w else None
+        T, chunk = ctx.temperature, ctx.chunk
+        use_ent = ctx.want_entropy and g_ent is not None
+        for s in range(0, h_NH.shape[0], chunk):
+            h = h_NH[s : s + chunk]
+            z = torch.nn.functional.linear(h, w_VH).to(lse.dtype)
+            if T != 1.0:
+                z = z / T
+            logp_z = z - lse[s : s + chunk, None]
+            p = logp_z.exp()
+            g = g_logp[s : s + chunk]
+            dz = p * (-g)[:, None]
+            if use_ent:
+                dz -= p * (logp_z + ent[s : s + chunk, None]) * g_ent[s : s + chunk, None]
+            dz.scatter_add_(1, tok_N[s : s + chunk, None], g[:, None])
+            if T != 1.0:
+                dz = dz / T
+            dz = dz.to(h_NH.dtype)
+            if need_h:
+                gh[s : s + chunk] = dz @ w_VH
+            if need_w:
+                gw += dz.t() @ h
+        return gh, gw, None, None, None, None
+
+
+def chunked_head_logprobs(h_NH: torch.Tensor, w_VH: torch.Tensor, tok_N: torch.Tensor, *, temperature: float = 1.0,
+                          chunk: int = HEAD_CHUNK, return_entropy: bool = False):
+    """Log-probs (and entropies) of ``tok_N`` under ``softmax(h W^T / temperature)``, chunked.
+
+    Args:
+        h_NH: final hidden states ``[N, H]`` (one per scored position).
+        w_VH: the LM head's weight ``[V, H]``.
+        tok_N: ``[N]`` long, the scored tokens.
+
+    Returns:
+        ``(logp [N], entropy [N] | None)``, float32 (float64 for a float64 head). Differentiable in
+        ``h`` and ``W``; at most ``chunk`` rows of logits exist at a time, in the forward and in
+        the backward (which recomputes them: one more head matmul per token).
+    """
+    if chunk < 1:
+        raise ValueError(f"head_chunk must be >= 1, got {chunk}")
+    logp, ent = _ChunkedHeadLogp.apply(h_NH.contiguous(), w_VH, tok_N, float(temperature), int(chunk),
+                                       bool(return_entropy))
+    return logp, (ent if return_entropy else None)

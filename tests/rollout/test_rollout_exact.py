@@ -1,0 +1,177 @@
+"""The fast paths of the rollout and the update are the same function as the plain forward.
+
+On a real-architecture model (a tiny ``LlamaForCausalLM`` with grouped-query attention, built
+here, behind a byte-level BPE tokenizer with a ChatML chat template, prompts rendered through it):
+
+* the chunked LM head of ``response_logprobs`` (``head_chunk``: the head over a few positions at a
+  time, logits recomputed in the backward) gives the log-probabilities, entropies and gradients of
+  the model's own ``[B, T, V]`` logits, for full fine-tuning and for LoRA, with and without the
+  shared-prompt forward, at several temperatures and chunk sizes, and really runs (the model's LM
+  head sees one position per row);
+* its custom backward passes ``torch.autograd.gradcheck`` in float64 (log-probs and entropies);
+* a model whose logits are not ``head(hidden)`` (a soft cap after the head) is scored through its
+  own logits (the fallback), bit for bit what ``head_chunk=None`` gives.
+"""
+
+import pytest
+import torch
+from chat_helpers import build_chat_tokenizer
+
+from grpolab.rollout import response_logprobs, sample
+from grpolab.rollout.logprobs import chunked_head_logprobs
+from grpolab.tasks import PromptFormat, TaskItem
+
+QUESTIONS = ["Natalia sold 48 clips in April and half as many in May. How many in all?",
+             "How many clips?", "Weng earns $12 an hour. How much for 50 minutes?"]
+
+
+def make_chat_llama(tok, seed=0, dtype=torch.float32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=48, num_hidden_layers=2, num_attention_heads=6,
+                      num_key_value_heads=2, intermediate_size=96, max_position_embeddings=256,
+                      tie_word_embeddings=True, pad_token_id=tok.pad_token_id, bos_token_id=None,
+                      eos_token_id=tok.convert_tokens_to_ids("<|im_end|>"))
+    return LlamaForCausalLM(cfg).to(dtype).eval()
+
+
+@pytest.fixture(scope="module")
+def chat():
+    tok = build_chat_tokenizer()
+    fmt = PromptFormat(chat_template="on", system_prompt="You are a helpful assistant.")
+    prompts = fmt.encode([TaskItem(prompt=q, reference="1") for q in QUESTIONS], tok)
+    assert all(tok.decode(p).endswith("<|im_start|>assistant\n") for p in prompts)
+    return tok, prompts
+
+
+def _rollout(model, tok, prompts, G=3, T=12, seed=0, temperature=1.0):
+    # random weights rarely emit <|im_end|>: 40 more stop ids give responses of varied lengths
+    stops = [tok.convert_tokens_to_ids("<|im_end|>")] + list(range(100, 140))
+    return sample(model, prompts, group_size=G, max_new_tokens=T, temperature=temperature,
+                  eos_token_id=stops, pad_token_id=tok.pad_token_id,
+                  generator=torch.Generator().manual_seed(seed))
+
+
+def _values_and_grads(model, r, w, **kw):
+    model.zero_grad()
+    res = response_logprobs(model, r, return_entropy=True, **kw)
+    ((res.logp * w).sum() + 0.3 * res.entropy.sum()).backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return res, grads
+
+
+def _assert_same(a, b, ga, gb, tol=1e-5):
+    torch.testing.assert_close(a.logp, b.logp, atol=tol, rtol=0)
+    torch.testing.assert_close(a.entropy, b.entropy, atol=tol, rtol=0)
+    assert ga.keys() == gb.keys() and len(gb) > 0
+    for k in gb:
+        scale = float(gb[k].abs().max())
+        assert scale > 0, k
+        torch.testing.assert_close(ga[k], gb[k], atol=tol * scale, rtol=0, msg=k)
+
+
+def _head_inputs(model):
+    """Record how many positions per row each call of the model's LM head sees."""
+    seen = []
+    handle = model.get_output_embeddings().register_forward_pre_hook(lambda m, a: seen.append(tuple(a[0].shape)))
+    return seen, handle
+
+
+@pytest.mark.parametrize("share_prompts", [False, True])
+@pytest.mark.parametrize("temperature,chunk", [(1.0, 512), (0.7, 5), (1.3, 1)])
+def test_chunked_head_same_values_and_gradients_as_the_logits(chat, share_prompts, temperature, chunk):
+    tok, prompts = chat
+    model = make_chat_llama(tok, seed=1)
+    r = _rollout(model, tok, prompts, temperature=temperature, seed=2)
+    assert (r.prompt_mask == 0).any() and (r.response_mask == 0).any()  # left and right padding
+    w = torch.randn(r.response_ids.shape, generator=torch.Generator().manual_seed(3))
+    plain, g_plain = _values_and_grads(model, r, w, temperature=temperature, share_prompts=share_prompts,
+                                       head_chunk=None)
+    seen, handle = _head_inputs(model)
+    try:
+        fast, g_fast = _values_and_grads(model, r, w, temperature=temperature, share_prompts=share_prompts,
+                                         head_chunk=chunk)
+    finally:
+        handle.remove()
+    assert seen and all(s[1] == 1 for s in seen)  # the model's head ran on one position per row only
+    _assert_same(fast, plain, g_fast, g_plain)
+    assert "model.embed_tokens.weight" in g_fast  # the tied head's gradient reaches the embedding
+    # the same as the sampler's own log-probs
+    torch.testing.assert_close(fast.logp, r.sample_logp, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("share_prompts", [False, True])
+def test_chunked_head_with_lora_same_values_and_adapter_gradients(chat, share_prompts):
+    from grpolab.models.lora import AdaptersOff, apply_lora
+
+    tok, prompts = chat
+    model = make_chat_llama(tok, seed=4)
+    apply_lora(model, {"r": 4, "alpha": 8})
+    with torch.no_grad():  # peft initialises B = 0: give the adapters a real effect
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.2)
+    r = _rollout(model, tok, prompts, seed=5)
+    w = torch.randn(r.response_ids.shape, generator=torch.Generator().manual_seed(6))
+    plain, g_plain = _values_and_grads(model, r, w, share_prompts=share_prompts, head_chunk=None)
+    fast, g_fast = _values_and_grads(model, r, w, share_prompts=share_prompts, head_chunk=7)
+    assert all("lora_" in k for k in g_fast) and len(g_fast) == 2 * 7 * 2  # A and B, 7 projections, 2 layers
+    _assert_same(fast, plain, g_fast, g_plain)
+    # the base model (adapters off, the LoRA teacher and KL reference) through the same path
+    base = AdaptersOff(model)
+    with torch.no_grad():
+        a = response_logprobs(base, r, share_prompts=share_prompts, head_chunk=7).logp
+        b = response_logprobs(base, r, share_prompts=share_prompts, head_chunk=None).logp
+    torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+    assert not torch.allclose(a, fast.logp, atol=1e-3)  # the adapters do change the policy
+
+
+def test_chunked_head_float64_model(chat):
+    tok, prompts = chat
+    model = make_chat_llama(tok, seed=7, dtype=torch.float64)
+    r = _rollout(model, tok, prompts, seed=8)
+    w = torch.randn(r.response_ids.shape, generator=torch.Generator().manual_seed(9), dtype=torch.float64)
+    plain, g_plain = _values_and_grads(model, r, w, head_chunk=None)
+    fast, g_fast = _values_and_grads(model, r, w, head_chunk=4)
+    assert fast.logp.dtype == torch.float64
+    # HF's RMSNorm rounds through float32 even in a float64 model (see grpolab.rollout.logprobs)
+    _assert_same(fast, plain, g_fast, g_plain, tol=1e-6)
+
+
+def test_chunked_head_backward_passes_gradcheck():
+    g = torch.Generator().manual_seed(0)
+    h = torch.randn(7, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    w = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
+    tok = torch.randint(0, 11, (7,), generator=g)
+    for temperature, chunk in ((1.0, 3), (0.6, 2), (1.7, 100)):
+        torch.autograd.gradcheck(lambda h, w: chunked_head_logprobs(h, w, tok, temperature=temperature,
+                                                                    chunk=chunk, return_entropy=True), (h, w))
+        torch.autograd.gradcheck(lambda h, w: chunked_head_logprobs(h, w, tok, temperature=temperature,
+                                                                    chunk=chunk)[0], (h, w))
+    # against a direct float64 computation
+    z = (h @ w.T) / 0.6
+    lp, ent = chunked_head_logprobs(h, w, tok, temperature=0.6, chunk=3, return_entropy=True)
+    ref = torch.log_softmax(z, -1)
+    torch.testing.assert_close(lp, ref.gather(1, tok[:, None]).squeeze(1), atol=1e-12, rtol=0)
+    torch.testing.assert_close(ent, -(ref.exp() * ref).sum(-1), atol=1e-12, rtol=0)
+    with pytest.raises(ValueError, match="head_chunk"):
+        chunked_head_logprobs(h, w, tok, chunk=0)
+
+
+def test_model_whose_logits_are_not_the_head_falls_back_to_its_logits(chat):
+    tok, prompts = chat
+    model = make_chat_llama(tok, seed=10)
+    r = _rollout(model, tok, prompts, seed=11)
+    # a soft cap after the head (Gemma-2 style): head(hidden) no longer reproduces the logits
+    handle = model.get_output_embeddings().register_forward_hook(lambda m, a, out: 3.0 * torch.tanh(out / 3.0))
+    try:
+        for share in (False, True):
+            a = response_logprobs(model, r, share_prompts=share, return_entropy=True)
+            b = response_logprobs(model, r, share_prompts=share, return_entropy=True, head_chunk=None)
+            torch.testing.assert_close(a.logp, b.logp, atol=0, rtol=0)
+            torch.testing.assert_close(a.entropy, b.entropy, atol=0, rtol=0)
+            # and the soft cap is really in the scores
+            assert float(b.logp.detach().min()) > -2 * 3.0 - 1e-4 - torch.log(torch.tensor(float(len(tok))))
+    finally:
+        handle.remove()
