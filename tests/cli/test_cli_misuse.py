@@ -119,3 +119,11 @@ def test_ctrl_c_names_the_run_dir(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert rc == 130
     assert f"grpolab train --resume {tmp_path / 'myrun'}" in err and "RUN_DIR" not in err
+
+
+def test_compare_baseline_checked_before_any_run(tmp_path, capsys):
+    out = tmp_path / "cmp"
+    _config_error(capsys, ["compare", "--vary", "objective.aggregation=token,balanced", "--baseline", "nope",
+                           "--seeds", "1", "--out", str(out)], "--baseline 'nope' matches 0 variants",
+                  "pass one of them exactly")
+    assert not out.exists()

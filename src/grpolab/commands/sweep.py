@@ -102,6 +102,15 @@ def compare_command(config, overrides: list[str], vary: list[str], *, seeds: int
 
     if not vary and not summary_only:
         raise ConfigError("give at least one --vary KEY=A,B (e.g. --vary objective.aggregation=token,balanced)")
+    if baseline is not None and not summary_only:  # a wrong name is refused before any run, not after all
+        from grpolab.sweep.compare import pick_baseline
+        from grpolab.sweep.grid import expand_grid
+
+        try:
+            planned = expand_grid([parse_factor(v) for v in vary], [0])
+            pick_baseline(list(dict.fromkeys(s.setting for s in planned)), planned, baseline)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
     factors, specs, info = _run(config, overrides, vary, seeds, jobs, out, summary_only, log)
     try:
         md = write_comparison(out, specs, factors, baseline=baseline, info=info)
