@@ -126,13 +126,30 @@ def test_file_errors(tmp_path):
         == 1
     )
     (tmp_path / "empty.jsonl").write_text("")
-    with pytest.raises(ValueError, match="could not read"):
+    with pytest.raises(ValueError, match="empty.jsonl' is empty: it has no rows"):  # not a StopIteration
         load_dataset_task(tmp_path / "empty.jsonl")
+    (tmp_path / "blank.jsonl").write_text("\n  \n")
+    with pytest.raises(ValueError, match="is empty"):
+        load_dataset_task(tmp_path / "blank.jsonl")
     (tmp_path / "broken.jsonl").write_text('{"prompt": "a"\n')
-    with pytest.raises(ValueError, match="could not read .*broken.jsonl"):
+    with pytest.raises(ValueError, match=r"broken.jsonl' line 1 \(row 0\) is not a JSON object: .*on_bad_row='skip'"):
         load_dataset_task(tmp_path / "broken.jsonl")
-    with pytest.raises(ValueError, match="on_bad_row"):
+    with pytest.raises(ValueError, match="on_bad_row must be 'raise' \\(or 'error'\\) or 'skip'"):
         load_dataset_task(tmp_path / "d.txt", format="json", on_bad_row="ignore")
+
+
+def test_broken_json_line_named_by_line_and_skipped_with_skip(tmp_path):
+    rows = ['{"prompt": "p0", "answer": "1"}', "", '{"prompt": "p1", "answer": 2', "[1, 2]",
+            '{"prompt": "p3", "answer": "3"}']
+    path = tmp_path / "d.jsonl"
+    path.write_text("\n".join(rows) + "\n")
+    with pytest.raises(ValueError, match=r"line 3 \(row 1\) is not a JSON object"):
+        load_dataset_task(path, eval_fraction=0)
+    task = load_dataset_task(path, eval_fraction=0, on_bad_row="skip")
+    assert task.available("train") == 2 and task.skipped_rows == [1, 2]
+    # the README's word for the default
+    with pytest.raises(ValueError, match="line 3"):
+        load_dataset_task(path, eval_fraction=0, on_bad_row="error")
 
 
 def test_eval_file_drops_train_duplicates(tmp_path):

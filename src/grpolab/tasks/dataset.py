@@ -97,13 +97,19 @@ def _infer_format(path: Path, format: str | None) -> str:
     return fmt
 
 
-def _read_rows(path: Path, format: str | None) -> tuple[list[str], dict[str, list[Any]]]:
-    """``(column_names, {column: values})`` of a local file, via ``datasets.load_dataset``."""
+def _read_rows(path: Path, format: str | None, on_bad_row: str = "raise") -> tuple[list[str], dict[str, list[Any]]]:
+    """``(column_names, {column: values})`` of a local file: JSON lines read here, line by line (a
+    broken line is named by its line number, or with ``on_bad_row="skip"`` becomes an empty row
+    that the row check skips and counts); other formats via ``datasets.load_dataset``."""
     if not path.exists():
         raise FileNotFoundError(f"dataset file {str(path)!r} does not exist")
     if not path.is_file():
         raise ValueError(f"dataset path {str(path)!r} is not a file")
     fmt = _infer_format(path, format)
+    if path.suffix.lower() in (".jsonl", ".ndjson") and fmt == "json":
+        return _read_json_lines(path, on_bad_row)
+    if path.stat().st_size == 0:
+        raise ValueError(f"dataset file {str(path)!r} is empty: it has no rows")
     from datasets import load_dataset
 
     try:
@@ -115,6 +121,32 @@ def _read_rows(path: Path, format: str | None) -> tuple[list[str], dict[str, lis
         ) from exc
     columns = list(ds.column_names)
     return columns, {c: list(ds[c]) for c in columns}
+
+
+def _read_json_lines(path: Path, on_bad_row: str) -> tuple[list[str], dict[str, list[Any]]]:
+    import json
+
+    rows: list[dict[str, Any] | None] = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                if not isinstance(row, dict):
+                    raise ValueError(f"a JSON {type(row).__name__}, not an object")
+            except ValueError as e:
+                if on_bad_row == "skip":
+                    rows.append(None)
+                    continue
+                what = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else str(e)
+                raise ValueError(f"{str(path)!r} line {lineno} (row {len(rows)}) is not a JSON object: {what}; fix "
+                                 "the row or pass on_bad_row='skip'") from None
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"dataset file {str(path)!r} is empty: it has no rows (JSON lines: one object per line)")
+    columns = list(dict.fromkeys(k for r in rows if r is not None for k in r))
+    return columns, {c: [None if r is None else r.get(c) for r in rows] for c in columns}
 
 
 def _rows_to_items(
@@ -131,7 +163,7 @@ def _rows_to_items(
     on_bad_row: str,
     answer_format: str = "auto",
 ) -> tuple[list[TaskItem], list[int]]:
-    columns, data = _read_rows(path, format)
+    columns, data = _read_rows(path, format, on_bad_row)
     if demonstration_field is None and "completion" in data and prompt_field in data and any(
             isinstance(v, list) for v in data[prompt_field][:1]):
         demonstration_field = "completion"  # TRL's conversational prompt-completion format
@@ -273,7 +305,8 @@ def load_dataset_task(
         eval_fraction: share of unique prompts held out for eval (ignored with ``eval_path``).
         eval_path: optional separate eval file with the same columns.
         seed: fixes the split and the item order.
-        on_bad_row: "raise" (default) or "skip" (skipped rows are counted in the task).
+        on_bad_row: "raise" (default; "error" is the same) or "skip" (skipped rows, broken JSON lines
+            included, are counted in the task).
         name: task name; default ``"dataset:<file stem>"``.
         answer_format: "auto" splits GSM8K-style ``#### <answer>`` lines off worked solutions (the
             final answer is the reference, the solution the privileged context); "raw" keeps the
@@ -285,8 +318,10 @@ def load_dataset_task(
             available columns); a bad row with ``on_bad_row="raise"`` (names the row index);
             an unreadable file.
     """
+    if on_bad_row == "error":  # the word the README used
+        on_bad_row = "raise"
     if on_bad_row not in ("raise", "skip"):
-        raise ValueError(f"on_bad_row must be 'raise' or 'skip', got {on_bad_row!r}")
+        raise ValueError(f"on_bad_row must be 'raise' (or 'error') or 'skip', got {on_bad_row!r}")
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"answer_format must be one of {ANSWER_FORMATS}, got {answer_format!r}")
     _check_fraction(eval_fraction)
