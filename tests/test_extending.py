@@ -35,12 +35,27 @@ SMALL = [
 
 @pytest.fixture(scope="module")
 def examples():
-    """The example modules, imported once (importing registers their pieces)."""
+    """The example modules, imported once (importing registers their pieces); afterwards the
+    registries are as they were, so no other test sees the examples' names."""
+    import grpolab.rewards.base as rewards_base
+    import grpolab.tasks.base as tasks_base
+    from grpolab.envs import ENVS
+    from grpolab.objectives import ADVANTAGE_ESTIMATORS, AGGREGATIONS
+
+    saved = [(reg, "_items", dict(reg._items)) for reg in (ENVS, AGGREGATIONS, ADVANTAGE_ESTIMATORS)]
+    saved += [(tasks_base, "_TASKS", dict(tasks_base._TASKS)), (rewards_base, "_REWARDS", dict(rewards_base._REWARDS))]
+    names = ("brevity", "max_task", "guess_env", "sqrt_loss")
     sys.path.insert(0, str(EXAMPLES))
     try:
-        yield {name: importlib.import_module(name) for name in ("brevity", "max_task", "guess_env", "sqrt_loss")}
+        yield {name: importlib.import_module(name) for name in names}
     finally:
         sys.path.remove(str(EXAMPLES))
+        for owner, attr, items in saved:
+            current = getattr(owner, attr)
+            current.clear()
+            current.update(items)
+        for name in names:
+            sys.modules.pop(name, None)
 
 
 def _metrics(run: Path) -> list[dict]:
