@@ -31,7 +31,7 @@ from grpolab import objectives as obj
 from grpolab.config import Config
 from grpolab.models import stop_token_ids
 from grpolab.rollout import response_logprobs
-from grpolab.train.checkpoint import load_weights, save_checkpoint
+from grpolab.train.checkpoint import load_weights_into, save_checkpoint
 from grpolab.train.collector import Collector, collector_for
 from grpolab.train.dapo import collect_step, without_truncated
 from grpolab.train.watch import TrainingWatch, memory_metrics
@@ -207,7 +207,7 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
         policy = prepare_policy(cfg.model, policy)  # LoRA adapters, after the warm start
     else:  # the checkpoint holds the weights: no warm start needed
         policy = prepare_policy(cfg.model, policy)
-        policy.load_state_dict(load_weights(ckpt.model_dir, policy))
+        load_weights_into(policy, ckpt.model_dir)  # one tensor at a time: no second copy in memory
         run_dir.write_config(cfg)
     policy.to(device)
     record_sandbox_isolation(cfg, train_items + eval_items, run_dir.path, log=log)
