@@ -53,7 +53,8 @@ from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, l
 from grpolab.rollout import sample  # noqa: E402
 from grpolab.train import Experience, UpdateSpec, policy_update, update  # noqa: E402
 from grpolab.train.optim import build_optimizer, build_scheduler  # noqa: E402
-from grpolab.train.setup import build_task_splits, sft_from_config  # noqa: E402
+from grpolab.train.setup import build_task_splits  # noqa: E402
+from grpolab.train.warm_start import sft_from_config  # noqa: E402
 from grpolab.train.text import decode_responses, encode_prompts  # noqa: E402
 from grpolab.utils.io import atomic_write_json  # noqa: E402
 

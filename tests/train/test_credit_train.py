@@ -148,7 +148,7 @@ def test_teacher_sync_schedule(tmp_path):
     policy = torch.nn.Linear(2, 2)
     from grpolab.models import build_tokenizer
 
-    step = CreditStep(cfg, policy, build_tokenizer())
+    step = CreditStep.from_config(cfg, policy, build_tokenizer())
     w0 = step.teacher.weight.clone()
     with torch.no_grad():
         policy.weight.add_(1.0)
@@ -157,7 +157,7 @@ def test_teacher_sync_schedule(tmp_path):
     step.maybe_sync(2, policy)
     assert torch.equal(step.teacher.weight, policy.weight)       # due at 2, 4, ...
     assert not step.teacher.weight.requires_grad
-    live = CreditStep(_cfg(tmp_path / "y", "credit.name=rlsd", "credit.teacher=live"), policy, build_tokenizer())
+    live = CreditStep.from_config(_cfg(tmp_path / "y", "credit.name=rlsd", "credit.teacher=live"), policy, build_tokenizer())
     assert live.teacher is None and live.state_dict() is None
 
 
@@ -208,7 +208,7 @@ def test_credit_step_on_a_sampled_batch():
                pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
     adv = torch.tensor([0.0, 1.0, -1.0, 0.5] * 3)
     cfg = load_config(overrides=["credit.name=gear", "credit.lam=1", "credit.span_end=#", "credit.gear_k=0"])
-    step = CreditStep(cfg, policy, tok)
+    step = CreditStep.from_config(cfg, policy, tok)
     exp = Experience(items=items, rollout=r, texts=["x"] * 12, rewards=torch.zeros(12), advantages=adv)
     out = step(0, policy, exp)
     scored = adv != 0

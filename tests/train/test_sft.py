@@ -8,7 +8,7 @@ import pytest
 from grpolab.config import ConfigError, load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.tasks import get_task
-from grpolab.train.sft import run_sft
+from grpolab.train.sft import SFTSpec, run_sft
 
 
 def _setup():
@@ -26,8 +26,8 @@ def _setup():
 ])
 def test_sft_lr_schedule(schedule, factors):
     model, tok, train, held = _setup()
-    res = run_sft(model, tok, train, held, max_steps=6, batch_size=4, lr=1e-3, target_accuracy=1.0,
-                  eval_every=1, max_new_tokens=4, schedule=schedule, warmup_steps=2, log=lambda s: None)
+    res = run_sft(model, tok, train, held, SFTSpec(max_steps=6, batch_size=4, lr=1e-3, target_accuracy=1.0,
+                  eval_every=1, max_new_tokens=4, schedule=schedule, warmup_steps=2), log=lambda s: None)
     assert res.steps == 6
     assert [h["step"] for h in res.history] == [1, 2, 3, 4, 5, 6]
     assert [h["lr"] for h in res.history] == pytest.approx([1e-3 * f for f in factors], rel=1e-9)
@@ -35,8 +35,8 @@ def test_sft_lr_schedule(schedule, factors):
 
 def test_sft_stops_at_target_before_training():
     model, tok, train, held = _setup()
-    res = run_sft(model, tok, train, held, max_steps=5, batch_size=4, lr=1e-3, target_accuracy=0.0,
-                  eval_every=1, max_new_tokens=4, log=lambda s: None)
+    res = run_sft(model, tok, train, held, SFTSpec(max_steps=5, batch_size=4, lr=1e-3, target_accuracy=0.0,
+                  eval_every=1, max_new_tokens=4), log=lambda s: None)
     assert res.steps == 0 and res.history == []
 
 
@@ -93,8 +93,8 @@ def test_sft_with_ema_trains_the_same_raw_trajectory_and_returns_the_average(mon
     finals = {}
     for ema in (0.0, 0.5):
         model, tok, train, held = _setup()
-        run_sft(model, tok, train, held, max_steps=4, batch_size=4, lr=1e-2, target_accuracy=1.0,
-                eval_every=2, max_new_tokens=4, ema=ema, log=lambda s: None)
+        run_sft(model, tok, train, held, SFTSpec(max_steps=4, batch_size=4, lr=1e-2, target_accuracy=1.0,
+                eval_every=2, max_new_tokens=4, ema=ema), log=lambda s: None)
         finals[ema] = [p.detach().clone() for p in model.parameters()]
     assert len(seen) == 3  # two checks with the average swapped in, then the final copy
     raw_before_final, avg_final = seen[-1]
@@ -112,7 +112,8 @@ def test_sft_ema_validated():
 
 
 def test_warm_start_selects_on_validation_items_not_the_test_set():
-    from grpolab.train.setup import build_task_splits, sft_selection_split
+    from grpolab.train.setup import build_task_splits
+    from grpolab.train.warm_start import sft_selection_split
 
     cfg = load_config(None, ["task.n_train=400", "task.n_eval=50", "sft.n_eval=64"])
     train, held = build_task_splits(cfg.task)
@@ -134,7 +135,7 @@ def test_warm_start_selects_on_validation_items_not_the_test_set():
 
 
 def test_warm_start_validation_needs_training_items():
-    from grpolab.train.setup import sft_selection_split
+    from grpolab.train.warm_start import sft_selection_split
 
     cfg = load_config(None, ["task.n_train=3", "rollout.prompts_per_step=2"])
     train = get_task("arith").items("train", 3)
@@ -286,7 +287,7 @@ def test_save_every_sets_the_checkpoints(tmp_path, sft_steps, save_every, newest
 
 
 def test_save_every_validated_and_not_a_setting_of_the_result():
-    from grpolab.train.rundir import warm_start_key
+    from grpolab.train.warm_start import warm_start_key
 
     for bad in ("-1", "2.5", "often"):
         with pytest.raises(ConfigError, match="sft.save_every"):

@@ -9,8 +9,8 @@ from grpolab.rollout import build_teacher_prompts, encode_teacher_prompts
 from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE
 from grpolab.tasks import get_task
 from grpolab.train import sft as sft_mod
-from grpolab.train.rundir import warm_start_key
-from grpolab.train.sft import run_sft, sft_batch
+from grpolab.train.warm_start import warm_start_key
+from grpolab.train.sft import SFTSpec, run_sft, sft_batch
 from grpolab.train.text import encode_completion
 
 
@@ -71,12 +71,12 @@ def test_run_sft_shows_the_share_of_every_batch_in_the_teacher_template(monkeypa
         return real(tokenizer, items, device, **kw)
 
     monkeypatch.setattr(sft_mod, "sft_batch", spy)
-    run_sft(model, tok, train, held, max_steps=3, batch_size=8, lr=1e-3, target_accuracy=1.0, eval_every=10,
-            max_new_tokens=4, log=lambda s: None, privileged_share=0.25, teacher_template="{reference}\n{prompt}")
+    run_sft(model, tok, train, held, SFTSpec(max_steps=3, batch_size=8, lr=1e-3, target_accuracy=1.0, eval_every=10,
+            max_new_tokens=4, privileged_share=0.25, teacher_template="{reference}\n{prompt}"), log=lambda s: None)
     assert seen == [(8, 2, "{reference}\n{prompt}")] * 3
     seen.clear()
-    run_sft(model, tok, train, held, max_steps=2, batch_size=8, lr=1e-3, target_accuracy=1.0, eval_every=10,
-            max_new_tokens=4, log=lambda s: None)
+    run_sft(model, tok, train, held, SFTSpec(max_steps=2, batch_size=8, lr=1e-3, target_accuracy=1.0, eval_every=10,
+            max_new_tokens=4), log=lambda s: None)
     assert [s[1] for s in seen] == [0, 0]
 
 
@@ -90,8 +90,8 @@ def test_teacher_share_changes_training_and_teaches_the_privileged_prompt():
     losses = {}
     for share in (0.0, 0.5):
         model, tok, train, held = _setup()
-        run_sft(model, tok, train, held, max_steps=40, batch_size=16, lr=3e-3, target_accuracy=1.0,
-                eval_every=1000, max_new_tokens=4, log=lambda s: None, privileged_share=share)
+        run_sft(model, tok, train, held, SFTSpec(max_steps=40, batch_size=16, lr=3e-3, target_accuracy=1.0,
+                eval_every=1000, max_new_tokens=4, privileged_share=share), log=lambda s: None)
         with torch.no_grad():
             losses[share] = float(model(input_ids=t_ids, attention_mask=t_att, labels=t_lab).loss)
     assert losses[0.5] < losses[0.0]
@@ -101,12 +101,12 @@ def test_privileged_share_validated():
     model, tok, train, held = _setup()
     for bad in (-0.1, 1.0, True):
         with pytest.raises(ValueError, match="privileged_share"):
-            run_sft(model, tok, train, held, max_steps=1, batch_size=4, lr=1e-3, target_accuracy=1.0,
-                    eval_every=1, max_new_tokens=4, log=lambda s: None, privileged_share=bad)
+            run_sft(model, tok, train, held, SFTSpec(max_steps=1, batch_size=4, lr=1e-3, target_accuracy=1.0,
+                    eval_every=1, max_new_tokens=4, privileged_share=bad), log=lambda s: None)
     with pytest.raises(ValueError, match="template"):
-        run_sft(model, tok, train, held, max_steps=1, batch_size=4, lr=1e-3, target_accuracy=1.0,
-                eval_every=1, max_new_tokens=4, log=lambda s: None, privileged_share=0.5,
-                teacher_template="no fields")
+        run_sft(model, tok, train, held, SFTSpec(max_steps=1, batch_size=4, lr=1e-3, target_accuracy=1.0,
+                eval_every=1, max_new_tokens=4, privileged_share=0.5, teacher_template="no fields"),
+                log=lambda s: None)
     with pytest.raises(ConfigError, match="sft.privileged_share"):
         load_config(overrides={"sft.privileged_share": "1.5"})
     assert load_config(overrides={"sft.privileged_share": "0.5"}).sft.privileged_share == 0.5

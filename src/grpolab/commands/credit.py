@@ -58,7 +58,7 @@ def collect(run_dir: str | Path, *, sample: int = 4, lam: float | None = None, m
     rollout, completions, rewards = exp.rollout, exp.texts, exp.rewards
     adv = obj.get_advantage_estimator(cfg.objective.advantage)(rewards, rollout.group_ids)
     exp = exp.replace(advantages=adv)
-    step = CreditStep(cfg, model, tok, opened.prompt_format)
+    step = CreditStep.from_config(cfg, model, tok, opened.prompt_format)
     ckpt = run.latest_checkpoint()
     saved = ckpt.load_state() if ckpt is not None else {}
     if step.teacher is not None and saved.get("credit") is not None:

@@ -51,7 +51,7 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
     extended in place; train on from it with ``--set model.path=OUT`` and another ``--out``.)"""
     from grpolab.runs import open_run
     from grpolab.train.loop import seed_everything
-    from grpolab.train.setup import build_warm_start
+    from grpolab.train.warm_start import build_warm_start
 
     cfg = load_config(config, overrides)
     if _keep_or_refuse(out, cfg, overwrite=overwrite, log=log):
@@ -68,7 +68,8 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
 def _keep_or_refuse(out: str, cfg, *, overwrite: bool, log: Callable[[str], None]) -> bool:
     """True when ``out`` already holds this warm start (nothing to do); raises when it holds
     something else that ``overwrite`` would replace."""
-    from grpolab.train.rundir import RunDirError, in_progress_dir, warm_start_status
+    from grpolab.train.rundir import RunDirError, in_progress_dir
+    from grpolab.train.warm_start import warm_start_status
 
     status, diffs = warm_start_status(out, cfg)
     if status == "match" and not overwrite:

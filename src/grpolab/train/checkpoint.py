@@ -9,7 +9,7 @@ Layout of ``RUN_DIR/checkpoints/``::
 A checkpoint is written to a hidden temporary folder and renamed into place; ``latest`` is
 rewritten atomically afterwards, so a crash at any point leaves the previous checkpoint usable.
 The supervised warm start's in-progress checkpoints use the same writer and layout (see
-:class:`grpolab.train.rundir.WarmStartCheckpoint`).
+:class:`grpolab.train.warm_start.WarmStartCheckpoint`).
 """
 
 from __future__ import annotations

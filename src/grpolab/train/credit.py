@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from grpolab import objectives as obj
-from grpolab.config import Config
-from grpolab.train.state import frozen_copy
+from grpolab.config import Config, CreditConfig
+from grpolab.train.frozen import frozen_copy
 from grpolab.rollout import (
     build_teacher_prompts,
     credit_logprobs,
@@ -107,11 +107,16 @@ def leakage(completions: Sequence[str], items: Sequence, template: str) -> dict[
 class CreditStep:
     """Holds the teacher and turns ``A[B]`` into ``A_t[B,T]`` once per training step."""
 
-    def __init__(self, cfg: Config, policy, tokenizer, prompt_format=None) -> None:
+    def __init__(self, credit: CreditConfig, policy, tokenizer, prompt_format=None, *, temperature: float = 1.0,
+                 micro_batch_size: int | None = None) -> None:
+        """``credit``: the ``credit`` settings; ``temperature``: the sampling temperature (the
+        log-probs are those of the sampling distribution); ``micro_batch_size``: rows per teacher
+        forward when ``credit.micro_batch_size`` is unset (None/0: all at once)."""
         from grpolab.models.lora import AdaptersOff, has_lora
 
-        self.cfg = cfg
-        self.c = cfg.credit
+        self.c = credit
+        self.temperature = temperature
+        self.micro_batch_size = micro_batch_size
         self.tokenizer = tokenizer
         self.prompt_format = prompt_format
         self.base_teacher = self.c.teacher == "frozen" and has_lora(policy)
@@ -122,6 +127,12 @@ class CreditStep:
         self.boundary_ids = _token_ids_containing(tokenizer, self.c.gear_boundaries)
         self.span_end_ids = _token_ids_containing(tokenizer, self.c.span_end)
         self.synced_at = 0
+
+    @classmethod
+    def from_config(cls, cfg: Config, policy, tokenizer, prompt_format=None) -> "CreditStep":
+        """The credit step of a run config: its ``credit`` section, rollout temperature and micro-batch."""
+        return cls(cfg.credit, policy, tokenizer, prompt_format, temperature=cfg.rollout.temperature,
+                   micro_batch_size=cfg.trainer.micro_batch_size)
 
     # ---------------------------------------------------------------- teacher weights
     def maybe_sync(self, step: int, policy) -> None:
@@ -184,8 +195,8 @@ class CreditStep:
             groups, prompt_index = torch.unique(exp.prompt_index[rows.cpu()], return_inverse=True)
             prompt_index = prompt_index.to(device)
             t_ids, t_mask = self.teacher_prompts([exp.items[int(g)] for g in groups.tolist()], device)
-            micro = c.micro_batch_size or self.cfg.trainer.micro_batch_size or None
-            res = credit_logprobs(teacher, policy, t_ids, t_mask, part, temperature=self.cfg.rollout.temperature,
+            micro = c.micro_batch_size or self.micro_batch_size or None
+            res = credit_logprobs(teacher, policy, t_ids, t_mask, part, temperature=self.temperature,
                                   return_kl=self._needs_kl(), chunk_size=c.chunk_size, micro_batch_size=micro,
                                   prompt_index=prompt_index,
                                   student_logp=None if student_logp is None else student_logp[rows])

@@ -50,9 +50,9 @@ from grpolab.train.setup import (
     resolve_device,
     resolve_prompt_format,
     save_final,
-    warm_start,
 )
 from grpolab.train.state import TrainState
+from grpolab.train.warm_start import warm_start, warm_start_status
 from grpolab.train.policy_update import UpdateSpec, update
 
 
@@ -194,7 +194,7 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log)
     collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_token_ids(policy, tokenizer))
     if overwrite and not resume:
-        status, diffs = run_dir.warm_start_status(cfg)
+        status, diffs = warm_start_status(run_dir.sft, cfg)
         run_dir.start_over(keep_warm_start=status in ("match", "legacy"))
         log(f"--overwrite: removed the previous run's outputs in {run_dir.path}" +
             (f" and its warm start (built with other settings: {'; '.join(diffs[:3])})" if status == "differs" else ""))

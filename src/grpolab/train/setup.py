@@ -1,10 +1,9 @@
-"""Building what a run needs from its config: device, policy, task splits, warm start."""
+"""Building what a run needs from its config: device, policy, task splits, prompt format, final save.
+
+The warm start has its own module, :mod:`grpolab.train.warm_start`."""
 
 from __future__ import annotations
 
-import dataclasses
-import shutil
-import time
 from pathlib import Path
 from typing import Callable
 
@@ -164,122 +163,6 @@ def build_task_splits(cfg: TaskConfig, *, seed: int = 0, log: Callable[[str], No
         raise ConfigError(f"task {cfg.name!r} produced no held-out items; raise task.n_eval or the "
                           "task's eval_fraction")
     return train_items, eval_items
-
-
-def warm_start(cfg: Config, model, tokenizer, from_scratch: bool, train_items, eval_items,
-               run_dir, *, log: Callable[[str], None] = print, collector=None):
-    """Supervised warm start, once per run directory (cached in ``RUN_DIR/sft``).
-
-    The cache is reused only when it was built with the same settings
-    (:func:`grpolab.train.rundir.warm_start_key`: model, task, sft section, seed, ...); with
-    other settings it is rebuilt. A cache from an older grpolab without a settings record is
-    reused as it is (and said so). While it trains, the warm start checkpoints to
-    ``RUN_DIR/sft.partial`` (``sft.save_every``); a killed one continues from there when the run
-    is started again with the same settings. ``collector``: the run's collector, through which
-    the warm start's accuracy checks prompt the model (its prompt format and stop tokens).
-    """
-    from grpolab.train.rundir import RunDir
-
-    enabled = cfg.sft.enabled == "yes" or (cfg.sft.enabled == "auto" and from_scratch)
-    if not enabled:
-        return model
-    rd = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    status, diffs = rd.warm_start_status(cfg)
-    if status in ("match", "legacy"):
-        from grpolab.models import load_model
-
-        log(f"warm start: reusing {rd.sft}" + (" (no settings record: built by an older grpolab)"
-                                               if status == "legacy" else ""))
-        cached, _ = load_model(rd.sft, device=next(model.parameters()).device)
-        model.load_state_dict(cached.state_dict())
-        shutil.rmtree(rd.sft_in_progress, ignore_errors=True)  # left if killed just after sft/ was complete
-        return model
-    if status == "differs":
-        log(f"warm start: {rd.sft} was built with other settings ({'; '.join(diffs[:3])}); rebuilding it")
-    elif status == "incomplete":
-        log(f"warm start: {rd.sft} has no sft.json record (its writer was interrupted); rebuilding it")
-    where = "validation items held out of the training split" if cfg.sft.select_on == "validation" \
-        else "held-out items"
-    log(f"warm start: supervised training on demonstrations until greedy accuracy on {where} >= "
-        f"{cfg.sft.target_accuracy:.2f} (at most {cfg.sft.max_steps} steps)")
-    build_warm_start(cfg, model, tokenizer, train_items, eval_items, rd.sft, log=log, collector=collector)
-    return model
-
-
-def build_warm_start(cfg: Config, model, tokenizer, train_items, eval_items, out, *,
-                     log: Callable[[str], None] = print, collector=None):
-    """Run the warm start (model trained in place) and write it to ``out`` with its ``sft.json``.
-
-    ``grpolab sft --out OUT`` and ``grpolab train`` (``RUN_DIR/sft``) both come here. Progress is
-    checkpointed to the sibling ``OUT.partial`` (:class:`grpolab.train.rundir.WarmStartCheckpoint`)
-    and resumed from there by a later call with the same settings; it is removed once ``out``
-    and its record are complete. Returns ``(final_path, SFTResult)``.
-    """
-    from grpolab.models import save_model
-    from grpolab.train.rundir import WarmStartCheckpoint
-
-    checkpoint = WarmStartCheckpoint(out, cfg, log=log)
-    result = sft_from_config(cfg, model, tokenizer, train_items, eval_items, log=log, checkpoint=checkpoint,
-                             collector=collector)
-    t0 = time.time()
-    saved = save_model(model, tokenizer, out)
-    write_sft_record(saved, cfg, result, result.seconds + time.time() - t0)
-    checkpoint.remove()
-    return saved, result
-
-
-def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
-                    log: Callable[[str], None] = print, checkpoint=None, collector=None):
-    """Run the supervised warm start with the ``sft`` section of ``cfg`` (model trained in place).
-
-    ``checkpoint``: where to keep and find its in-progress checkpoint
-    (:class:`grpolab.train.rundir.WarmStartCheckpoint`); None: no checkpoints. ``collector``: the
-    run's collector for the accuracy checks (:func:`grpolab.train.sft.run_sft`)."""
-    from grpolab.train.sft import run_sft
-
-    demos, select_items = sft_selection_split(cfg, train_items, eval_items)
-    return run_sft(
-        model, tokenizer, demos, select_items, max_steps=cfg.sft.max_steps,
-        batch_size=cfg.sft.batch_size, lr=cfg.sft.lr, target_accuracy=cfg.sft.target_accuracy,
-        eval_every=cfg.sft.eval_every, max_new_tokens=cfg.rollout.max_new_tokens,
-        schedule=cfg.sft.schedule, ema=cfg.sft.ema,
-        seed=cfg.trainer.seed, log=log, env=cfg.env,
-        privileged_share=cfg.sft.privileged_share, teacher_template=cfg.credit.template,
-        checkpoint=checkpoint, collector=collector,
-    )
-
-
-def sft_selection_split(cfg: Config, train_items, eval_items):
-    """``(demonstration_items, selection_items)`` for the warm start, per ``sft.select_on``.
-
-    "validation": the last ``sft.n_eval`` training items (at most a quarter of them) are held out
-    of the demonstrations and decide when to stop, so the held-out test set that measures RL's gain
-    plays no part in choosing the warm start. "heldout": train on every training item and stop on
-    the first ``sft.n_eval`` held-out items.
-    """
-    if cfg.sft.select_on == "heldout":
-        return list(train_items), list(eval_items[: cfg.sft.n_eval])
-    n_val = min(cfg.sft.n_eval, len(train_items) // 4)
-    if n_val < 1:
-        raise ConfigError(
-            f"sft.select_on=validation holds out a quarter of the training items to decide when the "
-            f"warm start stops, but the task has only {len(train_items)} training item(s); raise "
-            f"task.n_train or set sft.select_on=heldout"
-        )
-    return list(train_items[:-n_val]), list(train_items[-n_val:])
-
-
-def write_sft_record(model_dir: Path, cfg: Config, result, seconds: float) -> None:
-    """``MODEL_DIR/sft.json``: steps, accuracy, the check history, the ``sft`` settings used and
-    the warm-start key (the settings that produced it; see :func:`grpolab.train.rundir.warm_start_key`)."""
-    from grpolab.train.rundir import warm_start_key
-    from grpolab.utils.io import atomic_write_json
-
-    atomic_write_json(Path(model_dir) / "sft.json", {
-        "steps": result.steps, "accuracy": result.accuracy, "history": result.history,
-        "seconds": seconds, "resumed_from": result.resumed_from,
-        "sft_config": dataclasses.asdict(cfg.sft), "key": warm_start_key(cfg),
-    })
 
 
 def uses_sandbox(cfg: Config, items) -> bool:

@@ -12,7 +12,7 @@ self-teacher of RLSD / GEAR / OPSD (docs/credit.md) then reads the reference ins
 it. The student never sees the template: rollouts and the stopping check use the plain prompts.
 
 Everything a warm start needs to continue lives in :class:`SFTState`. Given a ``checkpoint``
-(:class:`grpolab.train.rundir.WarmStartCheckpoint`), ``run_sft`` saves it every
+(:class:`grpolab.train.warm_start.WarmStartCheckpoint`), ``run_sft`` saves it every
 ``checkpoint.save_every`` steps and, when started again with the same settings, resumes from the
 newest one; the result is bit-identical to a run that was never interrupted.
 """
@@ -150,120 +150,166 @@ def sft_batch(tokenizer, items, device, *, teacher_rows: int = 0,
     return ids, att, lab
 
 
-def run_sft(
-    model,
-    tokenizer,
-    train_items,
-    eval_items,
-    *,
-    max_steps: int,
-    batch_size: int,
-    lr: float,
-    target_accuracy: float,
-    eval_every: int,
-    max_new_tokens: int,
-    schedule: str = "constant",
-    warmup_steps: int = 20,
-    ema: float = 0.0,
-    seed: int = 0,
-    log=print,
-    env=None,
-    privileged_share: float = 0.0,
-    teacher_template: str = DEFAULT_TEACHER_TEMPLATE,
-    checkpoint=None,
-    collector=None,
-) -> SFTResult:
-    """Train ``model`` in place on demonstrations; returns the steps taken and the final accuracy.
+@dataclass(frozen=True)
+class SFTSpec:
+    """Everything the supervised warm start needs from the config, resolved once (like
+    :class:`grpolab.train.policy_update.UpdateSpec` for the RL update). Checked when built.
 
-    The learning rate warms up linearly over ``warmup_steps``, then follows ``schedule``
-    ("constant", or "linear" / "cosine" decay to 0 at ``max_steps``): a decaying rate lets the
-    model settle instead of oscillating around the target, whenever the run stops.
+    Attributes:
+        max_steps, batch_size, lr: optimizer steps at most, demonstrations per step, AdamW rate.
+        target_accuracy: stop once the greedy accuracy of a check reaches it.
+        eval_every: steps between checks (and the last step always checks).
+        max_new_tokens: the checks' completion length.
+        schedule, warmup_steps: the learning rate warms up linearly over ``warmup_steps``, then
+            follows ``schedule`` ("constant", or "linear" / "cosine" decay to 0 at ``max_steps``):
+            a decaying rate lets the model settle instead of oscillating around the target.
+        ema: > 0: the model that is checked, and returned, is an exponential moving average of
+            the weights, ``avg <- d * avg + (1 - d) * w`` after every step with
+            ``d = min(ema, (1 + step) / (10 + step))`` (early averages do not cling to the random
+            initialisation). At a high constant rate the raw weights of a tiny model jump between
+            better and worse solutions from one check to the next; their average does not.
+        seed: draws the batches.
+        privileged_share: in [0, 1): ``round(privileged_share * batch)`` rows of every batch are
+            drawn in the teacher template ``teacher_template`` (see the module docstring; the
+            checks always use the student's prompts).
+        env: the run's :class:`grpolab.config.EnvConfig` (multi-turn checks play episodes), or None.
+    """
 
-    With ``ema`` > 0 the model that is evaluated, and returned, is an exponential moving average
-    of the weights, ``avg <- d * avg + (1 - d) * w`` after every step with
-    ``d = min(ema, (1 + step) / (10 + step))`` (so early averages do not cling to the random
-    initialisation). At a high constant learning rate the raw weights of a tiny model jump
-    between better and worse solutions from one check to the next; their average does not.
+    max_steps: int
+    batch_size: int
+    lr: float
+    target_accuracy: float
+    eval_every: int
+    max_new_tokens: int
+    schedule: str = "constant"
+    warmup_steps: int = 20
+    ema: float = 0.0
+    seed: int = 0
+    privileged_share: float = 0.0
+    teacher_template: str = DEFAULT_TEACHER_TEMPLATE
+    env: Any = None
 
-    ``privileged_share`` in [0, 1): ``round(privileged_share * batch)`` rows of every batch are
-    drawn in the teacher template ``teacher_template`` (see the module docstring; the stopping
-    check always uses the plain prompts).
+    def __post_init__(self) -> None:
+        share = self.privileged_share
+        if isinstance(share, bool) or not 0.0 <= share < 1.0:
+            raise ValueError(f"privileged_share={share!r} must be in [0, 1) (0 = off; e.g. 0.5)")
+        if share > 0:
+            if self.env is not None and getattr(self.env, "name", ""):
+                raise ValueError("privileged_share > 0 needs a single-turn task; multi-turn environments have "
+                                 "no teacher template (set sft.privileged_share=0)")
+            check_template(self.teacher_template)
 
-    ``checkpoint``: a :class:`grpolab.train.rundir.WarmStartCheckpoint` (``load(model)`` ->
+    @classmethod
+    def from_config(cls, cfg) -> "SFTSpec":
+        """The ``sft`` section of a run config, with the run's check length, seed, env and teacher template."""
+        s = cfg.sft
+        return cls(max_steps=s.max_steps, batch_size=s.batch_size, lr=s.lr, target_accuracy=s.target_accuracy,
+                   eval_every=s.eval_every, max_new_tokens=cfg.rollout.max_new_tokens, schedule=s.schedule,
+                   ema=s.ema, seed=cfg.trainer.seed, privileged_share=s.privileged_share,
+                   teacher_template=cfg.credit.template, env=cfg.env)
+
+
+def run_sft(model, tokenizer, train_items, eval_items, spec: SFTSpec, *, log=print, checkpoint=None,
+            collector=None) -> SFTResult:
+    """Train ``model`` in place on demonstrations until a check reaches ``spec.target_accuracy``
+    (or ``spec.max_steps``); returns the steps taken and the final accuracy.
+
+    ``checkpoint``: a :class:`grpolab.train.warm_start.WarmStartCheckpoint` (``load(model)`` ->
     state or None, ``save(step, model, tokenizer, state)``, ``save_every``), or None for none.
     The warm start resumes from what ``load`` returns, and saves after every ``save_every``-th
     step (0: never) unless it has just finished (the caller writes the final model then). A
-    checkpoint with ``snapshot_every`` > 0 also keeps the (evaluated, i.e. averaged with ``ema``)
+    checkpoint with ``snapshot_every`` > 0 also keeps the (checked, i.e. averaged with ``ema``)
     model of every ``snapshot_every``-th step through ``snapshot(step, model, tokenizer, info)``.
 
     ``collector``: how the accuracy checks sample and score (the run's collector, with its prompt
     format and stop tokens: :func:`grpolab.train.collector.collector_for`); None: plain-text
-    prompts, the tokenizer's EOS and ``env``.
+    prompts, the tokenizer's EOS and ``spec.env``.
     """
-    if isinstance(privileged_share, bool) or not 0.0 <= privileged_share < 1.0:
-        raise ValueError(f"privileged_share={privileged_share!r} must be in [0, 1) (0 = off; e.g. 0.5)")
-    if privileged_share > 0:
-        if env is not None and getattr(env, "name", ""):
-            raise ValueError("privileged_share > 0 needs a single-turn task; multi-turn environments have "
-                             "no teacher template (set sft.privileged_share=0)")
-        check_template(teacher_template)
     demos = [it for it in train_items if it.demonstration]
     if not demos:
         raise ValueError(
             "supervised warm start needs task items with a demonstration; this task has none "
             "(set sft.enabled=no, or start from a model that already solves some items)"
         )
-    device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    state = SFTState(
-        model=model, optimizer=opt, data_rng=random.Random(seed),
-        scheduler=build_scheduler(opt, warmup_steps=warmup_steps, total_steps=max_steps, schedule=schedule),
-        average=_WeightAverage(model, ema) if ema > 0 else None,
-    )
+
+    def check() -> float:
+        return evaluate(model, tokenizer, eval_items, max_new_tokens=spec.max_new_tokens, env=spec.env,
+                        collector=collector).accuracy
+
+    state = _initial_state(model, spec)
     start = time.time()
     saved = checkpoint.load(model) if checkpoint is not None else None
     if saved is not None:
         state.load_state_dict(saved)
     else:
-        state.accuracy = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens, env=env,
-                                  collector=collector).accuracy
+        state.accuracy = check()
     resumed_from = state.step
-    while state.step < max_steps and state.accuracy < target_accuracy:
-        model.train()
-        batch = state.data_rng.sample(demos, min(batch_size, len(demos)))
-        ids, att, lab = sft_batch(tokenizer, batch, device, teacher_template=teacher_template,
-                                  teacher_rows=round(privileged_share * len(batch)))
-        loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        lr_used = opt.param_groups[0]["lr"]
-        state.scheduler.step()
-        state.step += 1
+    while state.step < spec.max_steps and state.accuracy < spec.target_accuracy:
+        loss, lr_used = _sft_step(state, tokenizer, demos, spec)
         step = state.step
-        if state.average is not None:
-            state.average.update(step)
-        if step % eval_every == 0 or step == max_steps:
-            with state.average.swapped_in() if state.average is not None else contextlib.nullcontext():
-                state.accuracy = evaluate(model, tokenizer, eval_items, max_new_tokens=max_new_tokens,
-                                          env=env, collector=collector).accuracy
-            state.history.append({"step": step, "loss": loss.item(), "accuracy": state.accuracy, "lr": lr_used})
-            log(f"sft step {step:4d}  loss {loss.item():.3f}  greedy accuracy {state.accuracy:.3f}")
-        finished = step >= max_steps or state.accuracy >= target_accuracy
-        if checkpoint is not None and getattr(checkpoint, "snapshot_every", 0) and step % checkpoint.snapshot_every == 0:
-            checked = state.history[-1]["accuracy"] if state.history and state.history[-1]["step"] == step else None
-            with state.average.swapped_in() if state.average is not None else contextlib.nullcontext():
-                checkpoint.snapshot(step, model, tokenizer, {"step": step, "accuracy": checked})
-        if checkpoint is not None and checkpoint.save_every and step % checkpoint.save_every == 0 and not finished:
-            state.seconds += time.time() - start
-            start = time.time()
-            checkpoint.save(step, model, tokenizer, state.state_dict())
+        if step % spec.eval_every == 0 or step == spec.max_steps:
+            with _averaged(state):
+                state.accuracy = check()
+            state.history.append({"step": step, "loss": loss, "accuracy": state.accuracy, "lr": lr_used})
+            log(f"sft step {step:4d}  loss {loss:.3f}  greedy accuracy {state.accuracy:.3f}")
+        finished = step >= spec.max_steps or state.accuracy >= spec.target_accuracy
+        if checkpoint is not None:
+            start = _keep(checkpoint, state, tokenizer, finished=finished, started=start)
     if state.average is not None and state.step > 0:
         state.average.copy_to_model()
     model.eval()
     return SFTResult(steps=state.step, accuracy=state.accuracy, history=state.history,
                      seconds=state.seconds + time.time() - start, resumed_from=resumed_from)
+
+
+def _initial_state(model, spec: SFTSpec) -> SFTState:
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.0, betas=(0.9, 0.98))
+    return SFTState(
+        model=model, optimizer=opt, data_rng=random.Random(spec.seed),
+        scheduler=build_scheduler(opt, warmup_steps=spec.warmup_steps, total_steps=spec.max_steps,
+                                  schedule=spec.schedule),
+        average=_WeightAverage(model, spec.ema) if spec.ema > 0 else None,
+    )
+
+
+def _sft_step(state: SFTState, tokenizer, demos, spec: SFTSpec) -> tuple[float, float]:
+    """One optimizer step on a batch of demonstrations; returns ``(loss, learning rate used)``."""
+    model, opt = state.model, state.optimizer
+    model.train()
+    batch = state.data_rng.sample(demos, min(spec.batch_size, len(demos)))
+    ids, att, lab = sft_batch(tokenizer, batch, next(model.parameters()).device,
+                              teacher_template=spec.teacher_template,
+                              teacher_rows=round(spec.privileged_share * len(batch)))
+    loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    lr_used = opt.param_groups[0]["lr"]
+    state.scheduler.step()
+    state.step += 1
+    if state.average is not None:
+        state.average.update(state.step)
+    return loss.item(), lr_used
+
+
+def _averaged(state: SFTState):
+    """The weight average swapped in (``ema`` > 0) for a check or a snapshot, else nothing."""
+    return state.average.swapped_in() if state.average is not None else contextlib.nullcontext()
+
+
+def _keep(checkpoint, state: SFTState, tokenizer, *, finished: bool, started: float) -> float:
+    """Snapshot and checkpoint the step when due; returns the new start of the timed span."""
+    step = state.step
+    if getattr(checkpoint, "snapshot_every", 0) and step % checkpoint.snapshot_every == 0:
+        checked = state.history[-1]["accuracy"] if state.history and state.history[-1]["step"] == step else None
+        with _averaged(state):
+            checkpoint.snapshot(step, state.model, tokenizer, {"step": step, "accuracy": checked})
+    if checkpoint.save_every and step % checkpoint.save_every == 0 and not finished:
+        state.seconds += time.time() - started
+        started = time.time()
+        checkpoint.save(step, state.model, tokenizer, state.state_dict())
+    return started
 
 
 class _WeightAverage:

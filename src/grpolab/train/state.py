@@ -10,7 +10,6 @@ cannot drift apart. The policy's weights are saved separately, in Hugging Face f
 
 from __future__ import annotations
 
-import copy
 import random
 from collections import deque
 from dataclasses import dataclass, field
@@ -20,26 +19,11 @@ import torch
 
 from grpolab.config import Config
 from grpolab.train.checkpoint import rng_state, set_rng_state
+from grpolab.train.credit import CreditStep
+from grpolab.train.frozen import frozen_copy, reference_model
 from grpolab.train.optim import build_optimizer, build_scheduler
 
 __all__ = ["TrainState", "frozen_copy", "reference_model"]
-
-
-def frozen_copy(model):
-    """A deep copy in eval mode with no gradients (reference, behaviour and teacher models)."""
-    m = copy.deepcopy(model)
-    m.eval()
-    for p in m.parameters():
-        p.requires_grad_(False)
-    return m
-
-
-def reference_model(model):
-    """The frozen KL reference: with LoRA the base model (the same module, adapters off: no copy of
-    the weights), else :func:`frozen_copy`."""
-    from grpolab.models.lora import AdaptersOff, has_lora
-
-    return AdaptersOff(model) if has_lora(model) else frozen_copy(model)
 
 
 def _cpu_state(model) -> dict[str, torch.Tensor]:
@@ -91,8 +75,6 @@ class TrainState:
 
         ``prompt_format``: the run's resolved :class:`grpolab.tasks.PromptFormat` (the credit
         step builds the teacher's privileged prompts with it)."""
-        from grpolab.train.credit import CreditStep
-
         from grpolab.models import stop_token_ids
 
         tr = cfg.trainer
@@ -106,7 +88,7 @@ class TrainState:
             reference=reference_model(policy) if cfg.objective.kl_coef > 0 else None,
             behaviour=frozen_copy(policy) if tr.policy_lag > 0 else None,
             snapshots=deque(maxlen=tr.policy_lag + 1),
-            credit=CreditStep(cfg, policy, tokenizer, prompt_format) if cfg.credit.name != "grpo" else None,
+            credit=CreditStep.from_config(cfg, policy, tokenizer, prompt_format) if cfg.credit.name != "grpo" else None,
             prompt_format=prompt_format, stop_ids=stop_token_ids(policy, tokenizer),
         )
         state.snapshots.append(_cpu_state(policy) if state.behaviour is not None else None)
