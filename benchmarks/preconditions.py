@@ -32,11 +32,11 @@ def length_coupling(lengths: list[float], correct: list[bool], group_size: int) 
     """Within-group fail/success lengths of rows in groups of ``group_size`` consecutive rows.
 
     The within-group ratio and means are the training metric ``length/mixed_*``
-    (:func:`grpolab.train.loop.within_group_lengths`), in float64; this adds the per-group ratio, the
+    (:func:`grpolab.train.step_metrics.within_group_lengths`), in float64; this adds the per-group ratio, the
     shares of longer / shorter failures and the pooled ratio. A field with no group to average is None."""
     import torch
 
-    from grpolab.train.loop import group_lengths, within_group_lengths
+    from grpolab.train.step_metrics import group_lengths, within_group_lengths
 
     len_B = torch.tensor(lengths, dtype=torch.float64)
     ok_B = torch.tensor(correct, dtype=torch.bool)

@@ -90,7 +90,7 @@ def test_training_in_a_log_file_prints_progress_lines(tmp_path):
 
 
 def test_verl_aliases_are_opt_in():
-    from grpolab.train.loop import metric_schema
+    from grpolab.train.step_metrics import metric_schema
 
     assert load_config().log.metric_names == "grpolab"
     assert not any(k.startswith("actor/") for k in metric_schema(load_config()))

@@ -5,7 +5,7 @@ import math
 
 import torch
 
-from grpolab.train.loop import within_group_lengths
+from grpolab.train.step_metrics import within_group_lengths
 
 
 def test_hand_computed_groups():
