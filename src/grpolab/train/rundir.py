@@ -192,6 +192,10 @@ def resolve_model(path: str | os.PathLike) -> tuple[Path, Config | None]:
     if run.is_run():
         return run.model_dir(), run.load_config()
     if not (p / "config.json").exists():
-        raise RunDirError(f"{p} is neither a model directory (no config.json) nor a grpolab run directory "
-                          "(no config.yaml)")
+        from grpolab.models.gguf import find_gguf
+
+        if find_gguf(p) is not None:  # a .gguf file or a folder holding one: load_model reads it
+            return p, None
+        raise RunDirError(f"{p} is neither a model directory (no config.json), a GGUF file, nor a grpolab run "
+                          "directory (no config.yaml)")
     return p, None
