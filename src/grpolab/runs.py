@@ -154,6 +154,8 @@ def open_run(path: str | os.PathLike | None = None, config: str | os.PathLike | 
     from grpolab.train.setup import build_policy, resolve_device, resolve_prompt_format
 
     cfg, model_dir, run_dir = _source(path, config, overrides)
+    if run_dir is not None and model_dir is not None and model_dir.name != "final":  # say so, never silently
+        log(f"model: {model_dir} -- {run_dir} has no final/ (its training has not finished)")
     opts = dict(task_options) if isinstance(task_options, dict) else parse_task_options(task_options)
     cfg = _apply(cfg, task=task, task_options=opts, n_eval=n_eval, max_new_tokens=max_new_tokens)
     eval_items, train = _heldout(cfg, with_train=train_items, log=log)

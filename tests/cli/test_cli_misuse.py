@@ -127,3 +127,23 @@ def test_compare_baseline_checked_before_any_run(tmp_path, capsys):
                            "--seeds", "1", "--out", str(out)], "--baseline 'nope' matches 0 variants",
                   "pass one of them exactly")
     assert not out.exists()
+
+
+def test_eval_of_a_run_without_final_says_which_model(tmp_path, capsys):
+    import shutil
+
+    from grpolab.config import load_config
+    from grpolab.train import train
+
+    run = tmp_path / "run"
+    train(load_config(overrides=[
+        "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
+        "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=32", "task.n_eval=4",
+        "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4",
+        "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2", "trainer.headroom=false",
+        "log.progress=false", "log.plots=false", "log.tensorboard=false", f"trainer.run_dir={run}"]),
+        log=lambda *_: None)
+    shutil.rmtree(run / "final")
+    assert main(["eval", str(run), "--samples", "0", "--examples", "0"]) == 0
+    cap = capsys.readouterr()
+    assert f"model: {run / 'checkpoints' / 'step_000002' / 'model'} -- {run} has no final/" in cap.out + cap.err
