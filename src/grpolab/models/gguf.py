@@ -171,9 +171,9 @@ def resolve_source(source) -> GGUFSource:
 
 
 def _dtype(dtype) -> torch.dtype:
-    from grpolab.models.io import _resolve_dtype
+    from grpolab.models.dtypes import resolve_dtype
 
-    resolved = _resolve_dtype(dtype)
+    resolved = resolve_dtype(dtype)
     # "auto" keeps the checkpoint's dtype; a GGUF is dequantised, and float32 is what it holds exactly
     return torch.float32 if resolved is None else resolved
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from grpolab.models.dtypes import resolve_dtype as _resolve_dtype
+
 __all__ = ["load_model", "save_model", "stop_token_ids", "WEIGHT_FILES", "TOKENIZER_FILES"]
 
 #: Any one of these marks a directory as holding model weights.
@@ -31,28 +33,6 @@ TOKENIZER_FILES: tuple[str, ...] = (
     "tokenizer.model",
     "vocab.json",
 )
-
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "float16": torch.float16,
-    "fp16": torch.float16,
-    "half": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float64": torch.float64,
-}
-
-
-def _resolve_dtype(dtype):
-    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
-        return None if dtype is None else dtype
-    if isinstance(dtype, str) and dtype in _DTYPES:
-        return _DTYPES[dtype]
-    raise ValueError(
-        f"dtype must be None, 'auto', a torch.dtype or one of {sorted(_DTYPES)}, got {dtype!r}"
-    )
-
 
 def _check_model_dir(path: Path) -> None:
     if not path.exists():

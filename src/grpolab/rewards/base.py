@@ -94,6 +94,10 @@ class RewardFn(Protocol):
 
 
 _REWARDS: dict[str, Callable[..., Any]] = {}
+#: Turns a name that is not registered yet (``package.module:function``, an entry point) into a
+#: registered one: :func:`grpolab.rewards.user.resolve_reward`, installed by that module, so that
+#: the registry does not import the module that imports it.
+_NAME_RESOLVER: Callable[[str], str] | None = None
 
 
 def register_reward(name: str, *, overwrite: bool = False) -> Callable[[Callable], Callable]:
@@ -145,10 +149,10 @@ def get_reward(name: str) -> Callable[..., Any]:
             f"unknown reward {name!r}; known rewards: {list_rewards()} "
             "(register new ones with grpolab.rewards.register_reward)"
         )
-    from grpolab.rewards.user import resolve_reward
-
+    if _NAME_RESOLVER is None:  # grpolab.rewards.user installs it when the package is imported
+        raise ValueError(f"unknown reward {name!r}; known rewards: {list_rewards()}")
     try:
-        return _REWARDS[resolve_reward(name)]
+        return _REWARDS[_NAME_RESOLVER(name)]
     except ValueError as e:  # RewardSpecError: reported as the ValueError it is
         raise ValueError(str(e)) from None
 

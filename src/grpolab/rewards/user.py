@@ -294,3 +294,13 @@ def resolve_reward(spec: Any) -> str:
         f"reward {spec!r} is a {type(spec).__name__}; write a reward name ('math'), "
         "'package.module:function', or a list of {name, weight}"
     )
+
+
+def _install() -> None:
+    """Let :func:`grpolab.rewards.base.get_reward` resolve names it has not seen (see its docstring)."""
+    from grpolab.rewards import base
+
+    base._NAME_RESOLVER = resolve_reward
+
+
+_install()
