@@ -115,3 +115,21 @@ def test_float32_close():
         assert got.dtype == torch.float32
         exp = t64(ref_log_ratio_values(b["logp"], b["old"], b["mask"], level))
         torch.testing.assert_close(got.double(), exp, atol=1e-5, rtol=1e-5)
+
+
+def test_every_ratio_level_brings_its_clipping_rule():
+    import torch
+
+    from grpolab.objectives.ratios import RATIO_CLIPS, RATIO_LEVELS, clip_ratio
+
+    assert sorted(RATIO_CLIPS.names()) == sorted(RATIO_LEVELS.names())
+    # log ratios 0.1 at positions 1 and 4 (policy tokens); bounds 0.05 and 0.05 * sqrt(t) in log space
+    lr = torch.tensor([[0.1, 0.0, 0.0, 0.1]], dtype=torch.float64)
+    mask = torch.ones_like(lr)
+    tok = clip_ratio("token", lr, mask, clip_low=0.2, clip_high=0.2, dual_clip=3.0)
+    assert torch.equal(tok.high_hit_BT, torch.zeros_like(mask, dtype=torch.bool))   # e^0.1 = 1.105 < 1.2
+    assert torch.equal(tok.dual_BT, torch.full_like(lr, 3.0))
+    cum = clip_ratio("cumulative", lr, mask, clip_low=0.025, clip_high=0.05, clip_power=0.5)
+    assert cum.high_hit_BT.tolist() == [[True, False, False, False]]   # 0.1 > 0.05 * 1, 0.1 <= 0.05 * 2
+    assert torch.allclose(cum.clipped_BT[0, 0], torch.tensor(0.05, dtype=torch.float64).exp())
+    assert torch.allclose(cum.dual_BT[0, 3], torch.tensor(0.1, dtype=torch.float64).exp())  # exp(0.05 * sqrt(4))

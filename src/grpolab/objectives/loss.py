@@ -13,6 +13,9 @@ advantage, the loss to minimise is
   PPO max, and for ``A < 0`` ``min(l, -A exp(clip_high s_t))``. CTPO's defaults are
   ``clip_low=0.025, clip_high=0.05, clip_power=0.5``.
 
+Each level's rule lives with the level in the ratio registry (:data:`grpolab.objectives.ratios.RATIO_CLIPS`,
+:func:`~grpolab.objectives.ratios.clip_ratio`); this function composes, it does not branch on the level.
+
 An optional KL penalty ``kl_coef * kl_t`` to a reference policy is added per token, and the total is
 aggregated with the weights of :func:`aggregation_weights` (or precomputed ``weights``, which is how
 micro-batches reproduce the full-batch loss exactly).
@@ -25,10 +28,9 @@ import torch
 from grpolab.objectives._groups import check_advantages_shape
 from grpolab.objectives.aggregation import AGGREGATIONS, aggregation_weights
 from grpolab.objectives.kl import KL_ESTIMATORS, kl_penalty
-from grpolab.objectives.ratios import RATIO_LEVELS, log_importance_ratio
+from grpolab.objectives.ratios import (CTPO_LOG_RATIO_CAP, LOG_RATIO_CAP, RATIO_LEVELS, clip_ratio,  # noqa: F401
+                                       log_importance_ratio)
 
-CTPO_LOG_RATIO_CAP = 10.0
-LOG_RATIO_CAP = 20.0
 # Left edges (1-based policy-token positions) of the buckets used for the clip rate by position.
 POSITION_BUCKETS: tuple[int, ...] = (1, 17, 65, 257, 1025)
 # Positions after this one count as "late" for the drift statistic ``cum_log_ratio_sq_late``
@@ -150,21 +152,10 @@ def policy_loss(
     adv_BT = torch.where(valid, adv_BT.to(logp.dtype), zero)
 
     log_ratio = log_importance_ratio(logp, old_logp, mask, ratio)
-    if ratio == "cumulative":
-        log_ratio = log_ratio.clamp(max=CTPO_LOG_RATIO_CAP)
-        scale_BT = mask_f.cumsum(-1).clamp_min(1) ** clip_power
-        lower_BT, upper_BT = -clip_low * scale_BT, clip_high * scale_BT
-        clipped_ratio = torch.exp(torch.clamp(log_ratio, lower_BT, upper_BT))
-        dual_BT = torch.exp(upper_BT)
-        ratio_BT = torch.exp(log_ratio)
-        low_hit = log_ratio < lower_BT
-        high_hit = log_ratio > upper_BT
-    else:
-        ratio_BT = torch.exp(log_ratio.clamp(max=LOG_RATIO_CAP))
-        clipped_ratio = ratio_BT.clamp(1 - clip_low, 1 + clip_high)
-        dual_BT = None if dual_clip is None else torch.full_like(ratio_BT, dual_clip)
-        low_hit = ratio_BT < 1 - clip_low
-        high_hit = ratio_BT > 1 + clip_high
+    clip = clip_ratio(ratio, log_ratio, mask_f, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
+                      clip_power=clip_power)
+    log_ratio, ratio_BT, clipped_ratio, dual_BT = clip.log_ratio_BT, clip.ratio_BT, clip.clipped_BT, clip.dual_BT
+    low_hit, high_hit = clip.low_hit_BT, clip.high_hit_BT
 
     pg_BT = torch.maximum(-adv_BT * ratio_BT, -adv_BT * clipped_ratio)
     neg = adv_BT < 0
