@@ -1,0 +1,456 @@
+"""Speed and memory on a real model (SmolLM2-135M-Instruct or any local HF causal LM), one run.
+
+Everything is measured in one process run, interleaved where two things are compared, with the
+same torch thread count (``--threads``, default 2), so the ratios hold even on a shared machine
+(the absolute numbers do not: the load average is recorded with every measurement).
+
+1. **Ceiling**: float32 ``torch.mm`` 1024^3 GFLOP/s, measured before, between and after the timed
+   sections (the median is the ceiling).
+2. **Rollout**: the same chat-template prompts (``--prompts`` x ``--group-size`` rows), the same
+   sampling (temperature 1, top-p 1, no top-k), exactly ``--max-new-tokens`` new tokens per row (EOS
+   off on both sides, so both generate the same number of tokens), KV cache on:
+   ``grpolab.rollout.sample`` against Hugging Face ``generate`` (``num_return_sequences`` = group
+   size, left-padded batch), ``--repeats`` rounds alternating which goes first. The FLOP floor is
+   ``2 N`` FLOPs per generated token (``N`` = parameters, the tied embedding counted once: it is
+   the LM head) plus attention ``4 * layers * heads * head_dim * context`` at the mean context
+   length, at the measured ceiling.
+3. **Update**: ``grpolab.train.update`` (forward + backward + AdamW, default micro-batching and
+   shared prompts, zero-advantage skipping off) on one sampled batch, full fine-tuning and LoRA
+   (r 16 on every projection), interleaved; tokens/s = prompt + response tokens through forward +
+   backward per second; the share of the ceiling counts ``6 N`` FLOPs per token for full
+   fine-tuning and ``4 N`` for LoRA (no base-weight gradients), attention left out.
+4. **vs TRL** (``benchmarks/vs_trl.py``'s two trainers on this model): TRL's ``GRPOTrainer`` and
+   grpolab, same prompts at every step, same group size, ``max_new_tokens``, temperature, token-level
+   loss, lr ``--lr``, one optimizer step per batch, skipping off; step ratio = TRL median s/step /
+   grpolab median s/step over steps 2.. (step 1 is warm-up); the verdict needs the mean completion
+   lengths within 10%.
+5. **Peak RSS** (``ru_maxrss`` of a child process running ``grpolab.train.train``): RLSD + LoRA and
+   full-fine-tuning GRPO, one step each from a fresh run directory (checkpoint saved), then one more
+   step with ``resume=True``, on a GSM8K-format file, ``--prompts`` x ``--group-size``,
+   ``--max-new-tokens``, zero-advantage skipping off (so the update always runs: the worst case).
+
+    python benchmarks/real_model_speed.py --model /path/to/smollm2-135m-instruct
+    python benchmarks/real_model_speed.py --model DIR --skip trl,rss   # the in-process parts only
+    python benchmarks/real_model_speed.py --merge A.json B.json --out OUT  # parts of two invocations
+
+``--merge`` joins the JSON of two invocations that measured different parts (e.g. the peak-RSS
+children run concurrently with the timings, which they do not disturb in ratio: both sides of every
+comparison share the load); each part keeps its own load readings and timestamps.
+
+Writes ``docs/results/real_model_speed.json`` (``--out``) atomically and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_OUT = HERE.parent / "docs" / "results" / "real_model_speed.json"
+QUESTIONS = [
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?",
+    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
+    "Betty is saving money for a new wallet which costs $100. Betty has only half of the money she needs. "
+    "How much more money does Betty need?",
+    "James writes a 3-page letter to 2 different friends twice a week. How many pages does he write a year?",
+    "Mark has a garden with flowers. He planted plants of three different colors in it. How many flowers are there?",
+    "Albert is wondering how much pizza he can eat in one day. He buys 2 large pizzas and 2 small pizzas. "
+    "How many pieces does he eat?",
+    "Ken created a care package to send to his brother, who was away at boarding school. How much did it weigh?",
+    "Alexis is applying for a new job and bought a new set of business clothes to wear to the interview.",
+]
+PARTS = ("rollout", "update", "trl", "rss")
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def mm_gflops(n: int = 1024, reps: int = 10) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    for _ in range(2):
+        a @ b
+    t = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
+
+
+def n_params(model) -> int:
+    seen, n = set(), 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            n += p.numel()
+    return n
+
+
+def chat_prompts(tok, n: int) -> list[list[int]]:
+    from grpolab.tasks import PromptFormat, TaskItem
+
+    fmt = PromptFormat(chat_template="on" if getattr(tok, "chat_template", None) else "off")
+    items = [TaskItem(prompt=QUESTIONS[i % len(QUESTIONS)] + "\nReason step by step.", reference="0")
+             for i in range(n)]
+    return fmt.encode(items, tok)
+
+
+# ------------------------------------------------------------------------------------------------
+# 2. rollout
+
+
+def time_grpolab(model, prompts, G, T, pad, seed) -> float:
+    from grpolab.rollout import sample
+
+    t = time.perf_counter()
+    r = sample(model, prompts, group_size=G, max_new_tokens=T, temperature=1.0, top_p=1.0, eos_token_id=None,
+               pad_token_id=pad, generator=torch.Generator().manual_seed(seed))
+    dt = time.perf_counter() - t
+    assert int(r.response_mask.sum()) == len(prompts) * G * T
+    return dt
+
+
+def time_hf(model, prompts, G, T, pad, seed) -> float:
+    from transformers import GenerationConfig
+
+    from grpolab.rollout import left_pad
+
+    ids, mask = left_pad(prompts, pad)
+    cfg = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=T, min_new_tokens=T,
+                           num_return_sequences=G, eos_token_id=None, pad_token_id=pad, use_cache=True)
+    torch.manual_seed(seed)
+    t = time.perf_counter()
+    with torch.inference_mode():
+        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    dt = time.perf_counter() - t
+    assert out.shape == (len(prompts) * G, ids.shape[1] + T), out.shape
+    return dt
+
+
+def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
+    prompts = chat_prompts(tok, a.prompts)
+    G, T, pad = a.group_size, a.max_new_tokens, tok.pad_token_id
+    B = len(prompts) * G
+    time_grpolab(model, prompts, G, min(T, 4), pad, 0)  # warm-up (allocator, kernels)
+    time_hf(model, prompts, G, min(T, 4), pad, 0)
+    times = {"grpolab": [], "hf_generate": []}
+    for r in range(a.repeats):
+        order = ("grpolab", "hf_generate") if r % 2 == 0 else ("hf_generate", "grpolab")
+        for side in order:
+            fn = time_grpolab if side == "grpolab" else time_hf
+            times[side].append(fn(model, prompts, G, T, pad, r))
+            print(f"  rollout round {r}: {side} {times[side][-1]:.2f} s (load {load()})", flush=True)
+        ceilings.append(mm_gflops())
+    cfg = model.config
+    N = n_params(model)
+    P_mean = statistics.fmean(len(p) for p in prompts)
+    ctx = P_mean + (T + 1) / 2  # mean keys attended per generated token
+    attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads) * ctx
+    flops_per_token = 2 * N + attn
+    ceiling = statistics.median(ceilings)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    g_tps, h_tps = B * T / med["grpolab"], B * T / med["hf_generate"]
+    floor_tps = ceiling * 1e9 / flops_per_token
+    return {
+        "rows": B, "prompts": len(prompts), "group_size": G, "max_new_tokens": T, "mean_prompt_tokens": P_mean,
+        "seconds": times, "median_seconds": med,
+        "grpolab_tokens_per_s": g_tps, "hf_generate_tokens_per_s": h_tps,
+        "grpolab_over_hf": g_tps / h_tps,
+        "flops_per_generated_token": flops_per_token,
+        "flop_floor_tokens_per_s": floor_tps, "grpolab_share_of_floor": g_tps / floor_tps,
+        "hf_share_of_floor": h_tps / floor_tps, "load_after": load(),
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# 3. update
+
+
+def sampled_batch(model, tok, a):
+    from grpolab.rollout import sample
+
+    prompts = chat_prompts(tok, a.prompts)
+    r = sample(model, prompts, group_size=a.group_size, max_new_tokens=a.max_new_tokens, temperature=1.0,
+               eos_token_id=None, pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(123))
+    adv = torch.randn(r.batch_size, generator=torch.Generator().manual_seed(1))  # every row has signal
+    return r, adv
+
+
+def update_runner(model, lora: bool, lr: float):
+    from grpolab.config import load_config
+    from grpolab.models.lora import apply_lora
+    from grpolab.train import Experience, UpdateSpec, update
+    from grpolab.train.optim import build_optimizer, build_scheduler
+
+    if lora:
+        apply_lora(model, {"r": 16, "alpha": 32})
+    cfg = load_config(overrides={"trainer.skip_zero_advantage": "false", "optim.lr": str(lr)})
+    spec = UpdateSpec.from_config(cfg)
+    opt = build_optimizer(model, lr=lr, weight_decay=0.0, betas=(0.9, 0.99))
+    sched = build_scheduler(opt, warmup_steps=0, total_steps=100, schedule="constant")
+
+    def run(r, adv) -> float:
+        t = time.perf_counter()
+        update(model, opt, sched, Experience.from_rollout(r, adv), spec)
+        return time.perf_counter() - t
+
+    return run, spec
+
+
+def part_update(model, tok, a, ceilings: list[float]) -> dict:
+    r, adv = sampled_batch(model, tok, a)
+    tokens = int(r.prompt_mask.sum() + r.response_mask.sum())
+    N = n_params(model)
+    runners = {"full": update_runner(copy.deepcopy(model), False, 1e-6),
+               "lora": update_runner(copy.deepcopy(model), True, 1e-5)}
+    times = {"full": [], "lora": []}
+    for k, (run, _) in runners.items():  # warm-up
+        run(r, adv)
+    for rep in range(a.repeats):
+        order = ("full", "lora") if rep % 2 == 0 else ("lora", "full")
+        for k in order:
+            times[k].append(runners[k][0](r, adv))
+            print(f"  update round {rep}: {k} {times[k][-1]:.2f} s (load {load()})", flush=True)
+        ceilings.append(mm_gflops())
+    ceiling = statistics.median(ceilings)
+    out = {"rows": r.batch_size, "tokens": tokens, "response_tokens": int(r.response_mask.sum()),
+           "micro_batch_tokens": runners["full"][1].micro_batch_tokens, "seconds": times,
+           "flops_per_token": {"full": 6 * N, "lora": 4 * N}}
+    for k in times:
+        med = statistics.median(times[k])
+        out[k] = {"median_s": med, "tokens_per_s": tokens / med,
+                  "gflops": (6 if k == "full" else 4) * N * tokens / med / 1e9,
+                  "share_of_ceiling": (6 if k == "full" else 4) * N * tokens / med / 1e9 / ceiling}
+    out["load_after"] = load()
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# 4. vs TRL
+
+
+def part_trl(model_dir: Path, a) -> dict:
+    spec = importlib.util.spec_from_file_location("vs_trl", HERE / "vs_trl.py")
+    vs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vs)
+    s = {"prompts_per_step": a.prompts, "group_size": a.group_size, "max_new_tokens": a.max_new_tokens,
+         "temperature": 1.0, "top_p": 1.0, "clip_low": 0.2, "clip_high": 0.28, "lr": a.lr, "beta1": 0.9,
+         "beta2": 0.99, "grad_clip": 1.0, "trl_activation_checkpointing": False}
+    items, _ = vs.load_items(256)
+    schedule = vs.prompt_schedule(len(items), a.trl_steps, a.prompts, 0)
+    runs = {}
+    with tempfile.TemporaryDirectory(prefix="grpolab_real_trl_") as tmp:
+        for side in ("trl", "grpolab"):
+            print(f"  vs_trl: {side}, {a.trl_steps} steps (load {load()})", flush=True)
+            if side == "trl":
+                runs[side] = vs.run_trl(model_dir, items, schedule, s, 0, Path(tmp))
+            else:
+                runs[side] = vs.run_grpolab(model_dir, items, schedule, s, 0, skip=False)
+            print(f"    step s {[round(x, 1) for x in runs[side]['step_s']]}", flush=True)
+    timed = {k: v["step_s"][1:] or v["step_s"] for k, v in runs.items()}
+    lens = {k: statistics.fmean(v["mean_length"][1:] or v["mean_length"]) for k, v in runs.items()}
+    ratio = statistics.median(timed["trl"]) / statistics.median(timed["grpolab"])
+    within = abs(lens["trl"] - lens["grpolab"]) <= 0.10 * max(lens.values())
+    return {"step_ratio": ratio, "mean_len_grpolab": lens["grpolab"], "mean_len_trl": lens["trl"],
+            "lengths_within_10pct": within, "verdict_applies": within,
+            "median_step_s": {k: statistics.median(v) for k, v in timed.items()},
+            "median_rollout_s": {k: statistics.median(v["rollout_s"][1:] or v["rollout_s"]) for k, v in runs.items()},
+            "median_update_s": {k: statistics.median(v["update_s"][1:] or v["update_s"]) for k, v in runs.items()},
+            "steps": a.trl_steps, "lr": a.lr, "task": "arith (plain-text prompts, both sides)",
+            "runs": runs, "load_after": load()}
+
+
+# ------------------------------------------------------------------------------------------------
+# 5. peak RSS
+
+CHILD = r"""
+import json, sys, torch
+torch.set_num_threads(int(sys.argv[3]))
+from grpolab.config import load_config
+from grpolab.train import train
+ov = json.loads(sys.argv[1])
+train(load_config(overrides=ov), resume=sys.argv[2] == "resume", overwrite=sys.argv[2] == "fresh", log=lambda *_: None)
+"""
+
+
+def run_child(overrides: dict, mode: str, threads: int) -> dict:
+    t = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(overrides), mode, str(threads)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"training child ({mode}) failed:\n{out[-3000:]}")
+    return {"peak_rss_gib": usage.ru_maxrss / 2**20, "seconds": time.perf_counter() - t, "load_after": load()}
+
+
+def part_rss(model_dir: Path, a) -> dict:
+    from grpolab.models.testing import write_gsm8k_jsonl
+
+    out = {}
+    with tempfile.TemporaryDirectory(prefix="grpolab_real_rss_") as tmp:
+        data = write_gsm8k_jsonl(Path(tmp) / "gsm8k.jsonl", n=60)
+        base = {"model.path": str(model_dir), "task.name": "dataset",
+                "task.options": {"path": str(data), "prompt_field": "question", "answer_field": "answer",
+                                 "reward": "math"},
+                "rollout.prompts_per_step": a.prompts, "rollout.group_size": a.group_size,
+                "rollout.max_new_tokens": a.max_new_tokens, "trainer.save_every": 1, "trainer.eval_every": 1000,
+                "trainer.headroom": False, "trainer.skip_zero_advantage": False, "log.progress": False}
+        runs = {"lora_rlsd": {"credit.name": "rlsd", "model.lora": {"r": 16, "alpha": 32}, "optim.lr": 1e-5},
+                "full_grpo": {"credit.name": "grpo", "optim.lr": 1e-6}}
+        for name, extra in runs.items():
+            run_dir = str(Path(tmp) / name)
+            for mode, steps in (("fresh", 1), ("resume", 2)):
+                ov = {**base, **extra, "trainer.steps": steps, "trainer.run_dir": run_dir}
+                res = run_child(ov, mode, a.threads)
+                key = name if mode == "fresh" else f"{name}_after_resume"
+                out[key] = res
+                print(f"  peak RSS {key}: {res['peak_rss_gib']:.2f} GiB ({res['seconds']:.0f} s, load {load()})",
+                      flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def merge(paths: list[Path], out: Path) -> int:
+    from grpolab.utils.io import atomic_write_json
+
+    parts = [json.loads(Path(p).read_text()) for p in paths]
+    merged = dict(parts[0])
+    merged["merged_from"] = [{"path": str(p), "started": d.get("started"), "finished": d.get("finished"),
+                              "parts": sorted(k for k in ("rollout", "update", "vs_trl", "peak_rss_gib") if k in d)}
+                             for p, d in zip(paths, parts)]
+    for d in parts[1:]:
+        if d.get("model") != merged.get("model") or d.get("batch") != merged.get("batch"):
+            raise SystemExit(f"error: cannot merge runs of different models or batch shapes ({d.get('model')}, {d.get('batch')})")
+        for k in ("rollout", "update", "vs_trl", "peak_rss_gib", "peak_rss_runs"):
+            if k in d:
+                if k in merged and k not in ("peak_rss_runs",):
+                    raise SystemExit(f"error: part {k!r} is in more than one file")
+                merged[k] = d[k]
+        merged["targets_met"] = {**merged.get("targets_met", {}), **d.get("targets_met", {})}
+    atomic_write_json(out, merged)
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, help="a local HF causal-LM directory")
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, help="join these result files into --out")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=6)
+    ap.add_argument("--group-size", type=int, default=4)
+    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of the rollout and update timings")
+    ap.add_argument("--trl-steps", type=int, default=3, help="steps per trainer in the TRL comparison (1st = warm-up)")
+    ap.add_argument("--lr", type=float, default=1e-6, help="learning rate of the TRL comparison (both sides)")
+    ap.add_argument("--skip", default="", help=f"comma-separated parts to skip, from {PARTS}")
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    a = ap.parse_args(argv)
+    if a.merge:
+        return merge(a.merge, a.out)
+    if a.model is None:
+        ap.error("--model DIR is required (or --merge A.json B.json)")
+    skip = {s.strip() for s in a.skip.split(",") if s.strip()}
+    if skip - set(PARTS):
+        ap.error(f"--skip takes parts from {PARTS}, got {sorted(skip - set(PARTS))}")
+    if not (a.model / "config.json").exists():
+        ap.error(f"--model {a.model} is not a Hugging Face model directory (no config.json); "
+                 "`grpolab models import smollm2-135m-instruct` writes one")
+    torch.set_num_threads(a.threads)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(a.model)
+    model = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.float32).eval()
+    cpu_flags = ""
+    try:
+        cpu_flags = next(l for l in open("/proc/cpuinfo") if l.startswith("flags"))
+    except (OSError, StopIteration):
+        pass
+    result = {
+        "model": str(a.model), "model_type": model.config.model_type, "params": n_params(model),
+        "threads": torch.get_num_threads(), "batch": {"prompts": a.prompts, "group_size": a.group_size,
+                                                       "rows": a.prompts * a.group_size,
+                                                       "max_new_tokens": a.max_new_tokens},
+        "dtype": "float32",
+        "cpu": {"count": os.cpu_count(), "processor": platform.processor(),
+                "avx512_bf16": "avx512_bf16" in cpu_flags, "amx_bf16": "amx_bf16" in cpu_flags},
+        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "load_at_start": load(),
+    }
+    ceilings = [mm_gflops()]
+    print(f"{result['model']}: {result['params'] / 1e6:.1f} M params, {a.threads} threads, "
+          f"{a.prompts} x {a.group_size} rows, {a.max_new_tokens} new tokens; ceiling {ceilings[0]:.1f} GFLOP/s, "
+          f"load {load()}", flush=True)
+    if "rollout" not in skip:
+        result["rollout"] = part_rollout(model, tok, a, ceilings)
+    if "update" not in skip:
+        result["update"] = part_update(model, tok, a, ceilings)
+    del model
+    if "trl" not in skip:
+        result["vs_trl"] = part_trl(a.model, a)
+    if "rss" not in skip:
+        rss = part_rss(a.model, a)
+        result["peak_rss_gib"] = {k: v["peak_rss_gib"] for k, v in rss.items()}
+        result["peak_rss_runs"] = rss
+    ceilings.append(mm_gflops())
+    result["ceiling_gflops"] = statistics.median(ceilings)
+    result["ceiling_gflops_all"] = ceilings
+    result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    result["load_at_end"] = load()
+    targets = {}
+    if "rollout" in result:
+        ro = result["rollout"]
+        targets["rollout_over_hf_ge_1.5"] = ro["grpolab_over_hf"] >= 1.5
+        targets["rollout_share_of_floor_ge_0.5"] = ro["grpolab_share_of_floor"] >= 0.5
+    if "vs_trl" in result:
+        targets["trl_over_grpolab_ge_1.5"] = result["vs_trl"]["step_ratio"] >= 1.5 and result["vs_trl"]["verdict_applies"]
+    if "peak_rss_gib" in result:
+        p = result["peak_rss_gib"]
+        targets["lora_rlsd_peak_rss_le_3gib"] = p["lora_rlsd"] <= 3.0
+        targets["no_jump_after_resume"] = all(p[f"{k}_after_resume"] <= p[k] * 1.1 for k in ("lora_rlsd", "full_grpo"))
+    result["targets_met"] = targets
+
+    print(f"\n| measurement | value |\n|---|---|")
+    print(f"| ceiling (1024^3 fp32 mm, median) | {result['ceiling_gflops']:.1f} GFLOP/s |")
+    if "rollout" in result:
+        ro = result["rollout"]
+        print(f"| rollout grpolab | {ro['grpolab_tokens_per_s']:.1f} tok/s |")
+        print(f"| rollout HF generate | {ro['hf_generate_tokens_per_s']:.1f} tok/s |")
+        print(f"| grpolab / HF | {ro['grpolab_over_hf']:.2f}x |")
+        print(f"| FLOP floor | {ro['flop_floor_tokens_per_s']:.1f} tok/s (grpolab at {100 * ro['grpolab_share_of_floor']:.0f}%) |")
+    if "update" in result:
+        for k in ("full", "lora"):
+            u = result["update"][k]
+            print(f"| update {k} | {u['tokens_per_s']:.1f} tok/s, {100 * u['share_of_ceiling']:.0f}% of ceiling |")
+    if "vs_trl" in result:
+        v = result["vs_trl"]
+        print(f"| TRL / grpolab s/step | {v['step_ratio']:.2f}x (mean lengths {v['mean_len_trl']:.1f} vs "
+              f"{v['mean_len_grpolab']:.1f}) |")
+    for k, v in result.get("peak_rss_gib", {}).items():
+        print(f"| peak RSS {k} | {v:.2f} GiB |")
+    print(f"targets: {targets}")
+    from grpolab.utils.io import atomic_write_json
+
+    atomic_write_json(a.out, result)
+    print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
