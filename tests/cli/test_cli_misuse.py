@@ -147,3 +147,19 @@ def test_eval_of_a_run_without_final_says_which_model(tmp_path, capsys):
     assert main(["eval", str(run), "--samples", "0", "--examples", "0"]) == 0
     cap = capsys.readouterr()
     assert f"model: {run / 'checkpoints' / 'step_000002' / 'model'} -- {run} has no final/" in cap.out + cap.err
+
+
+def test_corrupt_weights_file_is_one_error_line(tmp_path, capsys):
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                  intermediate_size=32))
+    d = tmp_path / "m"
+    model.save_pretrained(d)
+    tok.save_pretrained(d)
+    w = d / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:500])  # truncated
+    capsys.readouterr()  # (saving printed a progress bar)
+    _config_error(capsys, ["eval", str(d), "--samples", "0", "--n", "2"], "model.path=",
+                  "weights file cannot be read", "corrupt or truncated")

@@ -51,6 +51,11 @@ def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
                                           gradient_checkpointing=cfg.gradient_checkpointing)
         except (FileNotFoundError, NotADirectoryError, ValueError, ImportError, OSError) as e:
             raise ConfigError(f"model.path={cfg.path!r}: {' '.join(str(e).split())}") from None
+        except Exception as e:  # a corrupt or truncated weights file (safetensors' own error type)
+            if type(e).__name__ != "SafetensorError":
+                raise
+            raise ConfigError(f"model.path={cfg.path!r}: its weights file cannot be read ({e}); the file is "
+                              "corrupt or truncated: save or copy the model again") from None
         return model, tokenizer, False
     tokenizer = build_tokenizer(PRINTABLE_ALPHABET if cfg.tokenizer_alphabet == "printable" else None)
     tiny = TinyModelConfig(
