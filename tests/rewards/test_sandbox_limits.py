@@ -10,6 +10,7 @@ else the server samples the program's process tree (``SandboxResult.isolation`` 
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -153,3 +154,49 @@ def test_the_isolation_record_says_how_limits_are_enforced(sandbox_pool):
     assert f"per-program limits: {d['limits']}" in iso.description
     if d["limits"] == "sampled":
         assert "no cgroup v2" in d["limits_detail"]  # and why
+
+
+def test_cgroup2_backend_writes_limits_and_reads_usage_and_oom_kills(tmp_path):
+    """The cgroup v2 backend's file protocol, on a stand-in directory (this development machine
+    has no cgroup v2 controllers; a real cgroup runs the tests above when the machine has one)."""
+    from grpolab.rewards import _sandbox_server as srv
+
+    cg = tmp_path / "grpolab-sandbox-1"
+    cg.mkdir()
+    for name, text in (("memory.max", "max"), ("pids.max", "max"), ("memory.swap.max", "max"),
+                       ("cpu.stat", "usage_usec 5000000\nuser_usec 1\n"),
+                       ("memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")):
+        (cg / name).write_text(text)
+    lim = object.__new__(srv.CgroupLimits)
+    lim.fd = os.open(cg, os.O_RDONLY | os.O_DIRECTORY)
+    lim.swap, lim.current, lim.path = True, {}, str(cg)
+    try:
+        lim.prepare({"memory_mb": 512, "max_processes": 32})
+        assert (cg / "memory.max").read_text() == str(512 << 20)
+        assert (cg / "pids.max").read_text() == "32"
+        assert (cg / "memory.swap.max").read_text() == "0"
+        (cg / "cpu.stat").write_text("usage_usec 6500000\n")
+        assert lim.sample(0) == (0, 1.5)
+        assert lim.finish() == (1.5, False)
+        (cg / "memory.events").write_text("oom 2\noom_kill 2\n")
+        assert lim.finish() == (1.5, True)  # one more OOM kill during this program
+        (cg / "memory.max").write_text("untouched")
+        lim.prepare({"memory_mb": 512, "max_processes": 32})  # unchanged limits: no writes
+        assert (cg / "memory.max").read_text() == "untouched"
+    finally:
+        os.close(lim.fd)
+
+
+def test_cgroup2_backend_refuses_a_hierarchy_without_memory_and_pids(tmp_path, monkeypatch):
+    from grpolab.rewards import _sandbox_server as srv
+
+    (tmp_path / "cgroup.controllers").write_text("cpu hugetlb\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    monkeypatch.setattr(srv, "_cgroup2_root", lambda: str(tmp_path))
+    with pytest.raises(OSError, match="memory\\+pids not available"):
+        srv.CgroupLimits()
+    backend = srv._limits_backend()
+    try:
+        assert backend.kind == "sampled" and "memory+pids not available" in backend.describe()
+    finally:
+        backend.close_in_child()

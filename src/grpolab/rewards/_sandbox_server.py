@@ -341,50 +341,59 @@ def _package_paths(names) -> list[tuple[str, str]]:
 
 def _elf_needed(path: str) -> tuple[list[str], list[str]]:
     """``(DT_NEEDED sonames, DT_RUNPATH/DT_RPATH entries)`` of a 64-bit little-endian ELF file
-    (empty lists for anything else)."""
+    (empty lists for anything else); reads the headers, the dynamic section and the string
+    table only."""
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        f = open(path, "rb")
     except OSError:
         return [], []
-    if data[:6] != b"\x7fELF\x02\x01":
-        return [], []
-    phoff, = struct.unpack_from("<Q", data, 0x20)
-    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
-    loads, dyn = [], None
-    for i in range(phnum):
-        p_type, _flags, off, vaddr, _pa, filesz, _memsz, _al = struct.unpack_from(
-            "<IIQQQQQQ", data, phoff + i * phentsize)
-        if p_type == 1:
-            loads.append((vaddr, off, filesz))
-        elif p_type == 2:
-            dyn = (off, filesz)
-    if dyn is None:
-        return [], []
+    with f:
+        def read(off: int, n: int) -> bytes:
+            f.seek(off)
+            return f.read(n)
 
-    def file_off(addr: int) -> int | None:
-        for vaddr, off, size in loads:
-            if vaddr <= addr < vaddr + size:
-                return addr - vaddr + off
-        return None
+        head = read(0, 64)
+        if head[:6] != b"\x7fELF\x02\x01" or len(head) < 64:
+            return [], []
+        phoff, = struct.unpack_from("<Q", head, 0x20)
+        phentsize, phnum = struct.unpack_from("<HH", head, 0x36)
+        ph = read(phoff, phentsize * phnum)
+        loads, dyn = [], None
+        for i in range(phnum):
+            if (i + 1) * phentsize > len(ph):
+                break
+            p_type, _flags, off, vaddr, _pa, filesz, _memsz, _al = struct.unpack_from(
+                "<IIQQQQQQ", ph, i * phentsize)
+            if p_type == 1:
+                loads.append((vaddr, off, filesz))
+            elif p_type == 2:
+                dyn = (off, filesz)
+        if dyn is None:
+            return [], []
+        data = read(dyn[0], min(dyn[1], 1 << 20))
+        entries = []
+        for k in range(len(data) // 16):
+            tag, val = struct.unpack_from("<qQ", data, 16 * k)
+            if tag == 0:
+                break
+            entries.append((tag, val))
+        strtab = next((v for t, v in entries if t == 5), None)
+        strsz = next((v for t, v in entries if t == 10), 0)
+        off = None
+        for vaddr, foff, size in loads:
+            if strtab is not None and vaddr <= strtab < vaddr + size:
+                off = strtab - vaddr + foff
+        if off is None:
+            return [], []
+        table = read(off, min(strsz, 1 << 22))
 
-    entries = []
-    for k in range(dyn[1] // 16):
-        tag, val = struct.unpack_from("<qQ", data, dyn[0] + 16 * k)
-        if tag == 0:
-            break
-        entries.append((tag, val))
-    strtab = next((file_off(v) for t, v in entries if t == 5), None)
-    if strtab is None:
-        return [], []
+        def string(o: int) -> str:
+            end = table.find(b"\0", o)
+            return table[o:end if end >= 0 else len(table)].decode(errors="replace")
 
-    def string(off: int) -> str:
-        end = data.index(b"\0", strtab + off)
-        return data[strtab + off:end].decode(errors="replace")
-
-    needed = [string(v) for t, v in entries if t == 1]
-    runpath = [p for t, v in entries if t in (15, 29) for p in string(v).split(":") if p]
-    return needed, runpath
+        needed = [string(v) for t, v in entries if t == 1]
+        runpath = [p for t, v in entries if t in (15, 29) for p in string(v).split(":") if p]
+        return needed, runpath
 
 
 #: Where the dynamic loader looks for a library by default (multiarch and plain layouts).
@@ -535,6 +544,36 @@ def _install_seccomp(prog: bytes) -> None:
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0), "seccomp")
 
 
+def _in_child(fn):
+    """``fn()``'s JSON-able result, computed in a forked child: whatever it allocates (here:
+    whole ELF files read, package trees walked) never inflates this process, whose memory every
+    program's fork copies."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            data = json.dumps({"ok": fn()}).encode()
+        except BaseException as exc:  # noqa: BLE001
+            data = json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
+        while data:
+            data = data[os.write(w, data):]
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while True:
+        b = os.read(r, 1 << 16)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    os.waitpid(pid, 0)
+    out = json.loads(b"".join(chunks) or b'{"error": "the child died"}')
+    if "error" in out:
+        raise OSError(out["error"])
+    return out["ok"]
+
+
 def _works_in_child(fn) -> bool:
     """Whether ``fn()`` runs without raising in a forked throwaway child (exit status 0)."""
     pid = os.fork()
@@ -564,6 +603,8 @@ def _works_in_child(fn) -> bool:
 #   process) and SysV shared memory is capped at memory_mb in the program's IPC namespace.
 
 SAMPLE_S = 0.02
+#: The first sample comes later: most programs end before it and pay nothing.
+SAMPLE_FIRST_S = 0.05
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -635,7 +676,7 @@ class CgroupLimits:
         self.current: dict[str, str] = {}
 
     def _set(self, name: str, value: str) -> None:
-        fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=self.fd)
+        fd = os.open(name, os.O_WRONLY | os.O_TRUNC | os.O_CLOEXEC, dir_fd=self.fd)
         try:
             os.write(fd, value.encode())
         finally:
@@ -750,12 +791,12 @@ class SampledLimits:
                 os.close(tfd)
         return out
 
-    def _memory(self, p: int) -> int:
-        """Proportional anonymous + shared memory of process ``p`` (Pss: a page a forked
-        process still shares with its parent counts once in all, not once per process);
-        resident sizes where smaps_rollup is missing."""
-        for name, keys in (("smaps_rollup", (b"Pss_Anon:", b"Pss_Shmem:")),
-                           ("status", (b"RssAnon:", b"RssShmem:"))):
+    def _memory(self, p: int, proportional: bool) -> int:
+        """Anonymous + shared memory of process ``p``: resident (cheap; a page a forked
+        process still shares with its parent counts in each) or, ``proportional``, Pss from
+        smaps_rollup (such a page counts once in all; a page-table walk)."""
+        for name, keys in ((("smaps_rollup", (b"Pss_Anon:", b"Pss_Shmem:")),) if proportional
+                           else ()) + (("status", (b"RssAnon:", b"RssShmem:")),):
             try:
                 fd = os.open(f"{p}/{name}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_fd)
             except OSError:
@@ -773,8 +814,18 @@ class SampledLimits:
         return 0
 
     def sample(self, pid: int) -> tuple[int, float]:
+        """(memory bytes, CPU seconds) of the program's processes: resident sizes first, the
+        proportional measure only when those add up past the limit."""
+        tree = self._tree(pid)
+        mem, cpu = self._sample(tree, False)
+        if mem > self.memory_bytes and len(tree) > 1:
+            mem = self._sample(tree, True)[0]
+        self.peak_cpu = max(self.peak_cpu, cpu)
+        return mem, cpu
+
+    def _sample(self, tree: list[int], proportional: bool) -> tuple[int, float]:
         mem, cpu = 0, 0.0
-        for p in self._tree(pid):
+        for p in tree:
             try:
                 fd = os.open(f"{p}/stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=self.proc_fd)
                 try:
@@ -783,10 +834,9 @@ class SampledLimits:
                     os.close(fd)
                 fields = stat[stat.rindex(b")") + 2:].split()
                 cpu += sum(int(x) for x in fields[11:15]) / CLK_TCK  # utime stime cutime cstime
-                mem += self._memory(p)
+                mem += self._memory(p, proportional)
             except (OSError, ValueError, IndexError):
                 continue  # it just exited
-        self.peak_cpu = max(self.peak_cpu, cpu)
         return mem, cpu
 
     def finish(self) -> tuple[float, bool]:
@@ -836,7 +886,7 @@ class Server:
         if not isolate:
             self.notes.append("isolation disabled (--no-isolation): rlimits only")
         else:
-            self.view = view_spec(packages)
+            self.view = _in_child(lambda: view_spec(packages))
             # opened now: the view has no /proc
             pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
             root = os.geteuid() == 0
@@ -1241,7 +1291,7 @@ class Server:
         drain_until = None
         cpu_limit = float(req["cpu_s"])
         mem_limit = int(req["memory_mb"]) << 20
-        next_sample = time.monotonic() + SAMPLE_S
+        next_sample = time.monotonic() + SAMPLE_FIRST_S
         sampled_cpu = 0.0
         while True:
             now = time.monotonic()
