@@ -38,7 +38,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 RESULTS = Path(__file__).parent / "results"
 SPEED_METHODS = {

@@ -29,9 +29,10 @@ from pathlib import Path
 
 import torch
 
+from grpolab.runs import greedy_episodes
+from grpolab.utils.io import atomic_write_json
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from grpolab.utils.io import atomic_write_json  # noqa: E402
 
 CONFIGS = {"web": "examples/web_agent.yaml", "tool_arith": "examples/tool_arith.yaml",
            "miniwob": "examples/miniwob.yaml"}
@@ -50,35 +51,6 @@ def _grpolab(args: list[str], log: Path) -> float:
 def family_of(item) -> str:
     meta = item.meta
     return str(meta.get("family", meta.get("n_terms", "all")))
-
-
-def heldout_items(config: str, n_eval: int) -> tuple[list, object]:
-    """``(items, cfg)``: the first ``n_eval`` held-out items of ``config``'s task (a small training
-    split, since only the held-out one is used) and the loaded config."""
-    from grpolab.config import load_config
-    from grpolab.train.setup import build_task_splits
-
-    cfg = load_config(config, [f"task.n_eval={n_eval}", "task.n_train=64"])
-    _, items = build_task_splits(cfg.task)
-    return items, cfg
-
-
-def greedy_eval(model_dir: Path | str, items: list, env) -> object:
-    """``model_dir``'s greedy evaluation (:class:`grpolab.train.evaluate.EvalResult`: per-item
-    scores and transcripts) on ``items`` in the environment ``env`` (a config's ``env`` section)."""
-    from grpolab.models import load_model
-    from grpolab.train.evaluate import evaluate
-
-    model, tok = load_model(model_dir)
-    return evaluate(model, tok, items, env=env)
-
-
-def greedy_episodes(model_dir: Path | str, config: str, n_eval: int) -> tuple[list, list[bool]]:
-    """``(items, solved)``: the first ``n_eval`` held-out items of ``config``'s task and whether
-    ``model_dir`` solves each one in a greedy episode."""
-    items, cfg = heldout_items(config, n_eval)
-    res = greedy_eval(model_dir, items, cfg.env)
-    return items, [s >= 1.0 - 1e-9 for s in res.scores]
 
 
 def greedy_by_family(model_dir: Path, config: str, n_eval: int) -> dict:

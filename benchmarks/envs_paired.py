@@ -14,25 +14,11 @@ Prints a table and writes benchmarks/results/envs_paired.json.
 from __future__ import annotations
 
 import argparse
-import math
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from envs import greedy_episodes  # noqa: E402
-
-from grpolab.utils.io import atomic_write_json  # noqa: E402
-
-
-def mcnemar_exact(gained: int, lost: int) -> float:
-    """Two-sided exact McNemar p-value: P(|X - n/2| >= |gained - n/2|), X ~ Binomial(n, 1/2)."""
-    n = gained + lost
-    if n == 0:
-        return 1.0
-    k = min(gained, lost)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
-    return min(1.0, 2 * tail)
+from grpolab.diagnostics import mcnemar_exact
+from grpolab.runs import greedy_episodes
+from grpolab.utils.io import atomic_write_json
 
 
 def main() -> None:

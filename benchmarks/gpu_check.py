@@ -214,7 +214,6 @@ def main(argv=None) -> int:
     ap.add_argument("--peak-tflops", type=float, default=None, help="override the bf16 peak (TFLOP/s)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_check.json"))
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     if args.dry_run:
         device, dtype, shape = torch.device("cpu"), torch.float32, TINY
         args.prompts, args.group_size = min(args.prompts, 2), min(args.group_size, 4)

@@ -128,7 +128,6 @@ def main(argv=None) -> int:
         name = f"{r['mode']}{' + ckpt' if r['ckpt'] else ''}"
         print(f"| {name} | {r['trainable'] / 1e6:.2f} M ({r['trainable_frac'] * 100:.2f}%) | {r['adam_state_mib']:.1f} | "
               f"{r['grad_mib']:.1f} | {r['peak_rss_mib']:.0f} | {r['step_s']:.2f} | {r['step_s'] / full['step_s']:.2f} |")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from grpolab.utils.io import atomic_write_json
 
     atomic_write_json(args.out, {"args": {k: v for k, v in vars(args).items() if k not in ("mode", "ckpt", "child")},

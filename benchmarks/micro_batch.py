@@ -14,11 +14,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import performance as perf  # noqa: E402
+import performance as perf
 
 
 def main() -> None:

@@ -18,15 +18,12 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from envs import greedy_episodes, heldout_items  # noqa: E402
-from envs_paired import mcnemar_exact  # noqa: E402
+from grpolab.diagnostics import mcnemar_exact
+from grpolab.runs import greedy_episodes, heldout_items
 
-from grpolab.utils.io import atomic_write_json  # noqa: E402
+from grpolab.utils.io import atomic_write_json
 
 
 def cache_key(model: str | Path, config: str | Path, n: int) -> str:

@@ -20,8 +20,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(Path(__file__).parent))
 
 _CLICK = re.compile(r"click\((\d+)\)")
 
@@ -63,7 +61,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "miniwob_position.json"))
     args = ap.parse_args()
 
-    from envs import greedy_eval, heldout_items
+    from grpolab.runs import greedy_eval, heldout_items
 
     from grpolab.config import load_config
     from grpolab.utils.io import atomic_write_json

@@ -19,17 +19,15 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
-from grpolab.envs import make_env, step_envs  # noqa: E402
-from grpolab.envs.miniwob import MiniWoBPool, shared_pool  # noqa: E402
-from grpolab.tasks import get_task  # noqa: E402
-from grpolab.utils.io import atomic_write_json  # noqa: E402
+from grpolab.envs import make_env, step_envs
+from grpolab.envs.miniwob import MiniWoBPool, shared_pool
+from grpolab.tasks import get_task
+from grpolab.utils.io import atomic_write_json
 
 ONE_STEP = ["click-test-2", "click-button", "click-link", "click-dialog", "focus-text", "click-tab"]
 MULTI_STEP = ["enter-text", "login-user", "click-checkboxes", "click-option"]

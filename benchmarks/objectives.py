@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
@@ -26,8 +25,23 @@ from grpolab.objectives import policy_loss
 from grpolab.utils.io import atomic_write_json
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "objectives"))
-from reference import ref_policy_loss  # noqa: E402  (slow loop twin, tests/objectives/reference.py)
+
+
+def _reference_module():
+    """The slow loop twins (tests/objectives/reference.py), loaded from their file: test code, not
+    part of the installed package."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("grpolab_loss_reference",
+                                                  HERE.parent / "tests" / "objectives" / "reference.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+ref_policy_loss = _reference_module().ref_policy_loss
 
 RATIOS = ("token", "sequence", "gspo", "cumulative")
 AGGREGATIONS = ("token", "sequence", "constant", "balanced")

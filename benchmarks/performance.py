@@ -39,24 +39,22 @@ import os
 import platform
 import resource
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from grpolab import objectives as obj  # noqa: E402
-from grpolab.config import load_config  # noqa: E402
-from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model, save_model  # noqa: E402
-from grpolab.rollout import sample  # noqa: E402
-from grpolab.train import Experience, UpdateSpec, policy_update, update  # noqa: E402
-from grpolab.train.optim import build_optimizer, build_scheduler  # noqa: E402
-from grpolab.train.setup import build_task_splits  # noqa: E402
-from grpolab.train.warm_start import sft_from_config  # noqa: E402
-from grpolab.train.text import decode_responses, encode_prompts  # noqa: E402
-from grpolab.utils.io import atomic_write_json  # noqa: E402
+from grpolab import objectives as obj
+from grpolab.config import load_config
+from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model, save_model
+from grpolab.rollout import sample
+from grpolab.train import Experience, UpdateSpec, policy_update, update
+from grpolab.train.optim import build_optimizer, build_scheduler
+from grpolab.train.setup import build_task_splits
+from grpolab.train.warm_start import sft_from_config
+from grpolab.train.text import decode_responses, encode_prompts
+from grpolab.utils.io import atomic_write_json
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-from grpolab.utils.io import atomic_write_json  # noqa: E402
+from grpolab.utils.io import atomic_write_json
 
 
 def run_seed(seed: int, root: Path, extra: list[str]) -> dict:

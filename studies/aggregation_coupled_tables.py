@@ -5,7 +5,7 @@
         --window 10 --out docs/results/aggregation_coupled.json
 
 Per variant and seed: held-out greedy accuracy before RL, best and at the end, and the paired
-difference to ``--baseline`` (``collect`` and ``paired`` of studies/study_json.py), plus what this
+difference to ``--baseline`` (:func:`grpolab.sweep.study.collect` and :func:`~grpolab.sweep.study.paired`), plus what this
 study adds: the within-group lengths of right and wrong responses (``length/mixed_correct``,
 ``length/mixed_incorrect``, ``length/mixed_ratio``) and the truncated share, each averaged over the
 first and the last ``--window`` steps (``metrics.jsonl``): how the lengths move during training.
@@ -19,15 +19,11 @@ import argparse
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from grpolab.diagnostics import mean_ci  # noqa: E402
-from grpolab.utils.io import atomic_write_json  # noqa: E402
-from study_json import collect, fmt_diff, paired  # noqa: E402
+from grpolab.diagnostics import mean_ci
+from grpolab.sweep.study import collect, fmt_diff, paired
+from grpolab.utils.io import atomic_write_json
 
 KEYS = ("length/mixed_correct", "length/mixed_incorrect", "length/mixed_ratio", "length/truncated_frac",
         "length/mean", "accuracy")

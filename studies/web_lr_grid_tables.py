@@ -30,11 +30,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from grpolab.diagnostics import mean_ci
+from grpolab.utils.io import atomic_write_json
 
-from grpolab.diagnostics import mean_ci  # noqa: E402
-from grpolab.utils.io import atomic_write_json  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DELTA = 0.05  # a change of 5 points or more counts (about one standard error of a 160-item difference)
 WARM = "model.path"
@@ -177,8 +176,7 @@ def prediction(rows: list[dict], headrooms: dict[str, dict], paired: dict[str, d
 def paired_groups(paired: dict, groups: dict[str, list[str]]) -> dict[str, dict]:
     """Per trained model of a ``benchmarks/miniwob_paired.py`` output: start, trained, gained, lost and
     McNemar's exact p on the mastered tasks, the headroom tasks and all, summed over their tasks."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from envs_paired import mcnemar_exact
+    from grpolab.diagnostics import mcnemar_exact
 
     out = {}
     for m in paired["models"]:

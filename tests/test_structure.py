@@ -1,5 +1,5 @@
 """tools/check_structure.py holds for the package (function length in train/, no import cycle, the CLI
-imports only grpolab.commands, commands live in commands/), and it really finds each kind of fault
+imports only grpolab.commands, commands live in commands/, scripts do not edit sys.path), and it really finds each kind of fault
 in a small package written here."""
 
 import importlib.util
@@ -55,3 +55,13 @@ def test_the_cli_importing_the_library_and_a_stray_command_are_found(tmp_path):
     assert check.problems(root) == [
         "grpolab/cli.py:2 imports grpolab.train.loop; the CLI imports only grpolab.commands",
         "grpolab/train/headroom.py:1 defines headroom_command; commands live in grpolab/commands/"]
+
+
+def test_a_script_editing_sys_path_is_found(tmp_path):
+    root = _package(tmp_path / "src", {})
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "b.py").write_text("import sys\nsys.path.insert(0, 'src')\n")
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "s.py").write_text("import sys\nprint(sys.path)\n")          # reading it is fine
+    assert check.problems(root, scripts=tmp_path) == [
+        "benchmarks/b.py:2 edits sys.path; import the installed package (move a shared helper into it)"]

@@ -9,6 +9,8 @@ violation, one line per problem).
    ``__init__`` importing its own submodules is not a cycle by itself.
 3. ``grpolab/cli.py`` imports nothing of grpolab but :mod:`grpolab.commands` (and the version).
 4. The commands live in ``grpolab/commands/``: no module outside it defines a ``*_command`` function.
+5. Scripts under ``benchmarks/`` and ``studies/`` import the installed package: no ``sys.path``
+   edits (a helper two scripts need belongs in the package).
 """
 
 from __future__ import annotations
@@ -144,12 +146,32 @@ def stray_commands(mods) -> list[str]:
     return out
 
 
-def problems(root: Path = PACKAGE) -> list[str]:
+def path_edits(scripts: Path) -> list[str]:
+    """``sys.path`` changes in the scripts under ``scripts/benchmarks`` and ``scripts/studies``."""
+    out = []
+    for folder in ("benchmarks", "studies"):
+        for p in sorted((scripts / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"), str(p))):
+                if (isinstance(node, ast.Attribute) and node.attr in ("insert", "append", "extend")
+                        and isinstance(node.value, ast.Attribute) and node.value.attr == "path"
+                        and isinstance(node.value.value, ast.Name) and node.value.value.id == "sys"):
+                    out.append(f"{p.relative_to(scripts)}:{node.lineno} edits sys.path; import the installed "
+                               "package (move a shared helper into it)")
+    return out
+
+
+def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
+    """Every violation in the package at ``root`` and the scripts of the repository ``scripts``
+    (default: the package's repository, when ``root`` is the package)."""
     mods = modules(root)
     out = long_functions(mods)
     out += [f"import cycle: {' <-> '.join(c)}" for c in cycles(import_graph(mods))]
     out += cli_imports(mods)
     out += stray_commands(mods)
+    if scripts is None and root == PACKAGE:
+        scripts = PACKAGE.parents[1]
+    if scripts is not None:
+        out += path_edits(scripts)
     return out
 
 

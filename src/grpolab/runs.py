@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 from grpolab.config import Config, ConfigError, EnvConfig, TaskConfig
 
-__all__ = ["OpenedRun", "open_run", "parse_task_options"]
+__all__ = ["OpenedRun", "greedy_episodes", "greedy_eval", "heldout_items", "open_run", "parse_task_options"]
 
 
 @dataclass
@@ -171,3 +171,36 @@ def open_run(path: str | os.PathLike | None = None, config: str | os.PathLike | 
                      collector=collector_for(cfg, tok, prompt_format=fmt, stop_ids=stop_ids),
                      eval_items=eval_items, train_items=train, model_dir=model_dir, run_dir=run_dir,
                      from_scratch=from_scratch)
+
+
+def heldout_items(config: str | os.PathLike | None, n_eval: int, overrides: Sequence[str] = ()) -> tuple[list, Config]:
+    """``(items, cfg)``: the first ``n_eval`` held-out items of ``config``'s task and the loaded
+    config (with a small training split: only the held-out one is used). The benchmarks that pair
+    models on the same items use it."""
+    from grpolab.config import load_config
+    from grpolab.train.setup import build_task_splits
+
+    cfg = load_config(config, [f"task.n_eval={n_eval}", "task.n_train=64", *overrides])
+    _, items = build_task_splits(cfg.task)
+    return items, cfg
+
+
+def greedy_eval(model_dir: str | os.PathLike, items: list, env):
+    """``model_dir``'s greedy evaluation (:class:`grpolab.train.evaluate.EvalResult`: per-item
+    scores and transcripts) on ``items`` as episodes in the environment ``env`` (a config's
+    ``env`` section; environments write their own plain-text prompts)."""
+    from grpolab.models import load_model
+    from grpolab.train.evaluate import evaluate
+
+    model, tok = load_model(model_dir)
+    return evaluate(model, tok, items, env=env)
+
+
+def greedy_episodes(model_dir: str | os.PathLike, config: str | os.PathLike, n_eval: int) -> tuple[list, list[bool]]:
+    """``(items, solved)``: the first ``n_eval`` held-out items of ``config``'s task and whether
+    ``model_dir`` solves each one in a greedy episode (:func:`heldout_items`, :func:`greedy_eval`)."""
+    from grpolab.train.evaluate import SOLVED
+
+    items, cfg = heldout_items(config, n_eval)
+    res = greedy_eval(model_dir, items, cfg.env)
+    return items, [s >= SOLVED for s in res.scores]

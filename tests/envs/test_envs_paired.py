@@ -1,15 +1,10 @@
-"""benchmarks/envs_paired.py: the exact McNemar test on discordant items, against hand values."""
+"""grpolab.diagnostics.mcnemar_exact (benchmarks/envs_paired.py, miniwob_paired.py): the exact McNemar test on discordant items, against hand values."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "envs_paired.py"
-_spec = importlib.util.spec_from_file_location("envs_paired", _PATH)
-envs_paired = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(envs_paired)
+from grpolab.diagnostics import mcnemar_exact
 
 
 @pytest.mark.parametrize("gained,lost,p", [
@@ -20,7 +15,7 @@ _spec.loader.exec_module(envs_paired)
     (0, 0, 1.0),
 ])
 def test_mcnemar_exact_matches_hand_values(gained, lost, p):
-    assert envs_paired.mcnemar_exact(gained, lost) == pytest.approx(p, rel=1e-12)
+    assert mcnemar_exact(gained, lost) == pytest.approx(p, rel=1e-12)
 
 
 @pytest.mark.parametrize("gained,lost", [(20, 10), (7, 12), (1, 0), (13, 13)])
@@ -29,4 +24,4 @@ def test_mcnemar_exact_matches_the_definition(gained, lost):
     n = gained + lost
     pmf = [math.comb(n, x) / 2**n for x in range(n + 1)]
     p = sum(q for x, q in enumerate(pmf) if abs(x - n / 2) >= abs(gained - n / 2) - 1e-12)
-    assert envs_paired.mcnemar_exact(gained, lost) == pytest.approx(min(1.0, p), rel=1e-12)
+    assert mcnemar_exact(gained, lost) == pytest.approx(min(1.0, p), rel=1e-12)

@@ -1,6 +1,7 @@
 """grpolab.diagnostics: when does GRPO help? Pure functions plus small report writers.
 
-* statistics -- :func:`pass_at_k` (unbiased), :func:`bootstrap_ci`, :func:`paired_bootstrap_ci`
+* statistics -- :func:`pass_at_k` (unbiased), :func:`bootstrap_ci`, :func:`paired_bootstrap_ci`,
+  :func:`mcnemar_exact`
 * headroom -- :func:`headroom_from_outcomes` (greedy vs sampled vs pass@k, per family, verdict)
 * parameters -- :func:`parameter_drift` per group/layer, :func:`swap_in` / :func:`swapped` for
   revert / transplant ablations, :func:`parameter_state`
@@ -22,7 +23,7 @@ from grpolab.diagnostics.headroom import (
 )
 from grpolab.diagnostics.params import GroupDrift, parameter_drift, parameter_state, swap_in, swapped
 from grpolab.diagnostics.rank import effective_rank, hidden_state_effective_ranks
-from grpolab.diagnostics.stats import CI, bootstrap_ci, mean_ci, paired_bootstrap_ci, pass_at_k
+from grpolab.diagnostics.stats import CI, bootstrap_ci, mcnemar_exact, mean_ci, paired_bootstrap_ci, pass_at_k
 
 __all__ = [
     "CI",
@@ -31,6 +32,7 @@ __all__ = [
     "HeadroomResult",
     "HeadroomStats",
     "bootstrap_ci",
+    "mcnemar_exact",
     "detect_collapse",
     "effective_rank",
     "family_of",

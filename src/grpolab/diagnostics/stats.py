@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["CI", "bootstrap_ci", "mean_ci", "paired_bootstrap_ci", "pass_at_k"]
+__all__ = ["CI", "bootstrap_ci", "mcnemar_exact", "mean_ci", "paired_bootstrap_ci", "pass_at_k"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -99,3 +99,16 @@ def paired_bootstrap_ci(a: Sequence[float], b: Sequence[float], **kw) -> CI:
     if a_.shape != b_.shape:
         raise ValueError(f"paired samples need equal shapes, got {a_.shape} and {b_.shape}")
     return bootstrap_ci(a_ - b_, np.mean, **kw)
+
+
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """Two-sided exact McNemar p-value of paired binary outcomes: ``gained`` items solved only
+    after, ``lost`` only before; ``P(|X - n/2| >= |gained - n/2|)``, ``X ~ Binomial(n, 1/2)``."""
+    import math
+
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    k = min(gained, lost)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    return min(1.0, 2 * tail)
