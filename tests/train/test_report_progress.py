@@ -95,3 +95,30 @@ def test_verl_aliases_are_opt_in():
     assert load_config().log.metric_names == "grpolab"
     assert not any(k.startswith("actor/") for k in metric_schema(load_config()))
     assert any(k.startswith("actor/") for k in metric_schema(load_config(overrides=["log.metric_names=both"])))
+
+
+def test_item_progress_counts_batches_of_items():
+    t = [0.0]
+    lines: list[str] = []
+    p = LineProgress(100, every=25, desc="eval greedy", unit="item", log=lines.append, clock=lambda: t[0])
+    for n in (32, 32, 32, 4):  # batches cross the 25-item marks
+        t[0] += 8.0
+        p.update(n)
+    assert lines == ["eval greedy 32/100 items (32%) 0.25 s/item, elapsed 8s, ETA 17s",
+                     "eval greedy 64/100 items (64%) 0.25 s/item, elapsed 16s, ETA 9s",
+                     "eval greedy 96/100 items (96%) 0.25 s/item, elapsed 24s, ETA 1s",
+                     "eval greedy 100/100 items (100%) 0.32 s/item, elapsed 32s, ETA 0s"]
+
+
+def test_evaluate_reports_items_done_per_batch():
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+    from grpolab.tasks import get_task
+    from grpolab.train.evaluate import evaluate
+
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                  intermediate_size=32))
+    items = get_task("arith").items("eval", 10)
+    done: list[int] = []
+    evaluate(model, tok, items, greedy=False, samples=2, max_new_tokens=4, batch_size=8, progress=done.append)
+    assert done == [4, 4, 2]

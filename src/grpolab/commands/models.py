@@ -34,13 +34,21 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
     run = open_run(model, config, overrides, task=task, task_options=task_option, n_eval=n,
                    max_new_tokens=max_new_tokens, log=lambda line: print(line, file=sys.stderr))
     lm, tok, items, mnt = run.model, run.tokenizer, run.eval_items, run.config.rollout.max_new_tokens
-    greedy = evaluate(lm, tok, items, greedy=True, max_new_tokens=mnt, collector=run.collector)
+    from grpolab.train.progress import LineProgress
+
+    def progress(desc):  # one line per ~10% of the items on stderr, with an ETA (stdout stays JSON)
+        return LineProgress(len(items), every=max(1, len(items) // 10), desc=desc, unit="item",
+                            log=lambda line: print(line, file=sys.stderr)).update
+
+    greedy = evaluate(lm, tok, items, greedy=True, max_new_tokens=mnt, collector=run.collector,
+                      progress=progress("eval greedy"))
     report: dict = {"model": str(run.model_dir), "task": run.config.task.name, "items": len(items),
                     "max_new_tokens": mnt, "chat_template": run.prompt_format.chat_template,
                     "greedy_accuracy": greedy.accuracy}
     if samples > 0:
         sampled = evaluate(lm, tok, items, greedy=False, samples=samples, temperature=temperature,
-                           max_new_tokens=mnt, generator=torch.Generator().manual_seed(seed), collector=run.collector)
+                           max_new_tokens=mnt, generator=torch.Generator().manual_seed(seed), collector=run.collector,
+                           progress=progress(f"eval sampled x{samples}"))
         report["sampled_accuracy"] = sampled.accuracy
         report["pass_at_k"] = {str(k): v for k, v in sampled.pass_at_k.items()}
     rows = completion_rows(items, run.collector.prompt_texts(items), greedy.completions, greedy.scores, group_size=1)

@@ -58,6 +58,7 @@ def evaluate(
     generator: torch.Generator | None = None,
     env=None,
     collector=None,
+    progress=None,
 ) -> EvalResult:
     """Generate for every item (``samples`` times unless greedy), score, and aggregate.
 
@@ -65,7 +66,8 @@ def evaluate(
     ``max_new_tokens`` and ``env``), ``batch_size // samples`` items at a time. With ``env`` (an
     :class:`grpolab.config.EnvConfig` whose ``name`` is set) every item is played as a multi-turn
     episode: the score is the episode's return, the completion its transcript, the length its
-    model tokens.
+    model tokens. ``progress``: called with the number of items done after each batch (e.g.
+    :meth:`grpolab.train.progress.LineProgress.update`).
     """
     from grpolab.train.collector import make_collector
 
@@ -83,6 +85,8 @@ def evaluate(
         completions += exp.texts
         lengths += exp.rollout.response_mask.sum(-1).tolist()
         scores += exp.rewards.tolist()
+        if progress is not None:
+            progress(len(items[start : start + per_batch]))
     solved = [s >= SOLVED for s in scores]
     result = EvalResult(
         accuracy=sum(solved) / max(1, len(solved)),

@@ -27,7 +27,8 @@ def format_seconds(s: float) -> str:
 
 class LineProgress:
     """``desc step i/total (p%) key=value ... 1.2 s/step, elapsed 48s, ETA 7m12s`` every ``every``
-    steps and at the last one, through ``log``.
+    steps and at the last one, through ``log`` (with ``unit="item"``: ``desc i/total items ...``,
+    for counts that advance by more than one at a time).
 
     Args:
         total: steps in all.
@@ -36,11 +37,13 @@ class LineProgress:
         desc: what is progressing (``grpo``, ``warm start``, ``eval``).
         log: where lines go (``print``).
         clock: the time source (tests pass a fake one).
+        unit: what is counted (``step``, ``item``).
     """
 
     def __init__(self, total: int, *, initial: int = 0, every: int = 0, desc: str = "",
-                 log: Callable[[str], None] = print, clock: Callable[[], float] = time.time) -> None:
-        self.total, self.n, self.start_n = total, initial, initial
+                 log: Callable[[str], None] = print, clock: Callable[[], float] = time.time,
+                 unit: str = "step") -> None:
+        self.total, self.n, self.start_n, self.unit = total, initial, initial, unit
         self.every = every if every > 0 else max(1, total // 20)
         self.desc, self.log, self.clock = desc, log, clock
         self.t0 = clock()
@@ -50,8 +53,8 @@ class LineProgress:
         self.postfix = {k: str(v) for k, v in kw.items()}
 
     def update(self, n: int = 1) -> None:
-        self.n += n
-        if self.n % self.every == 0 or self.n >= self.total:
+        before, self.n = self.n, self.n + n
+        if self.n // self.every > before // self.every or self.n >= self.total:
             self.log(self.line())
 
     def line(self) -> str:
@@ -61,10 +64,13 @@ class LineProgress:
         eta = rate * (self.total - self.n) if done > 0 else float("nan")
         pct = 100 * self.n / self.total if self.total else 100.0
         post = " ".join(f"{k}={v}" for k, v in self.postfix.items())
-        timing = (f"{rate:.2f} s/step, elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}"
+        timing = (f"{rate:.2f} s/{self.unit}, elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}"
                   if done > 0 else "")
-        head = f"{self.desc} step" if self.desc else "step"
-        return " ".join(x for x in (f"{head} {self.n}/{self.total} ({pct:.0f}%)", post, timing) if x)
+        if self.unit == "step":
+            head = f"{self.desc} step {self.n}/{self.total}" if self.desc else f"step {self.n}/{self.total}"
+        else:
+            head = f"{self.desc} {self.n}/{self.total} {self.unit}s".strip()
+        return " ".join(x for x in (f"{head} ({pct:.0f}%)", post, timing) if x)
 
     def write(self, msg: str) -> None:
         self.log(msg)
