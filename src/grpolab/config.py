@@ -18,6 +18,12 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
+from grpolab.utils.teacher_templates import (
+    DEFAULT_CHAT_TEACHER_TEMPLATE,
+    DEFAULT_SYSTEM_TEACHER_TEMPLATE,
+    DEFAULT_TEACHER_TEMPLATE,
+)
+
 
 class ConfigError(ValueError):
     """A configuration problem, reported before any work starts."""
@@ -154,8 +160,8 @@ class TaskConfig:
     no end). A number larger than a dataset's split is an error that names the split's size.
 
     Prompt formatting (:class:`grpolab.tasks.PromptFormat`): ``chat_template`` ``auto`` (default:
-    the tokenizer's chat template when it has one and the model is an instruct/chat model or the
-    dataset is conversational), ``on`` or ``off``; ``system_prompt``; ``prompt_template`` with
+    the tokenizer's chat template whenever it defines one, plain text when it has none), ``on`` or
+    ``off``; ``system_prompt``; ``prompt_template`` with
     ``{prompt}`` (e.g. ``"{prompt}\nPut the final answer after ####."``).
 
     ``options.reward`` (any task): the reward that scores the items -- a registered name,
@@ -481,19 +487,13 @@ class CreditConfig:
     span_end: str = ""
     teacher: str = "frozen"
     teacher_sync_every: int = 10
-    template: str = (
-        "{prompt}\nhere is a reference solution: {privileged}\nsolve it in your own way.\n{prompt}"
-    )
+    template: str = DEFAULT_TEACHER_TEMPLATE
     # Chat-template prompts: the privileged context goes into the conversation, not around the
     # rendered text. placement "user": the last user turn becomes chat_template (with {prompt} =
     # that turn); "system": system_template is added as (or to) the system message.
     privileged_placement: str = "user"
-    chat_template: str = (
-        "{prompt}\n\nHere is a reference solution:\n{privileged}\n\nSolve the problem in your own way."
-    )
-    system_template: str = (
-        "A reference solution to the user's problem (for you only; do not mention it):\n{privileged}"
-    )
+    chat_template: str = DEFAULT_CHAT_TEACHER_TEMPLATE
+    system_template: str = DEFAULT_SYSTEM_TEACHER_TEMPLATE
     divergence: str = "kl"
     gear_threshold: str = "mad"
     gear_k: float = 3.0

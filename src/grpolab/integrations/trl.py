@@ -73,6 +73,8 @@ except ImportError as e:  # pragma: no cover - exercised only without trl
     raise ImportError("grpolab.integrations.trl needs trl: pip install 'grpolab[trl]'") from e
 
 from grpolab.rollout.teacher import (
+    DEFAULT_CHAT_TEACHER_TEMPLATE,
+    DEFAULT_SYSTEM_TEACHER_TEMPLATE,
     DEFAULT_TEACHER_TEMPLATE,
     PLACEMENTS,
     check_template,
@@ -81,16 +83,13 @@ from grpolab.rollout.teacher import (
     teacher_messages,
 )
 
-CREDITS = ("none", "rlsd", "gear")
+CREDITS = ("grpo", "rlsd", "gear")
+#: "No credit" is spelled ``grpo`` as in grpolab's own ``credit.name``; ``none`` (this adapter's
+#: earlier spelling) is still accepted and means the same.
+_NO_CREDIT = ("grpo", "none")
 GEAR_DIVERGENCES = ("kl", "logratio")
 _TRL_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
-#: The teacher's user turn for conversational prompts ({prompt}: the student's last user turn).
-DEFAULT_CHAT_TEACHER_TEMPLATE = (
-    "{prompt}\n\nHere is a reference solution:\n{privileged}\n\nSolve the problem in your own way."
-)
-DEFAULT_SYSTEM_TEACHER_TEMPLATE = (
-    "A reference solution to the user's problem (for you only; do not mention it):\n{privileged}"
-)
+# the teacher's template text (plain, chat user turn, system note): grpolab.utils.teacher_templates
 
 
 @dataclass
@@ -101,7 +100,7 @@ class GrpolabGRPOConfig(GRPOConfig):
     grpolab_ratio: str = field(default="token", metadata={"help": "token | sequence | gspo | cumulative"})
     grpolab_dual_clip: float | None = field(default=3.0, metadata={"help": "dual clip for A < 0 (None: off)"})
     grpolab_clip_power: float = field(default=0.5, metadata={"help": "CTPO's p in s_t = pos_t ** p"})
-    grpolab_credit: str = field(default="none", metadata={"help": "none | rlsd | gear"})
+    grpolab_credit: str = field(default="grpo", metadata={"help": "grpo (no credit) | rlsd | gear"})
     grpolab_credit_lam: float = field(default=0.5, metadata={"help": "credit mixing weight at step 0"})
     grpolab_credit_lam_end: float = field(default=0.0, metadata={"help": "credit mixing weight after the decay"})
     grpolab_credit_lam_steps: int = field(default=50, metadata={"help": "linear decay steps (0: constant lam)"})
@@ -143,9 +142,9 @@ class GrpolabGRPOConfig(GRPOConfig):
             dual_clip=self.grpolab_dual_clip, clip_power=self.grpolab_clip_power,
             max_len=self.max_completion_length, kl_coef=self.beta, kl_estimator="k3",
         )
-        if self.grpolab_credit not in CREDITS:
+        if self.grpolab_credit not in CREDITS + _NO_CREDIT:
             raise ValueError(f"grpolab_credit={self.grpolab_credit!r}; choose one of {CREDITS}")
-        if self.grpolab_credit != "none":
+        if self.grpolab_credit not in _NO_CREDIT:
             check_credit(name=self.grpolab_credit, lam=self.grpolab_credit_lam, eps_w=self.grpolab_credit_eps_w)
             check_credit(name=self.grpolab_credit, lam=self.grpolab_credit_lam_end, eps_w=self.grpolab_credit_eps_w)
             check_template(self.grpolab_teacher_template)
@@ -198,7 +197,7 @@ def check_credit_dataset(dataset, args: GrpolabGRPOConfig, *, rows: int = 8) -> 
             if not isinstance(m.get("content"), str):
                 raise ValueError(f"grpolab_credit: row {i} has a message whose content is not a string "
                                  "(multimodal content parts are not supported by the teacher forward); use text "
-                                 "messages or grpolab_credit='none'")
+                                 "messages or grpolab_credit='grpo'")
 
 
 def row_weights(lengths: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor, aggregation: str,
@@ -231,7 +230,7 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         cfg = kwargs.get("args", args[2] if len(args) > 2 else None)
         if not isinstance(cfg, GrpolabGRPOConfig):
             raise TypeError("GrpolabGRPOTrainer needs args=GrpolabGRPOConfig(...) (TRL's GRPOConfig plus grpolab_*)")
-        if cfg.grpolab_credit != "none":  # refuse now, not after the model has loaded and generated
+        if cfg.grpolab_credit not in _NO_CREDIT:  # refuse now, not after the model has loaded and generated
             check_credit_dataset(kwargs.get("train_dataset", args[3] if len(args) > 3 else None), cfg)
         super().__init__(*args, **kwargs)
         self._teacher_model = teacher_model
@@ -244,7 +243,7 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         mask = out["completion_mask"] if out.get("tool_mask") is None else out["completion_mask"] * out["tool_mask"]
         adv_B = out["advantages"]
-        if self.args.grpolab_credit != "none" and mode == "train":
+        if self.args.grpolab_credit not in _NO_CREDIT and mode == "train":
             out["advantages"] = self._credit(inputs, out, mask, adv_B, mode)
         # aggregation weights over the *global* generation batch (rows of a group may sit on other processes)
         lengths_all = self.accelerator.gather(mask.sum(-1).float())

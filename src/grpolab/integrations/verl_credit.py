@@ -48,6 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from grpolab import objectives as obj
+from grpolab.utils.teacher_templates import DEFAULT_CHAT_TEACHER_TEMPLATE
 
 #: The verl releases this extension is written against (it overrides v1-trainer internals).
 VERL_SPEC = ">=0.9.1,<0.10"
@@ -56,13 +57,9 @@ VERL_MIN, VERL_MAX = (0, 9, 1), (0, 10)
 CONFIG_KEY = "grpolab.credit"
 TEACHERS = ("ref", "actor")
 METHODS = ("rlsd", "gear")
-#: Same placement of the privileged context as grpolab's own teacher
-#: (``grpolab.rollout.teacher.DEFAULT_TEACHER_TEMPLATE``): the question, the reference solution, an
-#: instruction, and the question again, here as the text of the last user message.
-DEFAULT_TEMPLATE = (
-    "{prompt}\n\nHere is a reference solution:\n{privileged}\n\n"
-    "After understanding the reference solution, solve the problem in your own way.\n\n{prompt}"
-)
+#: The teacher's last user message: the same text as grpolab's own trainer and the TRL adapter use
+#: for chat prompts (:data:`grpolab.utils.teacher_templates.DEFAULT_CHAT_TEACHER_TEMPLATE`).
+DEFAULT_TEMPLATE = DEFAULT_CHAT_TEACHER_TEMPLATE
 TEMPLATE_FIELDS = ("prompt", "privileged")
 
 

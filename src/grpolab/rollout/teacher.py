@@ -43,14 +43,12 @@ from .logprobs import joint_forward, response_logprobs
 from .prompts import encode_prompts
 from .sampler import left_pad
 
-#: Default teacher prompt: the question, the reference solution, an instruction to solve it in its
-#: own way, and the question again (so that a completion-style prompt such as ``"7+5-3="`` is what
-#: the response continues). Lower case and ``.``/``:`` only: it fits the tiny character-level
-#: tokenizer's alphabet (``grpolab.models.tokenizer.DEFAULT_ALPHABET``) with no ``<unk>``.
-DEFAULT_TEACHER_TEMPLATE = (
-    "{prompt}\nhere is a reference solution: {privileged}\n"
-    "solve it in your own way.\n{prompt}"
+from grpolab.utils.teacher_templates import (  # noqa: F401  (the template text lives there)
+    DEFAULT_CHAT_TEACHER_TEMPLATE,
+    DEFAULT_SYSTEM_TEACHER_TEMPLATE,
+    DEFAULT_TEACHER_TEMPLATE,
 )
+
 TEMPLATE_FIELDS = ("prompt", "privileged", "reference")
 
 
@@ -108,7 +106,7 @@ PLACEMENTS = ("user", "system")
 
 
 def teacher_messages(messages: Sequence[dict], item, *, placement: str = "user",
-                     template: str = "{prompt}\n\nHere is a reference solution:\n{privileged}",
+                     template: str = DEFAULT_CHAT_TEACHER_TEMPLATE,
                      system_template: str = "{privileged}") -> list[dict]:
     """The privileged teacher conversation for a chat-template prompt, built at the message level.
 
