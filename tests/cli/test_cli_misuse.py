@@ -163,3 +163,12 @@ def test_corrupt_weights_file_is_one_error_line(tmp_path, capsys):
     capsys.readouterr()  # (saving printed a progress bar)
     _config_error(capsys, ["eval", str(d), "--samples", "0", "--n", "2"], "model.path=",
                   "weights file cannot be read", "corrupt or truncated")
+
+
+def test_warm_start_without_demonstrations_is_one_error_line(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(f'{{"prompt": "{i}+1", "answer": "{i + 1}"}}\n' for i in range(8)))
+    _config_error(capsys, ["train", "--set", "task.name=dataset", "--set", f"task.options.path={data}",
+                           "--set", "rollout.prompts_per_step=2", "--set", "log.progress=false",
+                           "--set", f"trainer.run_dir={tmp_path / 'run'}"],
+                  "needs task items with a demonstration", "sft.enabled=no")

@@ -226,8 +226,10 @@ def run_sft(model, tokenizer, train_items, eval_items, spec: SFTSpec, *, log=pri
     prompts, the tokenizer's EOS and ``spec.env``.
     """
     demos = [it for it in train_items if it.demonstration]
-    if not demos:
-        raise ValueError(
+    if not demos:  # a config problem the user fixes (one error line on the CLI)
+        from grpolab.config import ConfigError
+
+        raise ConfigError(
             "supervised warm start needs task items with a demonstration; this task has none "
             "(set sft.enabled=no, or start from a model that already solves some items)"
         )
