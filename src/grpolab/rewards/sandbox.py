@@ -88,11 +88,14 @@ class SandboxLimits:
 
     Attributes:
         timeout_s: wall-clock limit, seconds (the whole namespace is SIGKILLed at it).
-        cpu_s: CPU-time limit (RLIMIT_CPU, whole seconds, rounded up); None = ``timeout_s``.
-        memory_mb: address-space limit (RLIMIT_AS) of each process.
+        cpu_s: CPU-time limit of all the program's processes together (cgroup v2 cpu.stat or
+            the sampled process tree, see docs/rewards.md; plus RLIMIT_CPU per process, whole
+            seconds rounded up); None = ``timeout_s``.
+        memory_mb: memory limit of all the program's processes together (cgroup v2
+            memory.max, or sampled), and the address-space limit (RLIMIT_AS) of each process.
         file_size_mb: largest file a process may write (RLIMIT_FSIZE).
-        max_processes: processes + threads the program may have at once (RLIMIT_NPROC on its
-            own uid; with the pid namespace the count is per program).
+        max_processes: processes + threads the program may have at once (cgroup pids.max where
+            there is one; RLIMIT_NPROC on its own uid or in the server's user namespace).
         max_open_files: RLIMIT_NOFILE.
         max_output_bytes: cap on stdout and on stderr, each; exceeding it kills the program.
     """
