@@ -200,3 +200,18 @@ def test_cgroup2_backend_refuses_a_hierarchy_without_memory_and_pids(tmp_path, m
         assert backend.kind == "sampled" and "memory+pids not available" in backend.describe()
     finally:
         backend.close_in_child()
+
+
+def test_run_dir_sandbox_json_records_how_limits_are_enforced(tmp_path):
+    import json
+
+    from grpolab.config import Config
+    from grpolab.tasks.base import TaskItem
+    from grpolab.train.setup import record_sandbox_isolation
+
+    iso = record_sandbox_isolation(Config(), [TaskItem(prompt="p", reference="", reward="code")],
+                                   tmp_path, log=lambda s: None)
+    saved = json.loads((tmp_path / "sandbox.json").read_text())
+    assert saved["limits"] == iso.limits and saved["limits"] in ("cgroup2", "sampled")
+    assert saved["limits_detail"] and "minimal_fs" in saved["features"] + saved["missing"]
+    assert isinstance(saved["packages"], list)
