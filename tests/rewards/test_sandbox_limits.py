@@ -205,11 +205,11 @@ def test_cgroup2_backend_refuses_a_hierarchy_without_memory_and_pids(tmp_path, m
 def test_run_dir_sandbox_json_records_how_limits_are_enforced(tmp_path):
     import json
 
+    setup = pytest.importorskip("grpolab.train.setup")  # the trainer (needs torch)
     from grpolab.config import Config
     from grpolab.tasks.base import TaskItem
-    from grpolab.train.setup import record_sandbox_isolation
 
-    iso = record_sandbox_isolation(Config(), [TaskItem(prompt="p", reference="", reward="code")],
+    iso = setup.record_sandbox_isolation(Config(), [TaskItem(prompt="p", reference="", reward="code")],
                                    tmp_path, log=lambda s: None)
     saved = json.loads((tmp_path / "sandbox.json").read_text())
     assert saved["limits"] == iso.limits and saved["limits"] in ("cgroup2", "sampled")
