@@ -307,7 +307,14 @@ VIEW_LOADERS = ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
 def _stdlib_dirs() -> list[str]:
     """The standard library's folders as ``sys.path`` spells them: the one holding ``os.py``
     and the extension-module folder (lib-dynload); never a virtual environment's."""
-    out = [os.path.dirname(os.__file__)]
+    osfile = getattr(os, "__file__", None)
+    if osfile:
+        out = [os.path.dirname(osfile)]
+    else:  # a frozen os without a file: the base installation's stdlib
+        import sysconfig
+
+        out = [sysconfig.get_paths(vars={"installed_base": sys.base_prefix,
+                                         "base": sys.base_prefix})["stdlib"]]
     for p in sys.path:
         if p and os.path.basename(os.path.normpath(p)) == "lib-dynload" and os.path.isdir(p):
             if os.path.normpath(p) not in out:
@@ -721,11 +728,7 @@ class CgroupLimits:
         return cpu, self._read("memory.events").get("oom_kill", 0) > self.oom0
 
     def close_in_child(self) -> None:
-        for fd in (self.procs_fd, self.fd, self.parent_fd):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        pass  # its descriptors are closed with every other one (closerange) in the child
 
     def describe(self) -> str:
         return f"cgroup v2 ({self.path}): memory.max, pids.max, CPU from cpu.stat"
