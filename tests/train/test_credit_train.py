@@ -29,7 +29,7 @@ SMALL = [
     "trainer.eval_every=2", "trainer.save_every=2", "log.progress=false", "log.plots=false",
     "log.tensorboard=false", "trainer.headroom=false",
 ]
-VOLATILE = ("time/", "tokens_per_s", "timing_s/", "perf/throughput")  # + their verl-style aliases
+VOLATILE = ("time/", "tokens_per_s", "timing_s/", "perf/throughput", "memory/")  # + their verl-style aliases
 
 
 def _stable(rows):

@@ -28,7 +28,7 @@ SMALL = [
     "log.tensorboard=false",
 ]
 
-VOLATILE = ("time/", "tokens_per_s", "timing_s/", "perf/throughput")  # + their verl-style aliases
+VOLATILE = ("time/", "tokens_per_s", "timing_s/", "perf/throughput", "memory/")  # + their verl-style aliases
 
 
 def _stable(rows):
