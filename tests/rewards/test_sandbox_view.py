@@ -281,3 +281,20 @@ def test_the_default_pool_hides_the_project_too(isolated, host_dir):
     exists, listing = r.stdout.split(" ", 1)
     assert exists == "False", r.stderr
     assert not {"home", "work", "var", "run", "opt", "mnt", "srv", "boot"} & set(eval(listing))
+
+
+def test_later_servers_reuse_the_first_one_s_view():
+    first = ForkServer(disk_mb=32)
+    try:
+        second = ForkServer(disk_mb=32)
+        try:
+            views = [a for a in second.proc.args if a.startswith("--view=")]
+            assert len(views) == 1  # the first server's spec, not computed again
+            spec = json.loads(views[0][len("--view="):])
+            assert second.features == first.features and second.packages == first.packages
+            r = second.run("import sys\nprint(sys.path)", "", SandboxLimits())
+            assert r.stdout == f"{spec['sys_path']}\n", r.stderr
+        finally:
+            second.close()
+    finally:
+        first.close()

@@ -869,7 +869,7 @@ def _limits_backend():
 
 class Server:
     def __init__(self, disk_mb: int, isolate: bool = True, rfd: int = 0,
-                 packages: tuple[str, ...] = ()) -> None:
+                 packages: tuple[str, ...] = (), view: dict | None = None) -> None:
         self.features: list[str] = []
         self.notes: list[str] = []
         self.uid: int | None = None
@@ -889,7 +889,9 @@ class Server:
         if not isolate:
             self.notes.append("isolation disabled (--no-isolation): rlimits only")
         else:
-            self.view = _in_child(lambda: view_spec(packages))
+            # ``view``: the spec an earlier server of the same client computed (trusted: the
+            # client started that server; computed before it isolated itself)
+            self.view = view or _in_child(lambda: view_spec(packages))
             # opened now: the view has no /proc
             pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY)
             root = os.geteuid() == 0
@@ -1450,14 +1452,17 @@ def main() -> None:
     # current program (whose own limits bound the wait).
     disk_mb = int(sys.argv[1]) if len(sys.argv) > 1 else 256
     packages: tuple[str, ...] = ()
+    view = None
     try:
         for arg in sys.argv[2:]:
             if arg.startswith("--preload="):
                 _preload(arg.split("=", 1)[1])
             elif arg.startswith("--packages="):
                 packages = tuple(n for n in arg.split("=", 1)[1].split(",") if n)
+            elif arg.startswith("--view="):
+                view = json.loads(arg.split("=", 1)[1])
         server = Server(disk_mb, isolate="--no-isolation" not in sys.argv[2:], rfd=rfd,
-                        packages=packages)
+                        packages=packages, view=view)
     except BaseException as exc:  # noqa: BLE001
         _send(wfd, {"ready": False, "error": f"{type(exc).__name__}: {exc}"})
         return
@@ -1469,7 +1474,7 @@ def main() -> None:
     gc.freeze()  # children's garbage collections then leave the inherited pages alone (COW)
     _send(wfd, {"ready": True, "features": server.features, "notes": server.notes,
                 "pid": os.getpid(), "uid": server.uid,
-                "packages": list(server.view.get("packages", ())),
+                "packages": list(server.view.get("packages", ())), "view": server.view,
                 "limits": {"kind": server.limits.kind, "detail": server.limits.describe()}})
     try:
         _serve(server, rfd, wfd)
