@@ -10,7 +10,10 @@ here, behind a byte-level BPE tokenizer with a ChatML chat template, prompts ren
   head sees one position per row);
 * its custom backward passes ``torch.autograd.gradcheck`` in float64 (log-probs and entropies);
 * a model whose logits are not ``head(hidden)`` (a soft cap after the head) is scored through its
-  own logits (the fallback), bit for bit what ``head_chunk=None`` gives.
+  own logits (the fallback), bit for bit what ``head_chunk=None`` gives;
+* the in-place decode step (``grpolab.rollout.decode_step``: large models and LoRA, the model's own
+  weights, no fused copy) samples the same tokens with the same log-probabilities as the model's
+  own forward, with and without LoRA adapters, and really runs.
 """
 
 import pytest
@@ -175,3 +178,98 @@ def test_model_whose_logits_are_not_the_head_falls_back_to_its_logits(chat):
             assert float(b.logp.detach().min()) > -2 * 3.0 - 1e-4 - torch.log(torch.tensor(float(len(tok))))
     finally:
         handle.remove()
+
+
+# ------------------------------------------------------------------------------------------------
+# the in-place decode step (models above MAX_FUSED_PARAMS, and LoRA)
+
+
+def _spy_in_place(monkeypatch):
+    from grpolab.rollout.decode_step import FusedLlamaDecoder
+
+    calls = []
+    orig = FusedLlamaDecoder._step_in_place
+
+    def spy(self, *a, **k):
+        calls.append(a[0].shape[0])
+        return orig(self, *a, **k)
+
+    monkeypatch.setattr(FusedLlamaDecoder, "_step_in_place", spy)
+    return calls
+
+
+def _same_rollout(a, b):
+    assert torch.equal(a.response_ids, b.response_ids)
+    assert torch.equal(a.response_mask, b.response_mask)
+    torch.testing.assert_close(a.sample_logp, b.sample_logp, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9)])
+def test_in_place_decode_step_same_rollout_as_the_hf_forward(chat, monkeypatch, temperature, top_p):
+    import grpolab.rollout.decode_step as ds
+
+    tok, prompts = chat
+    model = make_chat_llama(tok, seed=12)
+    monkeypatch.setattr(ds, "MAX_FUSED_PARAMS", 0)  # as for a model above 50 M parameters
+    calls = _spy_in_place(monkeypatch)
+    assert ds.why_not_fused(model) is None
+    kw = dict(temperature=temperature, seed=13)
+    fast = _rollout(model, tok, prompts, T=16, **kw)
+    assert calls and calls[0] == len(prompts) * 3  # the in-place step decoded every row
+    n = len(calls)
+    plain = sample(model, prompts, group_size=3, max_new_tokens=16, temperature=temperature, top_p=top_p,
+                   eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>")] + list(range(100, 140)),
+                   pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(13), fused=False)
+    assert len(calls) == n  # fused=False never calls it
+    if top_p == 1.0:
+        _same_rollout(fast, plain)
+    fast = sample(model, prompts, group_size=3, max_new_tokens=16, temperature=temperature, top_p=top_p,
+                  eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>")] + list(range(100, 140)),
+                  pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(13))
+    _same_rollout(fast, plain)
+    # and the sampled log-probs are the teacher-forced ones
+    torch.testing.assert_close(response_logprobs(model, fast, temperature=temperature).logp.detach(),
+                               fast.sample_logp, atol=1e-5, rtol=0)
+
+
+def test_in_place_decode_step_with_lora_adapters(chat, monkeypatch):
+    import grpolab.rollout.decode_step as ds
+    from grpolab.models.lora import adapters_disabled, apply_lora
+
+    tok, prompts = chat
+    model = make_chat_llama(tok, seed=14)
+    apply_lora(model, {"r": 4, "alpha": 8, "dropout": 0.1})  # dropout: off in eval, as the sampler runs
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.3)
+    assert ds.why_not_fused(model) is None
+    # an update-style forward with output_hidden_states installs transformers' capturing hooks for
+    # good; they are inactive while decoding, so the fast step still applies
+    response_logprobs(model, _rollout(model, tok, prompts, T=4, seed=0))
+    assert any(m._forward_hooks for m in model.modules())
+    assert ds.why_not_fused(model) is None
+    calls = _spy_in_place(monkeypatch)
+    fast = _rollout(model, tok, prompts, T=16, seed=15)
+    assert calls  # LoRA models are always decoded in place (small as this one is)
+    plain = sample(model, prompts, group_size=3, max_new_tokens=16, temperature=1.0,
+                   eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>")] + list(range(100, 140)),
+                   pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(15), fused=False)
+    _same_rollout(fast, plain)
+    torch.testing.assert_close(response_logprobs(model, fast).logp.detach(), fast.sample_logp, atol=1e-5, rtol=0)
+    # adapters disabled (the base model): the in-place step follows, and the policy really differs
+    with adapters_disabled(model):
+        base_fast = _rollout(model, tok, prompts, T=16, seed=15)
+        base_plain = sample(model, prompts, group_size=3, max_new_tokens=16, temperature=1.0,
+                            eos_token_id=[tok.convert_tokens_to_ids("<|im_end|>")] + list(range(100, 140)),
+                            pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(15), fused=False)
+    _same_rollout(base_fast, base_plain)
+    assert not torch.equal(base_fast.response_ids, fast.response_ids)
+    # what the in-place step cannot reproduce falls back with a reason
+    q = model.model.layers[0].self_attn.q_proj
+    q.merge()
+    try:
+        assert "merged" in ds.why_not_fused(model)
+    finally:
+        q.unmerge()
+    assert ds.why_not_fused(model) is None
