@@ -28,7 +28,7 @@ def chat_run(tmp_path_factory):
     model_dir = make_chat_model_dir(tmp / "tiny-Qwen2-Instruct")
     data = write_gsm8k_jsonl(tmp / "gsm8k_train.jsonl", 40)
     cfg = load_config(EXAMPLE, [f"model.path={model_dir}", f"task.options.path={data}",
-                                f"trainer.run_dir={tmp / 'run'}", *FAST])
+                                f"trainer.run_dir={tmp / 'run'}", "log.metric_names=both", *FAST])
     logs = []
     result = train(cfg, log=logs.append)
     return tmp, cfg, result, logs
@@ -48,6 +48,7 @@ def test_rlsd_on_a_chat_model_trains_two_steps(chat_run):
     assert [r["step"] for r in rows] == [1, 2]
     assert set(rows[0]) == set(rows[1])                                        # the same keys on every row
     assert rows[0]["credit/lam"] == pytest.approx(0.5)
+    # verl-style aliases (opt-in: log.metric_names=both)
     assert {"actor/pg_clipfrac", "critic/score/mean", "response_length/mean", "actor/ppo_kl"} <= set(rows[0])
     comps = [json.loads(x) for x in (tmp / "run" / "completions.jsonl").read_text().splitlines()]
     assert [c["step"] for c in comps] == [1, 1, 2, 2]
