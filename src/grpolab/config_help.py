@@ -53,6 +53,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "rollout.max_new_tokens": ("> 0", "longest response, in tokens"),
     "rollout.temperature": ("> 0", "sampling temperature"),
     "rollout.top_p": ("(0, 1]", "nucleus sampling"),
+    "rollout.top_k": (">= 0", "sample from the top_k most likely tokens only (0 = off; single-turn)"),
+    "rollout.min_p": ("[0, 1)", "drop tokens below min_p x the top token's probability (0 = off; single-turn)"),
     "rollout.reward_workers": ("> 0", "processes for CPU-heavy verifiers (1 = in the trainer)"),
     "rollout.dynamic_sampling": ("", "DAPO dynamic sampling: drop groups whose rewards are all equal, refill"),
     "rollout.dynamic_sampling_rounds": ("> 0", "sampling rounds per step at most (the first included)"),

@@ -91,12 +91,19 @@ def _next_tokens(
     temperature: float,
     top_p: float,
     greedy: bool,
+    top_k: int = 0,
+    min_p: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row and its log-prob under softmax(logits / temperature).
 
     Args:
         logits_BV: next-token logits ``[B, V]``.
         u_B: uniforms in [0, 1) ``[B]``, one per row (ignored when greedy).
+        top_k: keep only the ``top_k`` most likely tokens (0 = all; ties at the k-th probability
+            are kept).
+        min_p: keep only tokens with probability >= ``min_p`` x the most likely one's (0 = all).
+            Both truncate (and renormalise) before ``top_p``; like ``top_p`` they change what is
+            drawn, not ``sample_logp``.
 
     Returns:
         ``(tok [B] long, logp [B] float32)``.
@@ -109,6 +116,15 @@ def _next_tokens(
         tok_B = scaled_BV.argmax(dim=-1)
     else:
         probs_BV = logp_BV.exp()
+        if top_k > 0 or min_p > 0.0:
+            keep_BV = torch.ones_like(probs_BV, dtype=torch.bool)
+            if 0 < top_k < probs_BV.shape[-1]:
+                kth_B1 = probs_BV.topk(top_k, dim=-1).values[:, -1:]
+                keep_BV &= probs_BV >= kth_B1
+            if min_p > 0.0:
+                keep_BV &= probs_BV >= min_p * probs_BV.amax(dim=-1, keepdim=True)
+            probs_BV = probs_BV * keep_BV
+            probs_BV = probs_BV / probs_BV.sum(dim=-1, keepdim=True)
         if top_p < 1.0:
             # nucleus: keep the smallest prefix (by descending prob) whose mass reaches top_p;
             # sample in sorted order, then map back to vocabulary ids
@@ -137,6 +153,8 @@ def sample(
     top_p: float = 1.0,
     greedy: bool = False,
     eos_token_id: int | Sequence[int] | None,
+    top_k: int = 0,
+    min_p: float = 0.0,
     pad_token_id: int,
     generator: torch.Generator | None = None,
     compact: bool = True,
@@ -152,6 +170,7 @@ def sample(
         max_new_tokens: cap on generated tokens per row (EOS included).
         temperature: logits are divided by it before softmax (must be > 0).
         top_p: nucleus mass in (0, 1]; 1 disables truncation.
+        top_k, min_p: truncation before ``top_p`` (0 = off; see :func:`_next_tokens`).
         greedy: argmax decoding (``temperature`` then only affects ``sample_logp``).
         eos_token_id: id or ids that end a response (``None``: always run ``max_new_tokens``).
         pad_token_id: id used for prompt left-padding and response right-padding.
@@ -174,6 +193,8 @@ def sample(
         raise ValueError(f"temperature must be > 0 (it scales sample_logp), got {temperature}")
     if not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if top_k < 0 or not 0.0 <= min_p < 1.0:
+        raise ValueError(f"top_k must be >= 0 and min_p in [0, 1); got {top_k}, {min_p}")
 
     device = _model_device(model)
     G = group_size
@@ -209,7 +230,7 @@ def sample(
             out = _decode(
                 model, sig, prompt_ids_NP, prompt_mask_NP, G, max_new_tokens, u_TB, eos_E,
                 temperature=temperature, top_p=top_p, greedy=greedy, pad_token_id=pad_token_id, compact=compact,
-                fused=fused,
+                fused=fused, top_k=top_k, min_p=min_p,
             )
     finally:
         model.train(was_training)
@@ -234,6 +255,7 @@ def sample(
 def _decode(
     model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int, max_new_tokens: int, u_TB, eos_E,
     *, temperature: float, top_p: float, greedy: bool, pad_token_id: int, compact: bool, fused: bool,
+    top_k: int = 0, min_p: float = 0.0,
 ):
     """The decode loop (under inference mode). Returns ``(tokens [B, T], live [B, T] bool, logp [B, T])``."""
     device = prompt_ids_NP.device
@@ -276,7 +298,8 @@ def _decode(
     done_b = torch.zeros(B, dtype=torch.bool, device=device)
     check_eos = eos_E.numel() > 0
     for t in range(max_new_tokens):
-        tok_b, logp_b = _next_tokens(logits_BV, u_TB[t, rows_b], temperature=temperature, top_p=top_p, greedy=greedy)
+        tok_b, logp_b = _next_tokens(logits_BV, u_TB[t, rows_b], temperature=temperature, top_p=top_p, greedy=greedy,
+                                     top_k=top_k, min_p=min_p)
         if t > 0:  # rows finished at an earlier step emit pad, masked out
             tok_b = tok_b.masked_fill(done_b, pad_token_id)
             logp_b = logp_b.masked_fill(done_b, 0.0)

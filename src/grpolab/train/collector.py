@@ -28,7 +28,8 @@ class Collector(Protocol):
     """Samples ``group_size`` responses (or episodes) per item and scores them."""
 
     def collect(self, model, items: list, *, group_size: int, greedy: bool = False, temperature: float = 1.0,
-                top_p: float = 1.0, generator: torch.Generator | None = None) -> Experience:
+                top_p: float = 1.0, generator: torch.Generator | None = None, top_k: int = 0,
+                min_p: float = 0.0) -> Experience:
         """``len(items) * group_size`` rows, group-contiguous, with texts and rewards."""
         ...
 
@@ -61,7 +62,8 @@ class SingleTurnCollector:
         """The prompt text of each item as the model sees it (template included)."""
         return [self.prompt_format.render(it, self.tokenizer) for it in items]
 
-    def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None):
+    def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None,
+                top_k=0, min_p=0.0):
         from grpolab.rewards import score_batch
         from grpolab.rollout import sample
         from grpolab.train.text import decode_responses
@@ -71,7 +73,7 @@ class SingleTurnCollector:
         rollout = sample(
             model, self.prompt_format.encode(items, tok), group_size=group_size,
             max_new_tokens=self.max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
-            eos_token_id=self.stop_ids, pad_token_id=tok.pad_token_id, generator=generator,
+            eos_token_id=self.stop_ids, pad_token_id=tok.pad_token_id, generator=generator, top_k=top_k, min_p=min_p,
         )
         t1 = time.time()
         texts = decode_responses(tok, rollout.response_ids, rollout.response_mask)
@@ -95,7 +97,10 @@ class EpisodeCollector:
     def prompt_texts(self, items) -> list[str]:
         return [it.prompt for it in items]
 
-    def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None):
+    def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None,
+                top_k=0, min_p=0.0):
+        if top_k or min_p:
+            raise ValueError("top_k / min_p are not supported for multi-turn episodes (rollout.top_k, rollout.min_p)")
         from grpolab.envs import make_env
         from grpolab.rollout import run_episodes
 

@@ -63,9 +63,11 @@ def collect_step(collector, model, next_prompts: Callable[[int], list], cfg: Con
     """
     r = cfg.rollout
 
+    truncation = {k: v for k, v in (("top_k", r.top_k), ("min_p", r.min_p)) if v}  # only when set
+
     def collect(n: int) -> Experience:
         return collector.collect(model, next_prompts(n), group_size=r.group_size, temperature=r.temperature,
-                                 top_p=r.top_p, generator=generator)
+                                 top_p=r.top_p, generator=generator, **truncation)
 
     metrics: dict[str, float] = {}
     if not r.dynamic_sampling:
