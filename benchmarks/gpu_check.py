@@ -16,7 +16,17 @@ forward, ``6 N`` for forward + backward with full fine-tuning, ``4 N`` with LoRA
 gradients), ``N`` the parameter count with the tied embedding counted once (it is the LM head);
 attention FLOPs are left out, so MFU is slightly understated.
 
+Then the rollout against Hugging Face ``generate`` (``benchmarks/real_model_speed.py``'s
+measurement: the same prompts, group size and sampling, exactly ``--max-new-tokens`` tokens per row
+with EOS off, KV cache on, rounds interleaved) and its share of the FLOP floor at the GPU's bf16
+peak: ``rollout_vs_hf`` in the JSON. ``--model DIR`` runs everything on a real local model (e.g.
+the SmolLM2 directory ``grpolab models import smollm2-135m-instruct`` writes) instead of the
+random Qwen-shaped one. The CPU-only parts of ``real_model_speed.py`` (the TRL step ratio and the
+peak RSS fresh and after ``--resume``) run on a GPU machine as they are
+(``python benchmarks/real_model_speed.py --model DIR``).
+
     python benchmarks/gpu_check.py                 # on a GPU: about 2-4 minutes on an H100
+    python benchmarks/gpu_check.py --model DIR     # a real model (bf16 on the GPU)
     python benchmarks/gpu_check.py --dry-run       # the same code on CPU at a tiny width (CI)
 
 Writes benchmarks/results/gpu_check.json (``--out``).
@@ -91,18 +101,62 @@ def n_params(model) -> int:
     return n
 
 
-def run_one(method: str, lora: bool, args, device, dtype, shape) -> dict:
-    from grpolab import objectives as obj
-    from grpolab.models import stop_token_ids
-    from grpolab.models.lora import AdaptersOff, apply_lora, parameter_counts
+def build_model(args, device, dtype, shape):
+    """``(model, tokenizer)``: the real model of ``--model``, else the random chat model of ``shape``."""
+    if args.model:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(args.model)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype).to(device).eval()
+        return model, tok
     from grpolab.models.testing import build_chat_model, build_chat_tokenizer
-    from grpolab.rollout import left_pad, response_logprobs, sample, teacher_logprobs, teacher_messages
-    from grpolab.tasks import PromptFormat, TaskItem
 
     tok = build_chat_tokenizer()
     model = build_chat_model(tok, hidden=shape["hidden"], layers=shape["layers"], heads=shape["heads"],
                              kv_heads=shape["kv_heads"], intermediate=shape["intermediate"],
                              vocab_size=shape["vocab_size"], seed=0).to(device=device, dtype=dtype)
+    return model, tok
+
+
+def rollout_vs_hf(args, device, dtype, shape) -> dict:
+    """grpolab's sampler against HF ``generate`` (interleaved rounds), and the FLOP floor at the peak."""
+    import importlib.util
+    import statistics
+
+    spec = importlib.util.spec_from_file_location("real_model_speed", Path(__file__).parent / "real_model_speed.py")
+    rms = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rms)
+    model, tok = build_model(args, device, dtype, shape)
+    if args.attn:
+        model.config._attn_implementation = args.attn
+    prompts = rms.chat_prompts(tok, args.prompts)
+    G, T, pad = args.group_size, args.max_new_tokens, tok.pad_token_id
+    rms.time_grpolab(model, prompts, G, min(T, 4), pad, 0)  # warm-up
+    rms.time_hf(model, prompts, G, min(T, 4), pad, 0)
+    times = {"grpolab": [], "hf_generate": []}
+    for r in range(args.rounds):
+        for side in (("grpolab", "hf_generate") if r % 2 == 0 else ("hf_generate", "grpolab")):
+            fn = rms.time_grpolab if side == "grpolab" else rms.time_hf
+            times[side].append(fn(model, prompts, G, T, pad, r))
+    B = len(prompts) * G
+    g = B * T / statistics.median(times["grpolab"])
+    h = B * T / statistics.median(times["hf_generate"])
+    flops = 2 * n_params(model)
+    peak = peak_flops(device, args.peak_tflops)
+    del model
+    return {"rows": B, "max_new_tokens": T, "seconds": times, "grpolab_tok_s": g, "hf_generate_tok_s": h,
+            "grpolab_over_hf": g / h, "flop_floor_tok_s": peak / flops if peak else None,
+            "grpolab_share_of_floor": g * flops / peak if peak else None}
+
+
+def run_one(method: str, lora: bool, args, device, dtype, shape) -> dict:
+    from grpolab import objectives as obj
+    from grpolab.models import stop_token_ids
+    from grpolab.models.lora import AdaptersOff, apply_lora, parameter_counts
+    from grpolab.rollout import left_pad, response_logprobs, sample, teacher_logprobs, teacher_messages
+    from grpolab.tasks import PromptFormat, TaskItem
+
+    model, tok = build_model(args, device, dtype, shape)
     if args.attn:
         model.config._attn_implementation = args.attn
     N = n_params(model)
@@ -211,6 +265,8 @@ def main(argv=None) -> int:
     ap.add_argument("--micro-batch", type=int, default=32, help="rows per forward/backward")
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--attn", default="sdpa", help="attention implementation ('' = default)")
+    ap.add_argument("--model", type=Path, default=None, help="a local HF model directory (default: random Qwen-shaped)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the rollout-vs-generate timing")
     ap.add_argument("--peak-tflops", type=float, default=None, help="override the bf16 peak (TFLOP/s)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_check.json"))
     args = ap.parse_args(argv)
@@ -219,6 +275,7 @@ def main(argv=None) -> int:
         args.prompts, args.group_size = min(args.prompts, 2), min(args.group_size, 4)
         args.max_new_tokens, args.micro_batch = min(args.max_new_tokens, 8), min(args.micro_batch, 4)
         args.lora_r = min(args.lora_r, 4)
+        args.rounds = min(args.rounds, 1)
     else:
         if not torch.cuda.is_available():
             print("error: no CUDA device; use --dry-run to check the code path on CPU", file=sys.stderr)
@@ -226,21 +283,26 @@ def main(argv=None) -> int:
         device, dtype, shape = torch.device("cuda"), torch.bfloat16, QWEN25_05B
     t0 = time.time()
     rows = [run_one(m, lora, args, device, dtype, shape) for m in ("grpo", "rlsd") for lora in (False, True)]
+    vs_hf = rollout_vs_hf(args, device, dtype, shape)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (dry run)"
-    print(f"device: {name}; model: Qwen2-shaped {shape} ({rows[0]['params'] / 1e6:.1f} M params), {dtype}; "
+    print(f"device: {name}; model: {args.model or f'Qwen2-shaped {shape}'} ({rows[0]['params'] / 1e6:.1f} M params), {dtype}; "
           f"{args.prompts} prompts x {args.group_size} samples, <= {args.max_new_tokens} new tokens, "
           f"{args.steps} timed steps per run")
     print("| run   | LoRA | trainable | rollout tok/s | update tok/s | teacher tok/s | s/step | peak MiB | MFU update % | MFU step % |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         print(fmt_row(row))
+    print(f"rollout: grpolab {vs_hf['grpolab_tok_s']:.0f} tok/s, HF generate {vs_hf['hf_generate_tok_s']:.0f} tok/s "
+          f"({vs_hf['grpolab_over_hf']:.2f}x)" + (f", {100 * vs_hf['grpolab_share_of_floor']:.1f}% of the FLOP floor"
+                                                  if vs_hf["grpolab_share_of_floor"] else ""))
     print(f"total {time.time() - t0:.0f} s")
     out = Path(args.out)
     if not args.dry_run or os.environ.get("GPU_CHECK_WRITE_DRY_RUN"):
         from grpolab.utils.io import atomic_write_json
 
-        atomic_write_json(out, {"device": name, "shape": shape, "dtype": str(dtype), "args": vars(args),
-                                "rows": rows})
+        atomic_write_json(out, {"device": name, "shape": shape, "dtype": str(dtype), "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                                "model": str(args.model) if args.model else "random Qwen2-shaped",
+                                "rows": rows, "rollout_vs_hf": vs_hf})
         print(f"wrote {out}")
     return 0
 

@@ -111,12 +111,20 @@ def chat_prompts(tok, n: int) -> list[list[int]]:
 # 2. rollout
 
 
+def _sync(model) -> None:
+    dev = next(model.parameters()).device
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
 def time_grpolab(model, prompts, G, T, pad, seed) -> float:
     from grpolab.rollout import sample
 
+    _sync(model)
     t = time.perf_counter()
     r = sample(model, prompts, group_size=G, max_new_tokens=T, temperature=1.0, top_p=1.0, eos_token_id=None,
                pad_token_id=pad, generator=torch.Generator().manual_seed(seed))
+    _sync(model)
     dt = time.perf_counter() - t
     assert int(r.response_mask.sum()) == len(prompts) * G * T
     return dt
@@ -127,13 +135,15 @@ def time_hf(model, prompts, G, T, pad, seed) -> float:
 
     from grpolab.rollout import left_pad
 
-    ids, mask = left_pad(prompts, pad)
+    ids, mask = left_pad(prompts, pad, device=next(model.parameters()).device)
     cfg = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=T, min_new_tokens=T,
                            num_return_sequences=G, eos_token_id=None, pad_token_id=pad, use_cache=True)
     torch.manual_seed(seed)
+    _sync(model)
     t = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
+    _sync(model)
     dt = time.perf_counter() - t
     assert out.shape == (len(prompts) * G, ids.shape[1] + T), out.shape
     return dt
@@ -311,7 +321,8 @@ def part_rss(model_dir: Path, a) -> dict:
                 "trainer.headroom": False, "trainer.skip_zero_advantage": False, "log.progress": False}
         runs = {"lora_rlsd": {"credit.name": "rlsd", "model.lora": {"r": 16, "alpha": 32}, "optim.lr": 1e-5},
                 "full_grpo": {"credit.name": "grpo", "optim.lr": 1e-6}}
-        for name, extra in runs.items():
+
+        def one(name, extra):  # fresh, then resumed: in this order
             run_dir = str(Path(tmp) / name)
             for mode, steps in (("fresh", 1), ("resume", 2)):
                 ov = {**base, **extra, "trainer.steps": steps, "trainer.run_dir": run_dir}
@@ -320,6 +331,16 @@ def part_rss(model_dir: Path, a) -> dict:
                 out[key] = res
                 print(f"  peak RSS {key}: {res['peak_rss_gib']:.2f} GiB ({res['seconds']:.0f} s, load {load()})",
                       flush=True)
+
+        # the two configurations run side by side (each is its own process; memory does not mix)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(len(runs)) as pool:
+            for f in [pool.submit(one, name, extra) for name, extra in runs.items()]:
+                f.result()
+    out["settings"] = {"prompts": a.prompts, "group_size": a.group_size, "max_new_tokens": a.max_new_tokens,
+                       "threads": a.threads, "data": "GSM8K-format file, 60 rows",
+                       "trainer": "1 step fresh (checkpoint saved), then 1 step resumed; skip_zero_advantage off"}
     return out
 
 
@@ -332,11 +353,12 @@ def merge(paths: list[Path], out: Path) -> int:
     parts = [json.loads(Path(p).read_text()) for p in paths]
     merged = dict(parts[0])
     merged["merged_from"] = [{"path": str(p), "started": d.get("started"), "finished": d.get("finished"),
+                              "batch": d.get("batch"), "threads": d.get("threads"),
                               "parts": sorted(k for k in ("rollout", "update", "vs_trl", "peak_rss_gib") if k in d)}
                              for p, d in zip(paths, parts)]
     for d in parts[1:]:
-        if d.get("model") != merged.get("model") or d.get("batch") != merged.get("batch"):
-            raise SystemExit(f"error: cannot merge runs of different models or batch shapes ({d.get('model')}, {d.get('batch')})")
+        if d.get("model") != merged.get("model"):
+            raise SystemExit(f"error: cannot merge runs of different models ({d.get('model')} vs {merged.get('model')})")
         for k in ("rollout", "update", "vs_trl", "peak_rss_gib", "peak_rss_runs"):
             if k in d:
                 if k in merged and k not in ("peak_rss_runs",):
@@ -406,7 +428,7 @@ def main(argv=None) -> int:
         result["vs_trl"] = part_trl(a.model, a)
     if "rss" not in skip:
         rss = part_rss(a.model, a)
-        result["peak_rss_gib"] = {k: v["peak_rss_gib"] for k, v in rss.items()}
+        result["peak_rss_gib"] = {k: v["peak_rss_gib"] for k, v in rss.items() if k != "settings"}
         result["peak_rss_runs"] = rss
     ceilings.append(mm_gflops())
     result["ceiling_gflops"] = statistics.median(ceilings)
@@ -442,7 +464,7 @@ def main(argv=None) -> int:
         v = result["vs_trl"]
         print(f"| TRL / grpolab s/step | {v['step_ratio']:.2f}x (mean lengths {v['mean_len_trl']:.1f} vs "
               f"{v['mean_len_grpolab']:.1f}) |")
-    for k, v in result.get("peak_rss_gib", {}).items():
+    for k, v in result.get("peak_rss_gib", {}).items():  # noqa: B007
         print(f"| peak RSS {k} | {v:.2f} GiB |")
     print(f"targets: {targets}")
     from grpolab.utils.io import atomic_write_json

@@ -22,5 +22,8 @@ def test_gpu_check_dry_run(tmp_path, monkeypatch, capsys):
         assert (r["trainable_frac"] < 0.5) == r["lora"]
         assert (r["teacher_tok_s"] is not None) == (r["method"] == "rlsd")
         assert r["mfu_update"] is None  # no bf16 peak is known for a CPU
+    vs = json.loads(out.read_text())["rollout_vs_hf"]
+    assert vs["grpolab_tok_s"] > 0 and vs["hf_generate_tok_s"] > 0 and vs["rows"] == 2 * 4
+    assert vs["flop_floor_tok_s"] is None  # no peak known for a CPU
     text = capsys.readouterr().out
-    assert text.count("| grpo") == 2 and text.count("| rlsd") == 2
+    assert text.count("| grpo") == 2 and text.count("| rlsd") == 2 and "HF generate" in text
