@@ -61,6 +61,13 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
     return 0
 
 
+def _item_progress(total: int, log: Callable[[str], None]):
+    """``desc -> update``: one progress line per ~10% of ``total`` items, with an ETA."""
+    from grpolab.train.progress import LineProgress
+
+    return lambda desc: LineProgress(total, every=max(1, total // 10), desc=desc, unit="item", log=log).update
+
+
 def headroom_command(model: str, *, task: str | None = None, task_option: list[str] = (), n: int | None = None,
                      k: int = 8, temperature: float | None = None, max_new_tokens: int | None = None,
                      seed: int = 0, out: str | None = None, config: str | None = None,
@@ -84,7 +91,7 @@ def headroom_command(model: str, *, task: str | None = None, task_option: list[s
     res = measure_headroom(run.model, run.tokenizer, run.eval_items, k=k,
                            temperature=run.config.rollout.temperature if temperature is None else temperature,
                            max_new_tokens=run.config.rollout.max_new_tokens, seed=seed, source=str(run.model_dir),
-                           env=run.env, collector=run.collector)
+                           env=run.env, collector=run.collector, progress=_item_progress(len(run.eval_items), log))
     target = Path(out) if out is not None else run.run_dir
     if target is not None:
         j, m = write_headroom(target, res)

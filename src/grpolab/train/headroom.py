@@ -20,8 +20,11 @@ __all__ = ["measure_headroom", "write_headroom"]
 
 def measure_headroom(model, tokenizer, items, *, k: int = 8, temperature: float = 1.0, top_p: float = 1.0,
                      max_new_tokens: int = 48, seed: int = 0, source: str = "",
-                     batch_size: int = 256, env=None, collector=None) -> HeadroomResult:
+                     batch_size: int = 256, env=None, collector=None, progress=None) -> HeadroomResult:
     """Greedy success, sampled success (k samples per item at ``temperature``) and pass@k, with CIs.
+
+    ``progress``: ``desc -> callback`` (e.g. a :class:`grpolab.train.progress.LineProgress`'s
+    ``update``) for each of the two passes, called with the items done after each batch.
 
     ``env``: an :class:`grpolab.config.EnvConfig` for multi-turn tasks (episodes instead of single
     completions), passed to :func:`grpolab.train.evaluate.evaluate`.
@@ -35,10 +38,11 @@ def measure_headroom(model, tokenizer, items, *, k: int = 8, temperature: float 
     if collector is not None:  # the run's collector: its prompt format and stop tokens
         kw["collector"] = collector
     greedy = evaluate(model, tokenizer, items, greedy=True, max_new_tokens=max_new_tokens,
-                      batch_size=batch_size, **kw)
+                      batch_size=batch_size, progress=progress("headroom greedy") if progress else None, **kw)
     gen = torch.Generator().manual_seed(int(seed))
     sampled = evaluate(model, tokenizer, items, greedy=False, samples=k, temperature=temperature,
-                       top_p=top_p, max_new_tokens=max_new_tokens, generator=gen, batch_size=batch_size, **kw)
+                       top_p=top_p, max_new_tokens=max_new_tokens, generator=gen, batch_size=batch_size,
+                       progress=progress(f"headroom sampled x{k}") if progress else None, **kw)
     if was_training:
         model.train()
     g = [s >= SOLVED for s in greedy.scores]

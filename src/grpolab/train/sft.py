@@ -246,6 +246,18 @@ def run_sft(model, tokenizer, train_items, eval_items, spec: SFTSpec, *, log=pri
     else:
         state.accuracy = check()
     resumed_from = state.step
+    loop_start = time.time()
+
+    def _eta(step: int) -> str:
+        """The rate and the time left if the warm start runs to ``max_steps`` (it may stop earlier)."""
+        from grpolab.train.progress import format_seconds
+
+        done = step - resumed_from
+        if done <= 0:
+            return ""
+        rate = (time.time() - loop_start) / done
+        return f"  ({rate:.2f} s/step, at most {format_seconds(rate * (spec.max_steps - step))} left)"
+
     while state.step < spec.max_steps and state.accuracy < spec.target_accuracy:
         loss, lr_used = _sft_step(state, tokenizer, demos, spec)
         step = state.step
@@ -253,7 +265,7 @@ def run_sft(model, tokenizer, train_items, eval_items, spec: SFTSpec, *, log=pri
             with _averaged(state):
                 state.accuracy = check()
             state.history.append({"step": step, "loss": loss, "accuracy": state.accuracy, "lr": lr_used})
-            log(f"sft step {step:4d}  loss {loss:.3f}  greedy accuracy {state.accuracy:.3f}")
+            log(f"sft step {step:4d}  loss {loss:.3f}  greedy accuracy {state.accuracy:.3f}{_eta(step)}")
         finished = step >= spec.max_steps or state.accuracy >= spec.target_accuracy
         if checkpoint is not None:
             start = _keep(checkpoint, state, tokenizer, finished=finished, started=start)
