@@ -74,7 +74,7 @@ def test_sweep_resumes_an_interrupted_run(tmp_path, kill_during_step):
     assert [m["step"] for m in read_metrics(run_dir)] == [1, 2, 3]
 
 
-def test_headroom_check_leaves_training_unchanged(tmp_path):
+def test_headroom_check_leaves_training_unchanged(tmp_path, capsys):
     steps = ["trainer.steps=3"]
     on = train(load_config(overrides=SMALL + steps + [f"trainer.run_dir={tmp_path / 'on'}"]), log=lambda *_: None)
     off = train(load_config(overrides=SMALL + steps + ["trainer.headroom=false", f"trainer.run_dir={tmp_path / 'off'}"]),
@@ -85,10 +85,15 @@ def test_headroom_check_leaves_training_unchanged(tmp_path):
     assert h["overall"]["k"] == 8 and h["verdict"]
     assert not (tmp_path / "off" / "headroom.json").exists()
     # headroom and diagnose commands on the finished run
+    capsys.readouterr()
     assert cli_main(["headroom", str(tmp_path / "on"), "--n", "6", "--k", "2", "--out", str(tmp_path / "h")]) == 0
+    out = capsys.readouterr().out  # progress with an ETA for each pass
+    assert "headroom greedy 6/6 items (100%)" in out and "headroom sampled x2 6/6 items (100%)" in out
     h2 = json.loads((tmp_path / "h" / "headroom.json").read_text())
     assert h2["overall"]["n_items"] == 6 and set(h2["overall"]["pass_at_k"]) == {"1", "2"}
     assert cli_main(["diagnose", str(tmp_path / "on"), "--n", "6", "--probe", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "[1/6 groups, ETA" in out and "[6/6 groups, ETA 0s]" in out
     d = json.loads((tmp_path / "on" / "diagnose.json").read_text())
     assert {x["group"] for x in d["drift"]} >= {"embed", "attention", "mlp", "norm", "head", "layer.0"}
     assert abs(sum(x["share"] for x in d["drift"] if "." not in x["group"]) - 1) < 1e-9

@@ -102,7 +102,12 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
     ablate = dict(kinds)
     if kinds.get("attention") and kinds.get("mlp"):  # the study's localisation: both blocks at once
         ablate["attention+mlp"] = kinds["attention"] + kinds["mlp"]
-    for g, names in ablate.items():
+    import time
+
+    from grpolab.train.progress import format_seconds
+
+    t0 = time.time()
+    for i, (g, names) in enumerate(ablate.items(), 1):
         with swapped(trained, W0, names):
             rev = _success(trained, run)
         with swapped(base_model, W1, names):
@@ -112,7 +117,9 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
             "revert_minus_trained": mean_ci(rev - s_trained, seed=seed).to_dict(),
             "transplant_minus_base": mean_ci(tra - s_base, seed=seed).to_dict(),
         }
-        log(f"  {g:13s} revert {rev.mean():.3f}  transplant {tra.mean():.3f}")
+        eta = (time.time() - t0) / i * (len(ablate) - i)  # progress: two evaluations per group
+        log(f"  {g:13s} revert {rev.mean():.3f}  transplant {tra.mean():.3f}  [{i}/{len(ablate)} groups, "
+            f"ETA {format_seconds(eta)}]")
     for name, w in parameter_state(trained).items():  # the ablations restored every weight exactly
         assert torch.equal(w, W1[name]), name
 
