@@ -14,8 +14,26 @@ from pathlib import Path
 from grpolab import __version__
 
 
+class _DefaultsFormatter(argparse.HelpFormatter):
+    """Help that ends with ``(default: X)`` for every option with a value default its text does not
+    already explain."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        d = action.default
+        if (not action.option_strings or d is None or d is False or d == [] or d is argparse.SUPPRESS
+                or "default" in text):
+            return text
+        return f"{text} (default: {str(d).replace('%', '%%')})"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with one ``error: ...`` line (exit code 2) for a bad argument, like a config error."""
+    """argparse with one ``error: ...`` line (exit code 2) for a bad argument, like a config error,
+    and every option's default in its help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _DefaultsFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"error: {self.prog}: {message} (see `{self.prog} --help`)\n")

@@ -172,3 +172,18 @@ def test_warm_start_without_demonstrations_is_one_error_line(tmp_path, capsys):
                            "--set", "rollout.prompts_per_step=2", "--set", "log.progress=false",
                            "--set", f"trainer.run_dir={tmp_path / 'run'}"],
                   "needs task items with a demonstration", "sft.enabled=no")
+
+
+def test_subcommand_help_names_every_section_and_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "credit, env" in out and "`grpolab config` lists every key" in out
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(default: 8)" in out and "(default: 1.0)" in out  # --samples, --temperature
+    assert "(default: None)" not in out
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "(default: runs/sweep)" in " ".join(capsys.readouterr().out.split())
