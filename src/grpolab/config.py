@@ -282,6 +282,9 @@ class RolloutConfig:
     # with probability >= min_p x the most likely one's (0 = off). Single-turn sampling only.
     top_k: int = 0
     min_p: float = 0.0
+    # > 1 discourages tokens already in the prompt or response when drawing (CTRL / transformers'
+    # repetition_penalty); the log-probs the ratio uses stay the policy's. 1 = off. Single-turn only.
+    repetition_penalty: float = 1.0
     # Processes for verifiers that cost CPU (math-verify on LaTeX, sql, json_schema): 1 = score in
     # the trainer's process (fastest for cheap checks such as plain numbers: no IPC). Sandboxed code
     # verification always runs in parallel over the fork-server pool, whatever this is.
@@ -309,6 +312,7 @@ class RolloutConfig:
         _positive("rollout.top_k", self.top_k, zero_ok=True)
         if not 0 <= self.min_p < 1:
             raise ConfigError(f"rollout.min_p={self.min_p} must be in [0, 1) (0 = off; e.g. 0.05)")
+        _positive("rollout.repetition_penalty", self.repetition_penalty)
 
 
 @dataclass
@@ -617,9 +621,9 @@ class Config:
             )
         if self.objective.aggregation == "balanced" and self.rollout.group_size < 2:
             raise ConfigError("objective.aggregation=balanced needs rollout.group_size >= 2")
-        if self.env.name and (self.rollout.top_k or self.rollout.min_p):
-            raise ConfigError("rollout.top_k / rollout.min_p apply to single-turn sampling only; with "
-                              f"env.name={self.env.name!r} leave them at 0")
+        if self.env.name and (self.rollout.top_k or self.rollout.min_p or self.rollout.repetition_penalty != 1):
+            raise ConfigError("rollout.top_k / rollout.min_p / rollout.repetition_penalty apply to single-turn "
+                              f"sampling only; with env.name={self.env.name!r} leave them at 0, 0 and 1")
         if self.rollout.dynamic_sampling and self.rollout.group_size < 2:
             raise ConfigError("rollout.dynamic_sampling needs rollout.group_size >= 2 (a one-sample group never "
                               "has signal, so every group would be dropped)")

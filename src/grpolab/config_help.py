@@ -54,6 +54,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "rollout.temperature": ("> 0", "sampling temperature"),
     "rollout.top_p": ("(0, 1]", "nucleus sampling"),
     "rollout.top_k": (">= 0", "sample from the top_k most likely tokens only (0 = off; single-turn)"),
+    "rollout.repetition_penalty": ("> 0 (1 = off)", "divide (multiply) the logits of tokens already seen when "
+                                   "drawing (transformers' repetition_penalty; single-turn)"),
     "rollout.min_p": ("[0, 1)", "drop tokens below min_p x the top token's probability (0 = off; single-turn)"),
     "rollout.reward_workers": ("> 0", "processes for CPU-heavy verifiers (1 = in the trainer)"),
     "rollout.dynamic_sampling": ("", "DAPO dynamic sampling: drop groups whose rewards are all equal, refill"),

@@ -101,3 +101,82 @@ def test_the_training_collector_passes_top_k_through():
         "rollout.group_size=2", "rollout.prompts_per_step=3", "rollout.max_new_tokens=6"]), n_train=3,
         generator=torch.Generator().manual_seed(0))
     assert sampled.texts != greedy.texts  # without top_k the untrained model's samples differ
+
+
+def _loop_penalised_greedy(model, prompt, steps, penalty):
+    """Greedy decoding with the repetition penalty, one full forward per token (no cache)."""
+    ids = list(prompt)
+    out = []
+    for _ in range(steps):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([ids])).logits[0, -1].double().tolist()
+        seen = set(ids)
+        pen = [(x / penalty if x > 0 else x * penalty) if i in seen else x for i, x in enumerate(logits)]
+        tok = max(range(len(pen)), key=lambda i: pen[i])
+        out.append(tok)
+        ids.append(tok)
+    return out
+
+
+@pytest.mark.parametrize("penalty", [1.0, 1.3, 5.0])
+def test_repetition_penalty_matches_a_loop_and_keeps_the_policy_logp(penalty):
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+    from grpolab.rollout import sample
+
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                  intermediate_size=32), seed=1)
+    prompts = [tok.encode("12+3=")[:4], tok.encode("7-")[:2]]
+    ro = sample(model, prompts, group_size=1, max_new_tokens=6, greedy=True, eos_token_id=None,
+                pad_token_id=tok.pad_token_id, repetition_penalty=penalty)
+    for b, p in enumerate(prompts):
+        assert ro.response_ids[b].tolist() == _loop_penalised_greedy(model, p, 6, penalty)
+        # sample_logp: the unpenalised policy log-prob of the chosen token
+        ids = list(p) + ro.response_ids[b].tolist()
+        with torch.no_grad():
+            logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        want = [float(logp[len(p) - 1 + t, ids[len(p) + t]]) for t in range(6)]
+        assert ro.sample_logp[b].tolist() == pytest.approx(want, abs=1e-4)
+
+
+def test_a_strong_penalty_stops_repeats():
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+    from grpolab.rollout import sample
+
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                  intermediate_size=32), seed=1)
+    prompt = [tok.encode("1+1=")[:3]]
+    plain = sample(model, prompt, max_new_tokens=12, greedy=True, eos_token_id=None, pad_token_id=tok.pad_token_id)
+    pen = sample(model, prompt, max_new_tokens=12, greedy=True, eos_token_id=None, pad_token_id=tok.pad_token_id,
+                 repetition_penalty=1e6)
+    toks = pen.response_ids[0].tolist()
+    assert len(set(toks)) == len(toks) and not set(toks) & set(prompt[0])  # nothing repeats
+    assert len(set(plain.response_ids[0].tolist())) < 12  # the untrained model does repeat without it
+
+
+def test_repetition_penalty_config():
+    from grpolab.config import ConfigError, load_config
+
+    assert load_config(overrides=["rollout.repetition_penalty=1.2"]).rollout.repetition_penalty == 1.2
+    with pytest.raises(ConfigError, match="rollout.repetition_penalty"):
+        load_config(overrides=["rollout.repetition_penalty=0"])
+
+
+def test_repetition_penalty_survives_compaction():
+    """Rows that finish are dropped from the decode batch; the seen-token table follows them, so the
+    result is the same with and without compaction."""
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+    from grpolab.rollout import sample
+
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                                  intermediate_size=32), seed=2)
+    prompts = [tok.encode(s)[:4] for s in ("12+3=", "7-2=", "40+1", "9")]
+    eos = sorted(set(range(3, 40)))[::3]  # many stop ids: rows end at different steps
+    kw = dict(group_size=3, max_new_tokens=10, temperature=1.0, eos_token_id=eos, pad_token_id=tok.pad_token_id,
+              repetition_penalty=1.5, top_k=8)
+    a = sample(model, prompts, generator=torch.Generator().manual_seed(0), compact=True, **kw)
+    b = sample(model, prompts, generator=torch.Generator().manual_seed(0), compact=False, **kw)
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.response_mask, b.response_mask)
+    assert 0 < int(a.finished.sum()) < len(a.finished)  # some rows finished early, some did not

@@ -93,6 +93,7 @@ def _next_tokens(
     greedy: bool,
     top_k: int = 0,
     min_p: float = 0.0,
+    draw_logits_BV: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick one token per row and its log-prob under softmax(logits / temperature).
 
@@ -104,6 +105,8 @@ def _next_tokens(
         min_p: keep only tokens with probability >= ``min_p`` x the most likely one's (0 = all).
             Both truncate (and renormalise) before ``top_p``; like ``top_p`` they change what is
             drawn, not ``sample_logp``.
+        draw_logits_BV: logits to draw (or take the argmax) from instead of ``logits_BV`` (the
+            repetition penalty's); the returned log-prob is still ``logits_BV``'s.
 
     Returns:
         ``(tok [B] long, logp [B] float32)``.
@@ -112,10 +115,15 @@ def _next_tokens(
     if temperature != 1.0:
         scaled_BV = scaled_BV / temperature
     logp_BV = F.log_softmax(scaled_BV, dim=-1)
+    draw_logp_BV = logp_BV
+    if draw_logits_BV is not None:
+        draw_BV = draw_logits_BV.float()
+        scaled_BV = draw_BV / temperature if temperature != 1.0 else draw_BV
+        draw_logp_BV = F.log_softmax(scaled_BV, dim=-1)
     if greedy:
         tok_B = scaled_BV.argmax(dim=-1)
     else:
-        probs_BV = logp_BV.exp()
+        probs_BV = draw_logp_BV.exp()
         if top_k > 0 or min_p > 0.0:
             keep_BV = torch.ones_like(probs_BV, dtype=torch.bool)
             if 0 < top_k < probs_BV.shape[-1]:
@@ -155,6 +163,7 @@ def sample(
     eos_token_id: int | Sequence[int] | None,
     top_k: int = 0,
     min_p: float = 0.0,
+    repetition_penalty: float = 1.0,
     pad_token_id: int,
     generator: torch.Generator | None = None,
     compact: bool = True,
@@ -171,6 +180,10 @@ def sample(
         temperature: logits are divided by it before softmax (must be > 0).
         top_p: nucleus mass in (0, 1]; 1 disables truncation.
         top_k, min_p: truncation before ``top_p`` (0 = off; see :func:`_next_tokens`).
+        repetition_penalty: > 1 discourages every token already in the row's prompt or response
+            (CTRL, Keskar et al. 2019, as in transformers: a seen token's logit is divided by it
+            when positive, multiplied when negative) when drawing; 1 = off. ``sample_logp`` stays
+            the unpenalised tempered log-probability (the policy's, which the ratio needs).
         greedy: argmax decoding (``temperature`` then only affects ``sample_logp``).
         eos_token_id: id or ids that end a response (``None``: always run ``max_new_tokens``).
         pad_token_id: id used for prompt left-padding and response right-padding.
@@ -195,6 +208,8 @@ def sample(
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if top_k < 0 or not 0.0 <= min_p < 1.0:
         raise ValueError(f"top_k must be >= 0 and min_p in [0, 1); got {top_k}, {min_p}")
+    if not repetition_penalty > 0:
+        raise ValueError(f"repetition_penalty must be > 0 (1 = off), got {repetition_penalty}")
 
     device = _model_device(model)
     G = group_size
@@ -230,7 +245,7 @@ def sample(
             out = _decode(
                 model, sig, prompt_ids_NP, prompt_mask_NP, G, max_new_tokens, u_TB, eos_E,
                 temperature=temperature, top_p=top_p, greedy=greedy, pad_token_id=pad_token_id, compact=compact,
-                fused=fused, top_k=top_k, min_p=min_p,
+                fused=fused, top_k=top_k, min_p=min_p, repetition_penalty=repetition_penalty,
             )
     finally:
         model.train(was_training)
@@ -255,7 +270,7 @@ def sample(
 def _decode(
     model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int, max_new_tokens: int, u_TB, eos_E,
     *, temperature: float, top_p: float, greedy: bool, pad_token_id: int, compact: bool, fused: bool,
-    top_k: int = 0, min_p: float = 0.0,
+    top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0,
 ):
     """The decode loop (under inference mode). Returns ``(tokens [B, T], live [B, T] bool, logp [B, T])``."""
     device = prompt_ids_NP.device
@@ -297,9 +312,21 @@ def _decode(
     rows_b = torch.arange(B, device=device)  # original row of each row still in the decode batch
     done_b = torch.zeros(B, dtype=torch.bool, device=device)
     check_eos = eos_E.numel() > 0
+    seen_bV = None  # repetition penalty: which tokens each row's prompt and response hold so far
+    if repetition_penalty != 1.0:
+        V = logits_BV.shape[-1]
+        real = prompt_mask_NP.repeat_interleave(G, dim=0).bool()
+        ids = torch.where(real, prompt_ids_NP.repeat_interleave(G, dim=0), V)  # padding -> a spare column
+        seen_bV = torch.zeros(B, V + 1, dtype=torch.bool, device=device).scatter_(1, ids, True)[:, :V]
     for t in range(max_new_tokens):
+        draw = None
+        if seen_bV is not None:
+            lg = logits_BV.float()
+            draw = torch.where(seen_bV, torch.where(lg > 0, lg / repetition_penalty, lg * repetition_penalty), lg)
         tok_b, logp_b = _next_tokens(logits_BV, u_TB[t, rows_b], temperature=temperature, top_p=top_p, greedy=greedy,
-                                     top_k=top_k, min_p=min_p)
+                                     top_k=top_k, min_p=min_p, draw_logits_BV=draw)
+        if seen_bV is not None:
+            seen_bV[torch.arange(tok_b.shape[0], device=device), tok_b] = True
         if t > 0:  # rows finished at an earlier step emit pad, masked out
             tok_b = tok_b.masked_fill(done_b, pad_token_id)
             logp_b = logp_b.masked_fill(done_b, 0.0)
@@ -320,6 +347,8 @@ def _decode(
                 if step is not None:
                     step.select_rows(keep)
                 rows_b, done_b, tok_b = rows_b[keep], done_b[keep], tok_b[keep]
+                if seen_bV is not None:
+                    seen_bV = seen_bV[keep]
                 attn_BL, pos0_B = attn_BL[keep], pos0_B[keep]
         if step is not None:
             logits_BV = step(tok_b, pos0_B + t)

@@ -29,7 +29,7 @@ class Collector(Protocol):
 
     def collect(self, model, items: list, *, group_size: int, greedy: bool = False, temperature: float = 1.0,
                 top_p: float = 1.0, generator: torch.Generator | None = None, top_k: int = 0,
-                min_p: float = 0.0) -> Experience:
+                min_p: float = 0.0, repetition_penalty: float = 1.0) -> Experience:
         """``len(items) * group_size`` rows, group-contiguous, with texts and rewards."""
         ...
 
@@ -63,7 +63,7 @@ class SingleTurnCollector:
         return [self.prompt_format.render(it, self.tokenizer) for it in items]
 
     def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None,
-                top_k=0, min_p=0.0):
+                top_k=0, min_p=0.0, repetition_penalty=1.0):
         from grpolab.rewards import score_batch
         from grpolab.rollout import sample
         from grpolab.train.text import decode_responses
@@ -74,6 +74,7 @@ class SingleTurnCollector:
             model, self.prompt_format.encode(items, tok), group_size=group_size,
             max_new_tokens=self.max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
             eos_token_id=self.stop_ids, pad_token_id=tok.pad_token_id, generator=generator, top_k=top_k, min_p=min_p,
+            repetition_penalty=repetition_penalty,
         )
         t1 = time.time()
         texts = decode_responses(tok, rollout.response_ids, rollout.response_mask)
@@ -98,9 +99,9 @@ class EpisodeCollector:
         return [it.prompt for it in items]
 
     def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None,
-                top_k=0, min_p=0.0):
-        if top_k or min_p:
-            raise ValueError("top_k / min_p are not supported for multi-turn episodes (rollout.top_k, rollout.min_p)")
+                top_k=0, min_p=0.0, repetition_penalty=1.0):
+        if top_k or min_p or repetition_penalty != 1.0:
+            raise ValueError("top_k / min_p / repetition_penalty are not supported for multi-turn episodes")
         from grpolab.envs import make_env
         from grpolab.rollout import run_episodes
 

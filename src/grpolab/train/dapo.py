@@ -64,6 +64,8 @@ def collect_step(collector, model, next_prompts: Callable[[int], list], cfg: Con
     r = cfg.rollout
 
     truncation = {k: v for k, v in (("top_k", r.top_k), ("min_p", r.min_p)) if v}  # only when set
+    if r.repetition_penalty != 1.0:
+        truncation["repetition_penalty"] = r.repetition_penalty
 
     def collect(n: int) -> Experience:
         return collector.collect(model, next_prompts(n), group_size=r.group_size, temperature=r.temperature,
