@@ -25,8 +25,8 @@ same torch thread count (``--threads``, default 2), so the ratios hold even on a
    grpolab median s/step over steps 2.. (step 1 is warm-up); the verdict needs the mean completion
    lengths within 10%.
 5. **Peak RSS** (``ru_maxrss`` of a child process running ``grpolab.train.train``): RLSD + LoRA and
-   full-fine-tuning GRPO, one step each from a fresh run directory (checkpoint saved), then one more
-   step with ``resume=True``, on a GSM8K-format file, ``--prompts`` x ``--group-size``,
+   full-fine-tuning GRPO, two steps each from a fresh run directory (checkpoints saved; the second
+   step is the first to hold AdamW's moments during an update), then step 3 with ``resume=True``, on a GSM8K-format file, ``--prompts`` x ``--group-size``,
    ``--max-new-tokens``, zero-advantage skipping off (so the update always runs: the worst case).
 
     python benchmarks/real_model_speed.py --model /path/to/smollm2-135m-instruct
@@ -324,7 +324,9 @@ def part_rss(model_dir: Path, a) -> dict:
 
         def one(name, extra):  # fresh, then resumed: in this order
             run_dir = str(Path(tmp) / name)
-            for mode, steps in (("fresh", 1), ("resume", 2)):
+            # two steps fresh, so that the optimizer state exists during an update in both (a first
+            # step allocates AdamW's moments only after its backward), then one more resumed
+            for mode, steps in (("fresh", 2), ("resume", 3)):
                 ov = {**base, **extra, "trainer.steps": steps, "trainer.run_dir": run_dir}
                 res = run_child(ov, mode, a.threads)
                 key = name if mode == "fresh" else f"{name}_after_resume"
@@ -340,7 +342,8 @@ def part_rss(model_dir: Path, a) -> dict:
                 f.result()
     out["settings"] = {"prompts": a.prompts, "group_size": a.group_size, "max_new_tokens": a.max_new_tokens,
                        "threads": a.threads, "data": "GSM8K-format file, 60 rows",
-                       "trainer": "1 step fresh (checkpoint saved), then 1 step resumed; skip_zero_advantage off"}
+                       "trainer": "2 steps fresh (checkpoints saved), then step 3 resumed from step 2's checkpoint; "
+                                  "skip_zero_advantage off"}
     return out
 
 
