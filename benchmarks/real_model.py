@@ -52,7 +52,7 @@ Held-out greedy accuracy on the first {n_curve} held-out sums during training (t
 
 {curve}
 
-## What changed (seed 0, the first held-out sums)
+## What changed (seed {ex_seed}, the first held-out sums)
 
 | question | before | after |
 |---|---|---|
@@ -103,6 +103,12 @@ def greedy_outcomes(path, config=None, overrides=(), n_eval=None, cache=None):
         key.write_text(json.dumps(dict(zip(("prompts", "correct", "finished", "lengths", "texts", "max_new_tokens"),
                                            out))))
     return out
+
+
+def _start_accuracy(run_dir) -> float:
+    """Held-out accuracy at step 0 as the run recorded it (summary.json)."""
+    d = json.loads((Path(run_dir) / "summary.json").read_text())
+    return d["accuracy"]["before_rl"] if "accuracy" in d else d["start_accuracy"]
 
 
 def paired_ci(before, after, reps=10000, seed=0):
@@ -209,7 +215,7 @@ def main(argv=None) -> int:
         c = s["curve"]
         a1.plot([r["step"] for r in c], [r["reward"] for r in c], label=f"seed {s['seed']}", alpha=0.8)
         ev = [r for r in c if r["eval_accuracy"] is not None]
-        start_curve = json.loads((Path(s["run_dir"]) / "summary.json").read_text()).get("start_accuracy")
+        start_curve = _start_accuracy(s["run_dir"])
         a2.plot([0] + [r["step"] for r in ev], [start_curve] + [r["eval_accuracy"] for r in ev], marker="o",
                 label=f"seed {s['seed']}")
     a1.set_xlabel("step"); a1.set_ylabel("sampled reward (T = rollout temperature)"); a1.legend()
@@ -231,7 +237,7 @@ def main(argv=None) -> int:
     curve_rows = ["| step | " + " | ".join(f"seed {s['seed']}" for s in seeds) + " |",
                   "|---|" + "---|" * len(seeds)]
     steps = sorted({r["step"] for s in seeds for r in s["curve"] if r["eval_accuracy"] is not None})
-    starts = [json.loads((Path(s["run_dir"]) / "summary.json").read_text()).get("start_accuracy") for s in seeds]
+    starts = [_start_accuracy(s["run_dir"]) for s in seeds]
     curve_rows.append("| 0 | " + " | ".join(f"{a:.3f}" for a in starts) + " |")
     for st in steps:
         vals = [next((r["eval_accuracy"] for r in s["curve"] if r["step"] == st), None) for s in seeds]
@@ -242,7 +248,7 @@ def main(argv=None) -> int:
         n=len(items), n_curve=cfg["task"].get("n_eval"), table=table, curve="\n".join(curve_rows),
         mean_gain=record["variants"]["grpo"]["mean_gain"], trunc_start=record["truncated_frac_start"],
         trunc=record["truncated_frac"], start=seeds[0]["start"], command=args.command, commit=commit,
-        png=Path(args.png).name, examples=examples, version=version, extra=args.notes or "")
+        png=Path(args.png).name, examples=examples, ex_seed=seeds[0]['seed'], version=version, extra=args.notes or "")
     atomic_write_text(args.md, page)
     print(table)
     return 0
