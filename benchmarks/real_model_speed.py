@@ -93,12 +93,8 @@ def mm_gflops(n: int = 1024, reps: int = 10) -> float:
 
 
 def n_params(model) -> int:
-    seen, n = set(), 0
-    for p in model.parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            n += p.numel()
-    return n
+    """Parameters counted once: ``parameters()`` already skips tied (shared) tensors."""
+    return sum(p.numel() for p in model.parameters())
 
 
 def chat_prompts(tok, n: int) -> list[list[int]]:

@@ -304,16 +304,7 @@ def shared_prompt_logits(model, sig: ForwardSignature, prompt_ids_BP, prompt_mas
     first_BV = out.logits[:, -1][inverse_B]  # the last prompt position predicts response token 0
     if T == 1:
         return first_BV[:, None]
-    # every row gets its prompt's keys/values (index_select: the backward sums the rows' gradients)
-    rows = new_cache(model)
-    for i, layer in enumerate(layers):
-        rows.update(layer.keys.index_select(0, inverse_B), layer.values.index_select(0, inverse_B), i)
-    # the response tokens but the last (it is only ever a target), at the joint forward's positions
-    attn_BT = response_attn_BT.long()
-    attn_BL = torch.cat([prompt_mask_BP.long(), attn_BT[:, : T - 1]], dim=1)
-    pos_BT = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BT[:, : T - 1].cumsum(-1) - 1).clamp_(min=0)
-    out = model(input_ids=response_ids_BT[:, : T - 1], attention_mask=attn_BL, position_ids=pos_BT, use_cache=True,
-                **{sig.cache_kw: rows})
+    out = _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BT, response_attn_BT)
     return torch.cat([first_BV[:, None], out.logits], dim=1)
 
 
@@ -387,14 +378,7 @@ def shared_prompt_hidden(model, sig: ForwardSignature, prompt_ids_BP, prompt_mas
     first_BH = hidden[-1][:, -1][inverse_B]  # the last prompt position predicts response token 0
     if T == 1:
         return first_BH[:, None]
-    rows = new_cache(model)
-    for i, layer in enumerate(layers):
-        rows.update(layer.keys.index_select(0, inverse_B), layer.values.index_select(0, inverse_B), i)
-    attn_BT = response_attn_BT.long()
-    attn_BL = torch.cat([prompt_mask_BP.long(), attn_BT[:, : T - 1]], dim=1)
-    pos_BT = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BT[:, : T - 1].cumsum(-1) - 1).clamp_(min=0)
-    out = model(input_ids=response_ids_BT[:, : T - 1], attention_mask=attn_BL, position_ids=pos_BT, use_cache=True,
-                output_hidden_states=True, logits_to_keep=1, **{sig.cache_kw: rows})
+    out = _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BT, response_attn_BT, output_hidden_states=True, logits_to_keep=1)
     return torch.cat([first_BH[:, None], out.hidden_states[-1]], dim=1)
 
 
@@ -476,3 +460,20 @@ def chunked_head_logprobs(h_NH: torch.Tensor, w_VH: torch.Tensor, tok_N: torch.T
     logp, ent = _ChunkedHeadLogp.apply(h_NH.contiguous(), w_VH, tok_N, float(temperature), int(chunk),
                                        bool(return_entropy))
     return logp, (ent if return_entropy else None)
+
+
+def _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BT, response_attn_BT, **kw):
+    """Forward the response tokens but the last over each row's copy of its prompt's cache.
+
+    Every row gets its prompt's keys/values (index_select: the backward sums the rows' gradients);
+    the response tokens but the last (it is only ever a target) run at the joint forward's positions.
+    """
+    T = response_ids_BT.shape[1]
+    rows = new_cache(model)
+    for i, layer in enumerate(layers):
+        rows.update(layer.keys.index_select(0, inverse_B), layer.values.index_select(0, inverse_B), i)
+    attn_BT = response_attn_BT.long()
+    attn_BL = torch.cat([prompt_mask_BP.long(), attn_BT[:, : T - 1]], dim=1)
+    pos_BT = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BT[:, : T - 1].cumsum(-1) - 1).clamp_(min=0)
+    return model(input_ids=response_ids_BT[:, : T - 1], attention_mask=attn_BL, position_ids=pos_BT, use_cache=True,
+                 **kw, **{sig.cache_kw: rows})
