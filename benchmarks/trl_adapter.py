@@ -36,7 +36,7 @@ variants = {
     "trl_dapo": (GRPOTrainer, GRPOConfig, {}),
     "grpolab_token": (GrpolabGRPOTrainer, GrpolabGRPOConfig, {}),
     "grpolab_ba_ctpo": (GrpolabGRPOTrainer, GrpolabGRPOConfig, dict(grpolab_aggregation="balanced", grpolab_ratio="cumulative", epsilon=0.025, epsilon_high=0.05)),
-    "grpolab_ba_ctpo_rlsd": (GrpolabGRPOTrainer, GrpolabGRPOConfig, dict(grpolab_aggregation="balanced", grpolab_ratio="cumulative", epsilon=0.025, epsilon_high=0.05, grpolab_credit="rlsd")),
+    "grpolab_ba_ctpo_rlsd": (GrpolabGRPOTrainer, GrpolabGRPOConfig, dict(grpolab_aggregation="balanced", grpolab_ratio="cumulative", epsilon=0.025, epsilon_high=0.05, grpolab_credit_name="rlsd")),
 }
 res = {k: [] for k in variants}
 for r in range(ROUNDS):

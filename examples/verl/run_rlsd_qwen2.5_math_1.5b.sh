@@ -9,7 +9,7 @@
 #   python examples/verl/prepare_math.py --out ~/data/math        # once: MATH -> verl parquet
 #   bash examples/verl/run_rlsd_qwen2.5_math_1.5b.sh               # CTPO + BA + RLSD
 #   CREDIT=gear bash examples/verl/run_rlsd_qwen2.5_math_1.5b.sh   # GEAR (sampled-token divergence)
-#   bash examples/verl/run_rlsd_qwen2.5_math_1.5b.sh +grpolab.credit.teacher=actor   # live teacher
+#   bash examples/verl/run_rlsd_qwen2.5_math_1.5b.sh +grpolab.credit.teacher=live   # live teacher
 #
 # Extra Hydra overrides are passed through (see docs/scale-out.md for every grpolab.credit key).
 set -euo pipefail

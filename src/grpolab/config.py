@@ -475,17 +475,32 @@ class LogConfig:
                                   "pip install 'grpolab[wandb]' or set log.wandb=false")
 
 
+#: Earlier spellings of credit values, still read (with a ``FutureWarning``) as the value on the
+#: right: the TRL adapter wrote "no credit" as ``none``; the verl extension named its teachers
+#: ``ref`` (the frozen initial policy) and ``actor`` (the live policy).
+CREDIT_VALUE_ALIASES: dict[tuple[str, str], str] = {
+    ("name", "none"): "grpo", ("teacher", "ref"): "frozen", ("teacher", "actor"): "live",
+}
+
+
 @dataclass
 class CreditConfig:
     """Token-level credit from a privileged self-teacher (RLSD, GEAR, OPSD); see docs/credit.md.
 
-    ``name=grpo`` (default) leaves every token with its sequence advantage. ``lam`` decays from
-    ``lam`` to ``lam_end`` over ``lam_steps`` steps (``lam_schedule=linear``) or stays
-    (``constant``). GEAR: ``divergence`` (``kl`` full vocabulary, or ``logratio`` = the sampled
-    token's gap), the spike threshold (``gear_threshold`` ``mad``: median + ``gear_k`` MAD, or
-    ``quantile``: ``gear_quantile``; floor ``gear_min_divergence``), and the characters whose
-    tokens end a segment (``gear_boundaries``). ``span_end``: if set, reweight only the tokens
-    before the first token containing it (e.g. ``"#"``: the scratchpad of the arith task).
+    The one credit settings schema: grpolab's own trainer reads it as the ``credit`` section, the
+    TRL adapter as its ``grpolab_credit_<field>`` arguments and the verl extension as its
+    ``grpolab.credit.<field>`` keys -- same names, same defaults, one :meth:`validate`
+    (:meth:`from_mapping` builds it from an adapter's keys; docs/credit.md, "One schema").
+
+    ``name=grpo`` (default) is "no credit": every token keeps its sequence advantage. ``lam``
+    decays from ``lam`` to ``lam_end`` over ``lam_steps`` steps (``lam_schedule=linear``) or stays
+    (``constant``). ``teacher``: ``frozen`` (a copy of the policy re-synced every
+    ``teacher_sync_every`` steps; 0 = never, the initial policy) or ``live`` (the policy itself).
+    GEAR: ``divergence`` (``kl`` full vocabulary, or ``logratio`` = the sampled token's gap), the
+    spike threshold (``gear_threshold`` ``mad``: median + ``gear_k`` MAD, or ``quantile``:
+    ``gear_quantile``; floor ``gear_min_divergence``), and the characters whose tokens end a
+    segment (``gear_boundaries``). ``span_end``: if set, reweight only the tokens before the first
+    token containing it (e.g. ``"#"``: the scratchpad of the arith task).
     """
 
     name: str = "grpo"
@@ -497,7 +512,7 @@ class CreditConfig:
     negative_only: bool = False
     span_end: str = ""
     teacher: str = "frozen"
-    teacher_sync_every: int = 10
+    teacher_sync_every: int = 10  # 0: never re-synced (the initial policy stays the teacher)
     template: str = DEFAULT_TEACHER_TEMPLATE
     # Chat-template prompts: the privileged context goes into the conversation, not around the
     # rendered text. placement "user": the last user turn becomes chat_template (with {prompt} =
@@ -514,22 +529,30 @@ class CreditConfig:
     chunk_size: int = 1024
     micro_batch_size: int = 0  # rows per teacher forward; 0 = trainer.micro_batch_size, or all rows
 
-    def validate(self) -> None:
+    @property
+    def enabled(self) -> bool:
+        """False for ``name=grpo`` (no credit)."""
+        return self.name != "grpo"
+
+    def validate(self, prefix: str = "credit.") -> "CreditConfig":
+        """Raise :class:`ConfigError` naming the key (``prefix`` + field: ``credit.lam``,
+        ``grpolab_credit_lam``, ``grpolab.credit.lam``) and the fix; read the earlier spellings of
+        :data:`CREDIT_VALUE_ALIASES` as the current ones (with a ``FutureWarning``). Returns ``self``."""
         from grpolab import objectives as obj
         from grpolab.rollout.teacher import check_template
 
-        _choice("credit.name", self.name)
-        _choice("credit.lam_schedule", self.lam_schedule)
-        _choice("credit.teacher", self.teacher)
-        _choice("credit.privileged_placement", self.privileged_placement)
+        self._read_aliases(prefix)
+        for f in ("name", "lam_schedule", "teacher", "privileged_placement", "divergence", "gear_threshold"):
+            _choice(prefix + f, getattr(self, f), CHOICES[f"credit.{f}"]())
         for k in ("lam", "lam_end"):
             if not 0 <= getattr(self, k) <= 1:
-                raise ConfigError(f"credit.{k}={getattr(self, k)} must be in [0, 1] (0 = plain GRPO)")
-        _positive("credit.lam_steps", self.lam_steps, zero_ok=True)
-        _positive("credit.teacher_sync_every", self.teacher_sync_every)
-        _positive("credit.chunk_size", self.chunk_size)
-        _positive("credit.micro_batch_size", self.micro_batch_size, zero_ok=True)
-        _positive("credit.gear_min_divergence", self.gear_min_divergence, zero_ok=True)
+                raise ConfigError(f"{prefix}{k}={getattr(self, k)} must be in [0, 1] (0 = plain GRPO)")
+        for k in ("lam_steps", "teacher_sync_every", "micro_batch_size", "gear_min_divergence"):
+            _positive(prefix + k, getattr(self, k), zero_ok=True)
+        _positive(prefix + "chunk_size", self.chunk_size)
+        for k in ("span_end", "gear_boundaries"):
+            if not isinstance(getattr(self, k), str):
+                raise ConfigError(f"{prefix}{k}={getattr(self, k)!r} must be a string of characters")
         try:
             obj.check_credit(name=self.name, lam=self.lam, eps_w=self.eps_w, threshold=self.gear_threshold,
                              k=self.gear_k, quantile=self.gear_quantile, divergence=self.divergence)
@@ -537,7 +560,49 @@ class CreditConfig:
             check_template(self.chat_template)
             check_template(self.system_template, need_prompt=False)
         except ValueError as e:
-            raise ConfigError(f"credit: {e}") from None
+            raise ConfigError(f"{prefix.rstrip('._')}: {e}") from None
+        return self
+
+    def _read_aliases(self, prefix: str) -> None:
+        import warnings
+
+        for (key, old), new in CREDIT_VALUE_ALIASES.items():
+            if getattr(self, key) == old:
+                warnings.warn(f"{prefix}{key}={old!r} is an earlier spelling; write {prefix}{key}={new!r}",
+                              FutureWarning, stacklevel=4)
+                setattr(self, key, new)
+
+    @classmethod
+    def from_mapping(cls, values: typing.Mapping[str, Any], *, prefix: str = "credit.") -> "CreditConfig":
+        """Build and validate from ``{field: value}`` (an adapter's keys with its prefix removed).
+
+        Raises:
+            ConfigError: an unknown key (naming the closest field and every allowed one) or a bad value.
+        """
+        import difflib
+
+        names = [f.name for f in dataclasses.fields(cls)]
+        for key in values:
+            if key not in names:
+                close = difflib.get_close_matches(str(key), names, n=1)
+                hint = f"did you mean {prefix}{close[0]}? " if close else ""
+                raise ConfigError(f"unknown credit key {prefix}{key}; {hint}allowed: {', '.join(names)}")
+        return cls(**dict(values)).validate(prefix)
+
+    def lam_at(self, step: int) -> float:
+        """``lam`` at 0-based training ``step`` (the ``lam`` / ``lam_end`` / ``lam_steps`` schedule)."""
+        from grpolab.objectives import lam_schedule
+
+        return lam_schedule(step, start=self.lam, end=self.lam_end, steps=self.lam_steps, kind=self.lam_schedule)
+
+    def needs_kl(self) -> bool:
+        """Whether the teacher forward must return the full-vocabulary KL (GEAR with ``divergence=kl``)."""
+        return self.name == "gear" and self.divergence == "kl"
+
+    def method_kwargs(self) -> dict[str, Any]:
+        """The method's settings as :func:`grpolab.objectives.credit_advantages` takes them."""
+        return dict(eps_w=self.eps_w, negative_only=self.negative_only, threshold=self.gear_threshold,
+                    k=self.gear_k, quantile=self.gear_quantile, min_divergence=self.gear_min_divergence)
 
 
 @dataclass

@@ -115,7 +115,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "log.warn_no_signal_steps": (">= 0", "warn after this many steps in a row without a group with signal (0 = never)"),
     "log.warn_truncated_frac": ("(0, 1]", "warn when more than this share of responses is truncated (1 = never)"),
     # credit
-    "credit.name": ("", "token credit from a privileged self-teacher (grpo = none; docs/credit.md)"),
+    "credit.name": ("", "token credit from a privileged self-teacher (grpo = no credit; docs/credit.md)"),
     "credit.lam": ("[0, 1]", "teacher weight at the start"),
     "credit.lam_end": ("[0, 1]", "teacher weight after lam_steps"),
     "credit.lam_steps": (">= 0", "steps of the lam schedule"),
@@ -124,7 +124,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "credit.negative_only": ("", "reweight only negative-advantage rows"),
     "credit.span_end": ("", "reweight only tokens before the first token containing this text"),
     "credit.teacher": ("", "frozen copy re-synced every teacher_sync_every steps, or the live policy"),
-    "credit.teacher_sync_every": ("> 0", "steps between teacher syncs"),
+    "credit.teacher_sync_every": (">= 0", "steps between syncs of the frozen teacher (0: never, the initial policy)"),
     "credit.template": ("text with {prompt} and {privileged}", "the teacher's plain-text prompt"),
     "credit.privileged_placement": ("", "where the privileged context goes in a chat prompt"),
     "credit.chat_template": ("text with {prompt} and {privileged}", "the teacher's last user turn (chat)"),

@@ -34,7 +34,7 @@ def _args(tmp_path, **kw):
     base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, gradient_accumulation_steps=1,
                 num_generations=2, max_completion_length=6, max_steps=2, learning_rate=1e-2, beta=0.0,
                 report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True, use_cpu=True,
-                bf16=False, fp16=False, seed=0, dataloader_num_workers=0, grpolab_credit="rlsd",
+                bf16=False, fp16=False, seed=0, dataloader_num_workers=0, grpolab_credit_name="rlsd",
                 grpolab_privileged_column="solution")
     names = {f.name for f in dataclasses.fields(GrpolabGRPOConfig)}
     base["activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"] = False
@@ -48,7 +48,7 @@ def test_conversational_credit_trains_and_aligns(tmp_path, placement):
     tok = build_chat_tokenizer()
     model = build_chat_model(tok)
     tr = GrpolabGRPOTrainer(model=model, processing_class=tok, reward_funcs=_reward, train_dataset=_dataset(),
-                            args=_args(tmp_path, grpolab_privileged_placement=placement))
+                            args=_args(tmp_path, grpolab_credit_privileged_placement=placement))
     seen = {}
     orig = tr._credit
 
@@ -101,7 +101,7 @@ def test_unusable_credit_inputs_are_refused_before_the_model_loads(tmp_path):
                                     "solution": ["1"]})
     with pytest.raises(ValueError, match="multimodal"):
         GrpolabGRPOTrainer(model=str(missing), reward_funcs=_reward, args=_args(tmp_path), train_dataset=multimodal)
-    with pytest.raises(ValueError, match="grpolab_privileged_placement"):
-        _args(tmp_path, grpolab_privileged_placement="assistant")
+    with pytest.raises(ValueError, match="grpolab_credit_privileged_placement"):
+        _args(tmp_path, grpolab_credit_privileged_placement="assistant")
     with pytest.raises(ValueError, match=r"\{privileged\}"):
-        _args(tmp_path, grpolab_teacher_chat_template="{prompt} only")
+        _args(tmp_path, grpolab_credit_chat_template="{prompt} only")

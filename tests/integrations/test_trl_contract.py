@@ -139,7 +139,7 @@ def test_config_refuses_what_it_does_not_replace(tmp_path):
     with pytest.raises(ValueError, match="loss_type"):
         _args(tmp_path, loss_type="cispo")
     with pytest.raises(ValueError, match="grpolab_credit"):
-        _args(tmp_path, grpolab_credit="opsd2")
+        _args(tmp_path, grpolab_credit_name="opsd2")
     with pytest.raises(ValueError, match="aggregation"):
         _args(tmp_path, grpolab_aggregation="mean")
 
@@ -147,7 +147,7 @@ def test_config_refuses_what_it_does_not_replace(tmp_path):
 @pytest.mark.parametrize("credit", ["rlsd", pytest.param("gear", marks=pytest.mark.slow)])
 def test_trains_with_balanced_cumulative_and_credit(tmp_path, credit):
     tr = _trainer(tmp_path, grpolab_aggregation="balanced", grpolab_ratio="cumulative", epsilon=0.025,
-                  epsilon_high=0.05, grpolab_credit=credit, steps_per_generation=2, num_iterations=2)
+                  epsilon_high=0.05, grpolab_credit_name=credit, steps_per_generation=2, num_iterations=2)
     before = [p.detach().clone() for p in tr.model.parameters()]
     seen = {}
     orig = tr._generate_and_score_completions
@@ -194,3 +194,35 @@ def test_token_settings_reproduce_trls_own_dapo_loss(tmp_path):
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
     for g, p in zip(g_ours, model.parameters()):
         torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_credit_follows_the_shared_settings(tmp_path):
+    """The credit step reads grpolab's one schema (grpolab_credit_<field>): ``span_end`` ends the
+    reweighted span, ``lam_schedule`` drives lam, the frozen teacher is a copy re-synced every
+    ``teacher_sync_every`` steps."""
+    tr = _trainer(tmp_path, grpolab_credit_name="rlsd", grpolab_credit_span_end="5", grpolab_credit_lam=0.3,
+                  grpolab_credit_lam_schedule="constant", grpolab_credit_teacher_sync_every=2)
+    batch, adv_B, _ = _inputs(tr, seed=3)
+    tok = tr.processing_class
+    five = tok.convert_tokens_to_ids("5")
+    ids = batch["completion_ids"]
+    ids[ids == five] = five + 1
+    ids[0, 3] = five                                          # row 0: the span ends at its 4th token
+    out = {k: batch[k] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+    rows = [{"prompt": "12+34=", "reference": "46"}] * ids.shape[0]
+    mask = batch["completion_mask"]
+    tr.state.global_step = 40
+    adv = tr._credit(rows, out, mask, adv_B, "train")
+    assert torch.equal(adv[0, 3:7], adv_B[0].expand(4))       # from the span end on: the sequence advantage
+    assert not torch.equal(adv[0, :3], adv_B[0].expand(3))    # before it: reweighted by the teacher
+    assert tr._metrics["train"]["grpolab/credit/lam"][-1] == 0.3  # constant: lam at step 40 is still lam
+    tr.state.global_step = 0
+    policy = tr._policy()
+    teacher = tr._teacher()
+    assert teacher is not policy and all(torch.equal(a, b) for a, b in zip(teacher.parameters(), policy.parameters()))
+    with torch.no_grad():
+        next(policy.parameters()).add_(1.0)
+    tr.state.global_step = 1
+    assert tr._teacher() is teacher and not torch.equal(next(teacher.parameters()), next(policy.parameters()))
+    tr.state.global_step = 2                                  # due: re-synced to the policy
+    assert torch.equal(next(tr._teacher().parameters()), next(policy.parameters()))

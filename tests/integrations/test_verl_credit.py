@@ -159,7 +159,7 @@ def _expected_teacher_logp(tok, model, rows):
 
 
 def _ext(tok, **kw):
-    cfg = vc.VerlCreditConfig(template=TEMPLATE, **kw)
+    cfg = vc.VerlCreditConfig(**{"name": "rlsd", "chat_template": TEMPLATE, **kw})
     return vc.CreditExtension(cfg, tok, encode=vc.TeacherPromptEncoder(tok, hf_model_type="llama"))
 
 
@@ -228,7 +228,7 @@ def test_each_distinct_teacher_chat_is_tokenised_once(tok, model):
         seen.append(messages[-1]["content"])
         return enc(messages)
 
-    ext = vc.CreditExtension(vc.VerlCreditConfig(template=TEMPLATE), tok, encode=counting)
+    ext = vc.CreditExtension(vc.VerlCreditConfig(name="rlsd", chat_template=TEMPLATE), tok, encode=counting)
     ext(step=0, teacher=_call(StandInWorkerGroup(model)), temperature=TEMP, **rows)
     assert len(seen) == 2 and len(set(seen)) == 2  # 6 scored rows, 2 prompt groups (group 1 has A = 0)
 
@@ -263,31 +263,42 @@ def test_missing_privileged_key_names_the_key_and_the_fix(tok, model):
         _ext(tok)(step=0, teacher=_call(StandInWorkerGroup(model)), temperature=TEMP, **rows)
 
 
-def test_teacher_messages_rewrite_only_the_last_user_message():
+def test_teacher_chat_rewrites_only_the_last_user_message(tok):
+    """verl's teacher chats come from grpolab's one builder (grpolab.rollout.teacher.teacher_messages)."""
     chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q1"},
             {"role": "assistant", "content": "a1"}, {"role": "user", "content": "q2"}]
-    out = vc.teacher_messages(chat, "SOL", "{prompt} | {privileged} | {prompt}")
-    assert out[:3] == chat[:3] and out[3] == {"role": "user", "content": "q2 | SOL | q2"}
+    seen = []
+    ext = vc.CreditExtension(vc.VerlCreditConfig(name="rlsd", chat_template="{prompt} | {privileged} | {prompt}"),
+                             tok, encode=lambda m: seen.append(m) or [1])
+    ext.teacher_prompts([chat], [{"solution": "SOL"}], [0])
+    assert seen[0][:3] == chat[:3] and seen[0][3] == {"role": "user", "content": "q2 | SOL | q2"}
     assert chat[3]["content"] == "q2"  # input untouched
-    with pytest.raises(ValueError, match="text prompts only"):
-        vc.teacher_messages([{"role": "user", "content": [{"type": "image"}]}], "s", TEMPLATE)
-    with pytest.raises(ValueError, match="no user message"):
-        vc.teacher_messages([{"role": "system", "content": "x"}], "s", TEMPLATE)
+    system = vc.CreditExtension(vc.VerlCreditConfig(name="rlsd", privileged_placement="system"), tok,
+                                encode=lambda m: seen.append(m) or [1])
+    system.teacher_prompts([chat], [{"solution": "SOL"}], [0])
+    assert seen[1][0]["content"].startswith("be brief\n\nA reference solution") and seen[1][1:] == chat[1:]
+    with pytest.raises(ValueError, match="row 0.*multimodal"):
+        ext.teacher_prompts([[{"role": "user", "content": [{"type": "image"}]}]], [{"solution": "s"}], [0])
+    with pytest.raises(ValueError, match="row 0.*needs a user message"):
+        ext.teacher_prompts([[{"role": "system", "content": "x"}]], [{"solution": "s"}], [0])
 
 
 @pytest.mark.parametrize("kw,match", [
     ({"name": "opsd"}, "rlsd, gear"),
-    ({"teacher": "frozen"}, "choose ref"),
+    ({"teacher": "reference"}, "grpolab.credit.teacher='reference' is not allowed; choose one of: frozen, live"),
     ({"divergence": "kl"}, "logratio"),
+    ({"teacher_sync_every": 10}, "initial policy"),
+    ({"chunk_size": 64}, "not used inside verl"),
     ({"lam": 1.5}, "lam"),
     ({"eps_w": 1.0}, "eps_w"),
-    ({"template": "{prompt} only"}, "privileged"),
-    ({"template": "{prompt} {privileged} {answer}"}, "unknown fields"),
+    ({"template": "{prompt} {privileged}"}, "chat_template"),
+    ({"chat_template": "{prompt} only"}, "privileged"),
+    ({"chat_template": "{prompt} {privileged} {answer}"}, "unknown fields"),
     ({"privileged_key": ""}, "privileged_key"),
 ])
 def test_bad_config_is_refused_with_the_fix(kw, match):
     with pytest.raises(ValueError, match=match):
-        vc.VerlCreditConfig(**kw).validate()
+        vc.VerlCreditConfig(**{"name": "rlsd", **kw}).validate()
 
 
 def test_config_from_verl_keys():
@@ -295,10 +306,17 @@ def test_config_from_verl_keys():
                                                          "+grpolab.credit.privileged_key=worked",
                                                          "+grpolab.credit.lam=0.3"])
     c = vc.VerlCreditConfig.from_verl_config(cfg)
-    assert (c.name, c.privileged_key, c.lam, c.teacher) == ("gear", "worked", 0.3, "ref")
+    assert (c.name, c.privileged_key, c.lam, c.teacher) == ("gear", "worked", 0.3, "frozen")
     assert vc.VerlCreditConfig.from_verl_config(verl_main.compose_config(None, "ppo_trainer", [])) is None
-    with pytest.raises(ValueError, match="unknown grpolab.credit keys \\['lamda'\\]"):
-        vc.VerlCreditConfig.from_mapping({"lamda": 0.3})
+    no_credit = verl_main.compose_config(None, "ppo_trainer", ["+grpolab.credit.name=grpo"])
+    assert vc.VerlCreditConfig.from_verl_config(no_credit) is None  # grpo: verl's plain trainer
+    with pytest.raises(ValueError, match="no name: set \\+grpolab.credit.name=rlsd"):
+        vc.VerlCreditConfig.from_verl_config(verl_main.compose_config(None, "ppo_trainer",
+                                                                      ["+grpolab.credit.lam=0.3"]))
+    with pytest.raises(ValueError, match="unknown credit key grpolab.credit.lamda; did you mean grpolab.credit.lam"):
+        vc.VerlCreditConfig.from_mapping({"name": "rlsd", "lamda": 0.3})
+    with pytest.warns(FutureWarning, match="teacher='actor' is an earlier spelling; write grpolab.credit.teacher='live'"):
+        assert vc.VerlCreditConfig.from_mapping({"name": "rlsd", "teacher": "actor"}).teacher == "live"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -342,7 +360,8 @@ def _trainer(monkeypatch, overrides=None, **credit):
     config = copy.deepcopy(_BASE[0])
     for key, value in (overrides or {}).items():
         OmegaConf.update(config, key, value)
-    cls = vc.credit_trainer_class(PPOTrainerSync, vc.VerlCreditConfig(template=TEMPLATE, **credit))
+    cls = vc.credit_trainer_class(PPOTrainerSync,
+                                  vc.VerlCreditConfig(**{"name": "rlsd", "chat_template": TEMPLATE, **credit}))
     return cls(config)
 
 
@@ -389,14 +408,14 @@ def test_compute_advantage_runs_verl_grpo_then_the_credit(tok, model, monkeypatc
 
 
 @pytest.mark.parametrize("teacher,ref_in_actor,wg,method,no_lora", [
-    ("ref", False, "ref", "compute_ref_log_prob", False),
-    ("ref", True, "actor", "compute_log_prob", True),
-    ("actor", False, "actor", "compute_log_prob", False),
+    ("frozen", False, "ref", "compute_ref_log_prob", False),
+    ("frozen", True, "actor", "compute_log_prob", True),
+    ("live", False, "actor", "compute_log_prob", False),
 ])
 def test_teacher_worker_follows_the_config(tok, model, monkeypatch, teacher, ref_in_actor, wg, method, no_lora):
     trainer = _trainer(monkeypatch, teacher=teacher)
     trainer.ref_policy_wg, trainer.actor_rollout_wg = object(), StandInWorkerGroup(model)
-    if not ref_in_actor and teacher == "ref":
+    if not ref_in_actor and teacher == "frozen":
         trainer.ref_policy_wg = StandInWorkerGroup(model)
     trainer.ref_in_actor = ref_in_actor
     call = trainer.grpolab_teacher_call()
@@ -408,7 +427,7 @@ def test_teacher_worker_follows_the_config(tok, model, monkeypatch, teacher, ref
 
 
 def test_live_teacher_follows_the_actor_frozen_teacher_does_not(tok, model):
-    """teacher=actor scores with the current actor weights; teacher=ref with the initial ones."""
+    """teacher=live scores with the current actor weights; teacher=frozen with the initial ones."""
     import copy
 
     rows, _ = _rows(tok)
@@ -416,7 +435,7 @@ def test_live_teacher_follows_the_actor_frozen_teacher_does_not(tok, model):
     ref_wg, actor_wg = StandInWorkerGroup(model), StandInWorkerGroup(actor)
     def live():
         call = _call(actor_wg, "compute_log_prob", "actor")
-        return _ext(tok, teacher="actor")(step=0, teacher=call, temperature=TEMP, **rows).teacher_logp
+        return _ext(tok, teacher="live")(step=0, teacher=call, temperature=TEMP, **rows).teacher_logp
 
     def frozen():
         return _ext(tok)(step=0, teacher=_call(ref_wg), temperature=TEMP, **rows).teacher_logp
@@ -433,17 +452,17 @@ def test_live_teacher_follows_the_actor_frozen_teacher_does_not(tok, model):
 def test_reference_worker_is_added_for_the_frozen_teacher(monkeypatch):
     from verl.trainer.ppo.utils import Role
 
-    t = _trainer(monkeypatch, teacher="ref")
+    t = _trainer(monkeypatch, teacher="frozen")
     assert t.use_reference_policy and not t.grpolab_kl_uses_ref
     t._init_resource_pool_mgr()
     assert Role.ActorRolloutRef in t.role_worker_mapping and Role.ActorRollout not in t.role_worker_mapping
     assert t.resource_pool_manager.mapping[Role.ActorRolloutRef] == "global_pool"
     sentinel = object()
     assert t._compute_ref_log_prob(sentinel, {}) is sentinel  # no KL: no reference forward on the student prompt
-    live = _trainer(monkeypatch, teacher="actor")
+    live = _trainer(monkeypatch, teacher="live")
     live._init_resource_pool_mgr()
     assert not live.use_reference_policy and Role.ActorRollout in live.role_worker_mapping
-    kl = _trainer(monkeypatch, overrides={"actor_rollout_ref.actor.use_kl_loss": True}, teacher="ref")
+    kl = _trainer(monkeypatch, overrides={"actor_rollout_ref.actor.use_kl_loss": True}, teacher="frozen")
     assert kl.grpolab_kl_uses_ref  # with a KL loss verl's own reference forward still runs
 
 
@@ -568,7 +587,7 @@ def test_bad_credit_config_and_legacy_trainer_stop_the_command(monkeypatch, caps
 
 def test_rlsd_example_composes_and_passes_verl_validation(monkeypatch, tmp_path):
     """examples/verl's RLSD launch: the GRPO example's config + the script's grpolab.credit keys
-    parse, and verl's validation passes with the reference worker counted (teacher=ref)."""
+    parse, and verl's validation passes with the reference worker counted (teacher=frozen)."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
@@ -584,7 +603,7 @@ def test_rlsd_example_composes_and_passes_verl_validation(monkeypatch, tmp_path)
         cfg = verl_main.compose_config(str(here), "grpolab_qwen2.5_math_1.5b", [f"+grpolab.credit.name={name}", *keys])
         OmegaConf.resolve(cfg)
         c = vc.VerlCreditConfig.from_verl_config(cfg)
-        assert (c.name, c.privileged_key, c.teacher, c.template) == (name, "solution", "ref", vc.DEFAULT_TEMPLATE)
+        assert (c.name, c.privileged_key, c.teacher, c.chat_template) == (name, "solution", "frozen", vc.DEFAULT_TEMPLATE)
         assert cfg.trainer.use_v1 and cfg.algorithm.adv_estimator == "grpolab_balanced"
         validate_config(cfg, use_reference_policy=True, use_critic=False)
 

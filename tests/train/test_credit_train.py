@@ -180,9 +180,9 @@ def test_default_template_is_the_rollout_default():
     ("credit.lam=1.5", r"credit.lam=1.5 must be in \[0, 1\]"),
     ("credit.eps_w=1.0", "eps_w=1.0 must be in"),
     ("credit.teacher=ema", "credit.teacher='ema' is not allowed; choose one of: frozen, live"),
-    ("credit.teacher_sync_every=0", "credit.teacher_sync_every=0 must be > 0"),
-    ("credit.divergence=js", "divergence='js'; choose one of: kl, logratio"),
-    ("credit.gear_threshold=iqr", "threshold='iqr'; choose one of: mad, quantile"),
+    ("credit.teacher_sync_every=-1", "credit.teacher_sync_every=-1 must be >= 0"),
+    ("credit.divergence=js", "credit.divergence='js' is not allowed; choose one of: kl, logratio"),
+    ("credit.gear_threshold=iqr", "credit.gear_threshold='iqr' is not allowed; choose one of: mad, quantile"),
     ("credit.template=no placeholders", r"must contain \{prompt\} and \{privileged\}"),
     ("credit.lam_schedule=cosine", "credit.lam_schedule='cosine' is not allowed"),
 ])

@@ -12,31 +12,35 @@ Accelerate / DeepSpeed / FSDP, logging -- and grpolab replaces the loss:
 - ratio level ``token | sequence | gspo | cumulative`` (CTPO, arXiv 2605.07331) with TRL's
   ``epsilon`` / ``epsilon_high`` as the clip (for ``cumulative``, CTPO's log-space bounds: set
   ``epsilon=0.025, epsilon_high=0.05``) and grpolab's ``dual_clip`` / ``clip_power``;
-- credit ``rlsd | gear`` (docs/methods.md, token-level credit): a no-grad teacher forward of the policy (or a
-  given teacher model) on a privileged prompt -- the dataset's prompt plus the column
-  ``grpolab_privileged_column`` through ``grpolab_teacher_template`` -- scores the sampled
-  tokens; :func:`grpolab.objectives.credit_advantages` turns TRL's sequence advantages into
-  per-token ones.
+- credit ``rlsd | gear`` (docs/methods.md, token-level credit): a no-grad teacher forward of the policy (a
+  frozen copy, the live policy, or a given teacher model) on a privileged prompt -- the dataset's
+  prompt plus the column ``grpolab_privileged_column`` through ``grpolab_credit_template`` --
+  scores the sampled tokens; :func:`grpolab.objectives.credit_advantages` turns TRL's sequence
+  advantages into per-token ones. The credit settings are grpolab's one schema
+  (:class:`grpolab.config.CreditConfig`, docs/credit.md): its field ``X`` is the argument
+  ``grpolab_credit_X`` here, with the same default (earlier names: :data:`RENAMED`).
 
 Usage::
 
     from grpolab.integrations.trl import GrpolabGRPOConfig, GrpolabGRPOTrainer
     args = GrpolabGRPOConfig(output_dir="out", grpolab_aggregation="balanced",
                              grpolab_ratio="cumulative", epsilon=0.025, epsilon_high=0.05,
-                             grpolab_credit="rlsd", grpolab_privileged_column="solution")
+                             grpolab_credit_name="rlsd", grpolab_privileged_column="solution")
     trainer = GrpolabGRPOTrainer(model=..., reward_funcs=..., args=args, train_dataset=ds)
 
 Conversational datasets (TRL's ``prompt`` as a list of ``{role, content}`` messages) work with
 credit: the teacher's privileged prompt is built at the message level
-(:func:`grpolab.rollout.teacher.teacher_messages`; ``grpolab_privileged_placement`` ``user``: the
-last user turn becomes ``grpolab_teacher_chat_template``; ``system``: ``grpolab_teacher_system_template``
-joins the system message) and rendered by TRL's own chat-template call (same ``chat_template``
+(:func:`grpolab.rollout.teacher.teacher_messages`; ``grpolab_credit_privileged_placement`` ``user``:
+the last user turn becomes ``grpolab_credit_chat_template``; ``system``:
+``grpolab_credit_system_template`` joins the system message) and rendered by TRL's own chat-template call (same ``chat_template``
 and ``chat_template_kwargs``), so the completion tokens follow both prompts identically.
 Unsupported inputs (no privileged column, multimodal content parts) are refused when the trainer
 is built, before the model loads or generates.
 
 LoRA: pass TRL's ``peft_config=peft.LoraConfig(...)``; the teacher forward runs on the adapted
-model (the live policy, or with ``grpolab_teacher_sync_steps=N`` a copy re-synced every N steps).
+model (``grpolab_credit_teacher=frozen``: a copy with its adapters, re-synced every
+``grpolab_credit_teacher_sync_every`` steps; ``live``: the policy). grpolab's own trainer differs
+here: its frozen LoRA teacher is the base model with the adapters switched off.
 
 Metrics: TRL's own keys stay (``clip_ratio/low_mean``, ``clip_ratio/high_mean``,
 ``clip_ratio/region_mean``, ``entropy``, ``kl``) with grpolab's definitions of the same
@@ -54,16 +58,18 @@ time): ``top_entropy_quantile < 1``, ``off_policy_mask_threshold``, ``delta``, a
 from __future__ import annotations
 
 import copy
+import dataclasses
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 
+from grpolab.config import CreditConfig
+from grpolab.config_help import KEY_HELP
 from grpolab.objectives import (
     aggregation_weights,
-    check_credit,
     check_objective,
     credit_advantages,
-    lam_schedule,
     policy_loss,
 )
 
@@ -73,52 +79,87 @@ except ImportError as e:  # pragma: no cover - exercised only without trl
     raise ImportError("grpolab.integrations.trl needs trl: pip install 'grpolab[trl]'") from e
 
 from grpolab.rollout.teacher import (
-    DEFAULT_CHAT_TEACHER_TEMPLATE,
-    DEFAULT_SYSTEM_TEACHER_TEMPLATE,
-    DEFAULT_TEACHER_TEMPLATE,
-    PLACEMENTS,
-    check_template,
+    CreditTokens,
     credit_logprobs,
     encode_teacher_prompts,
     teacher_messages,
 )
 
+#: The credit settings are grpolab's one schema (:class:`grpolab.config.CreditConfig`): field
+#: ``X`` of it is this adapter's argument ``grpolab_credit_X``, with the same default.
+CREDIT_PREFIX = "grpolab_credit_"
+#: Credit methods this adapter runs (``opsd`` is grpolab's own trainer's only).
 CREDITS = ("grpo", "rlsd", "gear")
-#: "No credit" is spelled ``grpo`` as in grpolab's own ``credit.name``; ``none`` (this adapter's
-#: earlier spelling) is still accepted and means the same.
-_NO_CREDIT = ("grpo", "none")
-GEAR_DIVERGENCES = ("kl", "logratio")
+#: This adapter's earlier argument names -> the current ones (read with a FutureWarning).
+#: ``grpolab_teacher_sync_steps=0`` was the live teacher, ``N`` a frozen copy re-synced every N.
+RENAMED = {
+    "grpolab_credit": "grpolab_credit_name",
+    "grpolab_gear_divergence": "grpolab_credit_divergence",
+    "grpolab_teacher_template": "grpolab_credit_template",
+    "grpolab_teacher_chat_template": "grpolab_credit_chat_template",
+    "grpolab_teacher_system_template": "grpolab_credit_system_template",
+    "grpolab_privileged_placement": "grpolab_credit_privileged_placement",
+    "grpolab_teacher_sync_steps": "grpolab_credit_teacher + grpolab_credit_teacher_sync_every",
+}
 _TRL_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
-# the teacher's template text (plain, chat user turn, system note): grpolab.utils.teacher_templates
+_CREDIT_DEFAULTS = CreditConfig()
+
+
+def _credit_field(name: str):
+    """A ``grpolab_credit_<name>`` argument: the default and help of :class:`CreditConfig`'s field."""
+    return field(default=getattr(_CREDIT_DEFAULTS, name), metadata={"help": KEY_HELP[f"credit.{name}"][1]})
+
+
+def _renamed_field():
+    return field(default=None, metadata={"help": "earlier name, still read; see RENAMED"})
 
 
 @dataclass
 class GrpolabGRPOConfig(GRPOConfig):
-    """TRL's ``GRPOConfig`` plus grpolab's objective fields (all prefixed ``grpolab_``)."""
+    """TRL's ``GRPOConfig`` plus grpolab's objective fields (all prefixed ``grpolab_``).
+
+    The credit arguments are ``grpolab_credit_<field>`` for every field of grpolab's credit schema
+    (:class:`grpolab.config.CreditConfig`, docs/credit.md); after ``__post_init__`` the validated
+    settings are :attr:`grpolab_credit_settings`.
+    """
 
     grpolab_aggregation: str = field(default="token", metadata={"help": "token | sequence | constant | balanced"})
     grpolab_ratio: str = field(default="token", metadata={"help": "token | sequence | gspo | cumulative"})
     grpolab_dual_clip: float | None = field(default=3.0, metadata={"help": "dual clip for A < 0 (None: off)"})
     grpolab_clip_power: float = field(default=0.5, metadata={"help": "CTPO's p in s_t = pos_t ** p"})
-    grpolab_credit: str = field(default="grpo", metadata={"help": "grpo (no credit) | rlsd | gear"})
-    grpolab_credit_lam: float = field(default=0.5, metadata={"help": "credit mixing weight at step 0"})
-    grpolab_credit_lam_end: float = field(default=0.0, metadata={"help": "credit mixing weight after the decay"})
-    grpolab_credit_lam_steps: int = field(default=50, metadata={"help": "linear decay steps (0: constant lam)"})
-    grpolab_credit_eps_w: float = field(default=0.2, metadata={"help": "credit weight clip [1-eps_w, 1+eps_w]"})
-    grpolab_credit_negative_only: bool = field(default=False, metadata={"help": "reweight only A < 0 samples"})
-    grpolab_gear_divergence: str = field(default="kl", metadata={"help": "kl (full vocabulary) | logratio"})
     grpolab_privileged_column: str = field(
         default="reference", metadata={"help": "dataset column with the privileged text (e.g. the solution)"})
-    grpolab_teacher_template: str = field(
-        default=DEFAULT_TEACHER_TEMPLATE, metadata={"help": "teacher prompt with {prompt} and {privileged}"})
-    grpolab_teacher_sync_steps: int = field(
-        default=0, metadata={"help": "0: the live policy is the teacher; N: a frozen copy re-synced every N steps"})
-    grpolab_privileged_placement: str = field(
-        default="user", metadata={"help": "conversational prompts: user (in the last user turn) | system"})
-    grpolab_teacher_chat_template: str = field(
-        default=DEFAULT_CHAT_TEACHER_TEMPLATE, metadata={"help": "teacher user turn with {prompt} and {privileged}"})
-    grpolab_teacher_system_template: str = field(
-        default=DEFAULT_SYSTEM_TEACHER_TEMPLATE, metadata={"help": "teacher system note with {privileged}"})
+    # grpolab's credit schema, field for field (tests/integrations/test_credit_settings.py checks the set)
+    grpolab_credit_name: str = _credit_field("name")
+    grpolab_credit_lam: float = _credit_field("lam")
+    grpolab_credit_lam_end: float = _credit_field("lam_end")
+    grpolab_credit_lam_steps: int = _credit_field("lam_steps")
+    grpolab_credit_lam_schedule: str = _credit_field("lam_schedule")
+    grpolab_credit_eps_w: float = _credit_field("eps_w")
+    grpolab_credit_negative_only: bool = _credit_field("negative_only")
+    grpolab_credit_span_end: str = _credit_field("span_end")
+    grpolab_credit_teacher: str = _credit_field("teacher")
+    grpolab_credit_teacher_sync_every: int = _credit_field("teacher_sync_every")
+    grpolab_credit_template: str = _credit_field("template")
+    grpolab_credit_privileged_placement: str = _credit_field("privileged_placement")
+    grpolab_credit_chat_template: str = _credit_field("chat_template")
+    grpolab_credit_system_template: str = _credit_field("system_template")
+    grpolab_credit_divergence: str = _credit_field("divergence")
+    grpolab_credit_gear_threshold: str = _credit_field("gear_threshold")
+    grpolab_credit_gear_k: float = _credit_field("gear_k")
+    grpolab_credit_gear_quantile: float = _credit_field("gear_quantile")
+    grpolab_credit_gear_min_divergence: float = _credit_field("gear_min_divergence")
+    grpolab_credit_gear_boundaries: str = _credit_field("gear_boundaries")
+    grpolab_credit_chunk_size: int = _credit_field("chunk_size")
+    grpolab_credit_micro_batch_size: int = _credit_field("micro_batch_size")
+    # earlier names (RENAMED)
+    grpolab_credit: str | None = _renamed_field()
+    grpolab_gear_divergence: str | None = _renamed_field()
+    grpolab_teacher_template: str | None = _renamed_field()
+    grpolab_teacher_chat_template: str | None = _renamed_field()
+    grpolab_teacher_system_template: str | None = _renamed_field()
+    grpolab_privileged_placement: str | None = _renamed_field()
+    grpolab_teacher_sync_steps: int | None = _renamed_field()
 
     def __post_init__(self):
         super().__post_init__()
@@ -142,22 +183,35 @@ class GrpolabGRPOConfig(GRPOConfig):
             dual_clip=self.grpolab_dual_clip, clip_power=self.grpolab_clip_power,
             max_len=self.max_completion_length, kl_coef=self.beta, kl_estimator="k3",
         )
-        if self.grpolab_credit not in CREDITS + _NO_CREDIT:
-            raise ValueError(f"grpolab_credit={self.grpolab_credit!r}; choose one of {CREDITS}")
-        if self.grpolab_credit not in _NO_CREDIT:
-            check_credit(name=self.grpolab_credit, lam=self.grpolab_credit_lam, eps_w=self.grpolab_credit_eps_w)
-            check_credit(name=self.grpolab_credit, lam=self.grpolab_credit_lam_end, eps_w=self.grpolab_credit_eps_w)
-            check_template(self.grpolab_teacher_template)
-            check_template(self.grpolab_teacher_chat_template)
-            check_template(self.grpolab_teacher_system_template, need_prompt=False)
-            if self.grpolab_privileged_placement not in PLACEMENTS:
-                raise ValueError(f"grpolab_privileged_placement={self.grpolab_privileged_placement!r}; "
-                                 f"choose one of {PLACEMENTS}")
-            if self.grpolab_gear_divergence not in GEAR_DIVERGENCES:
-                raise ValueError(f"grpolab_gear_divergence={self.grpolab_gear_divergence!r}; "
-                                 f"choose one of {GEAR_DIVERGENCES}")
-            if self.grpolab_teacher_sync_steps < 0:
-                raise ValueError("grpolab_teacher_sync_steps must be >= 0 (0: the live policy is the teacher)")
+        self._read_renamed()
+        names = [f.name for f in dataclasses.fields(CreditConfig)]
+        c = CreditConfig.from_mapping({k: getattr(self, CREDIT_PREFIX + k) for k in names}, prefix=CREDIT_PREFIX)
+        if c.name not in CREDITS:
+            raise ValueError(f"{CREDIT_PREFIX}name={c.name!r} is grpolab's own trainer's only; the TRL adapter "
+                             f"runs {', '.join(CREDITS)}")
+        for k in names:  # the earlier value spellings (none, ref, actor) now read as the current ones
+            setattr(self, CREDIT_PREFIX + k, getattr(c, k))
+        #: the validated credit settings (:class:`grpolab.config.CreditConfig`)
+        self.grpolab_credit_settings = c
+
+    def _read_renamed(self) -> None:
+        """Copy the earlier arguments (:data:`RENAMED`) into the current ones, with a FutureWarning."""
+        for old, new in RENAMED.items():
+            value = getattr(self, old)
+            if value is None:
+                continue
+            warnings.warn(f"{old} is an earlier name; write {new}", FutureWarning, stacklevel=3)
+            if old == "grpolab_teacher_sync_steps":
+                pairs = {"teacher": "live"} if value == 0 else {"teacher": "frozen", "teacher_sync_every": value}
+            else:
+                pairs = {new[len(CREDIT_PREFIX):]: value}
+            for k, v in pairs.items():
+                current = getattr(self, CREDIT_PREFIX + k)
+                if current != getattr(_CREDIT_DEFAULTS, k) and current != v:
+                    raise ValueError(f"{old}={value!r} and {CREDIT_PREFIX}{k}={current!r} disagree; "
+                                     f"set only {CREDIT_PREFIX}{k}")
+                setattr(self, CREDIT_PREFIX + k, v)
+            setattr(self, old, None)
 
 
 def _is_conversation(prompt) -> bool:
@@ -180,7 +234,7 @@ def check_credit_dataset(dataset, args: GrpolabGRPOConfig, *, rows: int = 8) -> 
     col = args.grpolab_privileged_column
     names = getattr(dataset, "column_names", None)
     if names is not None and col not in names:
-        raise ValueError(f"grpolab_credit={args.grpolab_credit!r} needs the dataset column {col!r} "
+        raise ValueError(f"grpolab_credit_name={args.grpolab_credit_name!r} needs the dataset column {col!r} "
                          f"(grpolab_privileged_column) with the privileged text; the dataset has {names}")
     try:
         n = min(rows, len(dataset))
@@ -191,13 +245,13 @@ def check_credit_dataset(dataset, args: GrpolabGRPOConfig, *, rows: int = 8) -> 
         if isinstance(prompt, str):
             continue
         if not _is_conversation(prompt):
-            raise ValueError(f"grpolab_credit: row {i} 'prompt' is a {type(prompt).__name__}; use text or a "
+            raise ValueError(f"grpolab credit: row {i} 'prompt' is a {type(prompt).__name__}; use text or a "
                              "conversation (a list of {'role', 'content'} messages)")
         for m in prompt:
             if not isinstance(m.get("content"), str):
-                raise ValueError(f"grpolab_credit: row {i} has a message whose content is not a string "
+                raise ValueError(f"grpolab credit: row {i} has a message whose content is not a string "
                                  "(multimodal content parts are not supported by the teacher forward); use text "
-                                 "messages or grpolab_credit='grpo'")
+                                 "messages or grpolab_credit_name='grpo'")
 
 
 def row_weights(lengths: torch.Tensor, advantages: torch.Tensor, group_ids: torch.Tensor, aggregation: str,
@@ -222,20 +276,22 @@ class GrpolabGRPOTrainer(GRPOTrainer):
 
     Args:
         *args, **kwargs: as for ``GRPOTrainer``; ``args`` must be a :class:`GrpolabGRPOConfig`.
-        teacher_model: optional teacher for ``grpolab_credit`` (default: the policy itself, shown
-            the privileged prompt); it is used as given (no re-sync).
+        teacher_model: optional teacher for the credit step, used as given (no re-sync); default:
+            the policy shown the privileged prompt (``grpolab_credit_teacher``: ``frozen``, a copy
+            re-synced every ``grpolab_credit_teacher_sync_every`` steps, 0 = never; ``live``).
     """
 
     def __init__(self, *args, teacher_model: torch.nn.Module | None = None, **kwargs):
         cfg = kwargs.get("args", args[2] if len(args) > 2 else None)
         if not isinstance(cfg, GrpolabGRPOConfig):
             raise TypeError("GrpolabGRPOTrainer needs args=GrpolabGRPOConfig(...) (TRL's GRPOConfig plus grpolab_*)")
-        if cfg.grpolab_credit not in _NO_CREDIT:  # refuse now, not after the model has loaded and generated
+        if cfg.grpolab_credit_settings.enabled:  # refuse now, not after the model has loaded and generated
             check_credit_dataset(kwargs.get("train_dataset", args[3] if len(args) > 3 else None), cfg)
         super().__init__(*args, **kwargs)
         self._teacher_model = teacher_model
         self._teacher_copy: torch.nn.Module | None = None
         self._teacher_synced_at = -1
+        self._credit_tokens: CreditTokens | None = None
 
     # ------------------------------------------------------------------ generation batch
     def _generate_and_score_completions(self, inputs):
@@ -243,7 +299,7 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         mask = out["completion_mask"] if out.get("tool_mask") is None else out["completion_mask"] * out["tool_mask"]
         adv_B = out["advantages"]
-        if self.args.grpolab_credit not in _NO_CREDIT and mode == "train":
+        if self.args.grpolab_credit_settings.enabled and mode == "train":
             out["advantages"] = self._credit(inputs, out, mask, adv_B, mode)
         # aggregation weights over the *global* generation batch (rows of a group may sit on other processes)
         lengths_all = self.accelerator.gather(mask.sum(-1).float())
@@ -269,11 +325,12 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         if self._teacher_model is not None:
             return self._teacher_model
         policy = self._policy()
-        every = self.args.grpolab_teacher_sync_steps
-        if every == 0:
+        c = self.args.grpolab_credit_settings
+        if c.teacher == "live":
             return policy
-        step = self.state.global_step
-        if self._teacher_copy is None or (step % every == 0 and step != self._teacher_synced_at):
+        step, every = self.state.global_step, c.teacher_sync_every  # every = 0: never re-synced
+        due = every > 0 and step % every == 0 and step != self._teacher_synced_at
+        if self._teacher_copy is None or due:
             self._teacher_copy = copy.deepcopy(policy).eval().requires_grad_(False)
             self._teacher_synced_at = step
         return self._teacher_copy
@@ -281,7 +338,7 @@ class GrpolabGRPOTrainer(GRPOTrainer):
     def teacher_prompt_ids(self, inputs, device) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded privileged teacher prompts ``([B, P'], [B, P'])``, one per input row.
 
-        Text prompts: ``grpolab_teacher_template`` around the prompt. Conversations: the privileged
+        Text prompts: ``grpolab_credit_template`` around the prompt. Conversations: the privileged
         context joins the conversation (:func:`~grpolab.rollout.teacher.teacher_messages`), rendered
         with TRL's chat-template call and the generation prompt, like the student's prompt.
         """
@@ -289,22 +346,21 @@ class GrpolabGRPOTrainer(GRPOTrainer):
 
         from grpolab.rollout import left_pad
 
-        a = self.args
+        a, c = self.args, self.args.grpolab_credit_settings
         col = a.grpolab_privileged_column
         for x in inputs:
             if col not in x:
-                raise KeyError(f"grpolab_credit={a.grpolab_credit!r} needs the dataset column {col!r} "
+                raise KeyError(f"grpolab_credit_name={c.name!r} needs the dataset column {col!r} "
                                f"(grpolab_privileged_column); the row has {sorted(x)}")
         if not _is_conversation(inputs[0]["prompt"]):
-            texts = [a.grpolab_teacher_template.format(prompt=x["prompt"], privileged=x[col], reference=x[col])
+            texts = [c.template.format(prompt=x["prompt"], privileged=x[col], reference=x[col])
                      for x in inputs]
             return encode_teacher_prompts(self.processing_class, texts, group_size=1, device=device)
         convs = []
         for x in inputs:
             item = SimpleNamespace(privileged=str(x[col]), reference=str(x[col]))
-            convs.append(teacher_messages(x["prompt"], item, placement=a.grpolab_privileged_placement,
-                                          template=a.grpolab_teacher_chat_template,
-                                          system_template=a.grpolab_teacher_system_template))
+            convs.append(teacher_messages(x["prompt"], item, placement=c.privileged_placement,
+                                          template=c.chat_template, system_template=c.system_template))
         tok = self.processing_class
         rows = [list(tok.apply_chat_template(conversation=c, tools=self.tools or None, chat_template=self.chat_template,
                                              add_generation_prompt=True, tokenize=True, return_dict=True,
@@ -314,21 +370,21 @@ class GrpolabGRPOTrainer(GRPOTrainer):
 
     @torch.no_grad()
     def _credit(self, inputs, out, mask, adv_B, mode):
-        a = self.args
+        c = self.args.grpolab_credit_settings
         device = out["completion_ids"].device
         t_ids, t_mask = self.teacher_prompt_ids(inputs, device)
         policy = self._policy()
         rollout = (out["prompt_ids"], out["prompt_mask"], out["completion_ids"], mask, out["completion_mask"])
-        want_kl = a.grpolab_credit == "gear" and a.grpolab_gear_divergence == "kl"
         res = credit_logprobs(self._teacher(), policy, t_ids, t_mask, rollout, temperature=self.temperature,
-                              return_kl=want_kl)  # the trainer's credit glue (grpolab.rollout.teacher)
-        student = res.student_logp
-        lam = lam_schedule(self.state.global_step, start=a.grpolab_credit_lam, end=a.grpolab_credit_lam_end,
-                           steps=a.grpolab_credit_lam_steps,
-                           kind="linear" if a.grpolab_credit_lam_steps > 0 else "constant")
-        res_c = credit_advantages(a.grpolab_credit, adv_B, student.detach(), res.logp, mask, lam=lam,
-                                  eps_w=a.grpolab_credit_eps_w, negative_only=a.grpolab_credit_negative_only,
-                                  divergence=res.kl if want_kl else None)
+                              return_kl=c.needs_kl(), chunk_size=c.chunk_size,
+                              micro_batch_size=c.micro_batch_size or None)  # the trainer's glue (grpolab.rollout.teacher)
+        if self._credit_tokens is None:
+            self._credit_tokens = CreditTokens(self.processing_class, boundaries=c.gear_boundaries, span_end=c.span_end)
+        boundary, span = self._credit_tokens.masks(out["completion_ids"], mask)
+        lam = c.lam_at(self.state.global_step)
+        res_c = credit_advantages(c.name, adv_B, res.student_logp.detach(), res.logp, mask, lam=lam,
+                                  divergence=res.kl if c.needs_kl() else None, boundary_mask=boundary,
+                                  span_mask=span, **c.method_kwargs())
         self._metrics[mode]["grpolab/credit/lam"].append(lam)
         for k, v in res_c.metrics.items():
             self._metrics[mode][f"grpolab/credit/{k}"].append(float(v))

@@ -10,44 +10,47 @@ verl has computed ``advantages`` (any estimator: ``grpo``, ``grpolab_balanced``,
 1. reads the rows' ``responses``, ``response_mask``, ``old_log_probs``, ``advantages``,
    ``raw_prompt`` and ``extra_info`` from verl's TransferQueue;
 2. keeps the rows whose advantage is not 0 (a zero advantage stays zero whatever the weight);
-3. builds each kept row's teacher prompt with :func:`teacher_messages` (the row's chat, its last
-   user message rewritten by the template, the privileged text taken from
-   ``extra_info[privileged_key]``) and tokenises it with verl's own chat-template builder, the
+3. builds each kept row's teacher prompt with :func:`grpolab.rollout.teacher.teacher_messages`
+   (the row's chat with the privileged text, taken from ``extra_info[privileged_key]``, in its
+   last user message through ``chat_template`` or in a system note through ``system_template``,
+   as ``privileged_placement`` says) and tokenises it with verl's own chat-template builder, the
    one the agent loop used for the student prompt;
 4. lays out ``[teacher prompt (left-padded) ; response (right-padded)]`` as verl's classic padded
    batch and asks the teacher's worker group for the log-probs of exactly the response tokens
-   (``compute_ref_log_prob`` on the reference worker: the frozen initial policy; or
-   ``compute_log_prob`` on the actor: the live policy), through verl's own padding converters;
+   (``teacher=frozen``: ``compute_ref_log_prob`` on the reference worker, the initial policy;
+   ``teacher=live``: ``compute_log_prob`` on the actor), through verl's own padding converters;
 5. applies :func:`grpolab.objectives.credit_advantages` (``rlsd`` / ``gear``) to ``advantages``
    with ``old_log_probs`` as the student's log-probs, and writes the advantages back.
 
-Enable it with a ``grpolab.credit`` section in the verl config (:class:`VerlCreditConfig`) and
-launch with ``python -m grpolab.integrations.verl_main`` (docs/scale-out.md, "RLSD / GEAR in verl").
+Enable it with a ``grpolab.credit`` section in the verl config (:class:`VerlCreditConfig`: grpolab's
+one credit schema, :class:`grpolab.config.CreditConfig`, plus ``privileged_key``) and launch with ``python -m grpolab.integrations.verl_main`` (docs/scale-out.md, "RLSD / GEAR in verl").
 
 Where this deviates from grpolab's own trainer (:mod:`grpolab.train.credit`):
 
 - the frozen teacher is verl's reference worker, i.e. the *initial* policy; verl 0.9.1 has no call
   that copies the actor's weights into the reference worker, so it is never re-synced
-  (``teacher=actor`` is the live teacher, synced every step);
+  (``teacher_sync_every`` is 0 here; ``teacher=live`` is the teacher synced every step);
 - GEAR uses the sampled-token divergence ``|teacher_logp - student_logp|`` (``divergence=logratio``):
   verl's log-prob workers return the sampled tokens' log-probs only, never the full-vocabulary
-  distributions a per-position KL needs, so ``divergence=kl`` is refused at config time;
-- the leakage counters and the ``span_end`` option are not implemented.
+  distributions a per-position KL needs, so ``divergence=kl`` is refused at config time
+  (:data:`VERL_FIXED`, :data:`VERL_UNUSED`);
+- the leakage counters are not implemented.
 
 Nothing here runs at import: verl, ``transfer_queue`` and Ray are imported inside the functions.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import string
 import warnings
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
 from grpolab import objectives as obj
+from grpolab.config import ConfigError, CreditConfig
+from grpolab.rollout.teacher import CreditTokens, teacher_messages
 from grpolab.utils.teacher_templates import DEFAULT_CHAT_TEACHER_TEMPLATE
 
 #: The verl releases this extension is written against (it overrides v1-trainer internals).
@@ -55,12 +58,11 @@ VERL_SPEC = ">=0.9.1,<0.10"
 VERL_MIN, VERL_MAX = (0, 9, 1), (0, 10)
 #: Config section of the extension inside verl's Hydra config.
 CONFIG_KEY = "grpolab.credit"
-TEACHERS = ("ref", "actor")
+#: Credit methods this extension runs (``opsd`` is grpolab's own trainer's only).
 METHODS = ("rlsd", "gear")
-#: The teacher's last user message: the same text as grpolab's own trainer and the TRL adapter use
-#: for chat prompts (:data:`grpolab.utils.teacher_templates.DEFAULT_CHAT_TEACHER_TEMPLATE`).
+#: The teacher's last user message (``chat_template``): the same text as grpolab's own trainer and
+#: the TRL adapter use (:data:`grpolab.utils.teacher_templates.DEFAULT_CHAT_TEACHER_TEMPLATE`).
 DEFAULT_TEMPLATE = DEFAULT_CHAT_TEACHER_TEMPLATE
-TEMPLATE_FIELDS = ("prompt", "privileged")
 
 
 class VerlVersionError(RuntimeError):
@@ -111,113 +113,53 @@ def check_verl_version(version: str | None = None) -> str:
     return version
 
 
-def check_template(template: str) -> None:
-    """Raise ``ValueError`` unless ``template`` is a format string using ``{prompt}`` and ``{privileged}``."""
-    if not isinstance(template, str):
-        raise ValueError(f"{CONFIG_KEY}.template must be a string, got {type(template).__name__}")
-    try:
-        names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-    except ValueError as e:
-        raise ValueError(f"{CONFIG_KEY}.template is not a valid format string ({e}); write literal braces "
-                         "as '{{' and '}}'") from None
-    unknown = names - set(TEMPLATE_FIELDS)
-    if unknown:
-        raise ValueError(f"{CONFIG_KEY}.template uses unknown fields {sorted(unknown)}; allowed: "
-                         "{prompt}, {privileged}")
-    if names != set(TEMPLATE_FIELDS):
-        raise ValueError(f"{CONFIG_KEY}.template must contain both {{prompt}} and {{privileged}}; got {template!r}")
-
-
 @dataclass
-class VerlCreditConfig:
+class VerlCreditConfig(CreditConfig):
     """The ``grpolab.credit`` section of a verl config (``+grpolab.credit.name=rlsd`` ...).
 
-    Attributes:
-        name: ``rlsd`` or ``gear``.
-        privileged_key: key of each dataset row's ``extra_info`` holding the privileged text
-            (the example's data: ``solution``, MATH's worked solution).
-        template: the teacher's last user message; ``{prompt}`` is the student's last user
-            message, ``{privileged}`` the privileged text (:data:`DEFAULT_TEMPLATE`).
-        teacher: ``ref`` (verl's reference worker: the frozen initial policy; created even when no
-            KL uses it) or ``actor`` (the live policy).
-        lam, lam_end, lam_steps, lam_schedule: ``lam`` goes from ``lam`` to ``lam_end`` over
-            ``lam_steps`` training steps (``linear``) or stays at ``lam`` (``constant``); step 0 is
-            verl's ``global_steps == 1``.
-        eps_w: weights are clipped to ``[1 - eps_w, 1 + eps_w]``.
-        negative_only: reweight only rows with a negative advantage.
-        divergence: GEAR's divergence; only ``logratio`` (see the module docstring).
-        gear_threshold, gear_k, gear_quantile, gear_min_divergence: GEAR's spike rule
-            (:func:`grpolab.objectives.gear_segments`).
-        gear_boundaries: characters whose tokens end a GEAR segment (end of line, ``;``).
+    grpolab's one credit schema (:class:`grpolab.config.CreditConfig`: the same keys, defaults,
+    spellings and validation as the own trainer's ``credit`` section and the TRL adapter's
+    ``grpolab_credit_*`` arguments) plus ``privileged_key``, the key of each dataset row's
+    ``extra_info`` that holds the privileged text (the example's data: ``solution``). Where verl's
+    workers decide, the setting has one possible value here (:data:`VERL_FIXED`); another value,
+    or a key verl has no use for (:data:`VERL_UNUSED`), is refused with the reason.
+
+    ``teacher=frozen`` is verl's reference worker (the initial policy, created even when no KL
+    uses it); ``live`` is the actor. ``name=grpo`` (no credit) runs verl's plain trainer.
     """
 
-    name: str = "rlsd"
-    privileged_key: str = "solution"
-    template: str = DEFAULT_TEMPLATE
-    teacher: str = "ref"
-    lam: float = 0.5
-    lam_end: float = 0.0
-    lam_steps: int = 50
-    lam_schedule: str = "linear"
-    eps_w: float = 0.2
-    negative_only: bool = False
+    teacher_sync_every: int = 0
     divergence: str = "logratio"
-    gear_threshold: str = "mad"
-    gear_k: float = 3.0
-    gear_quantile: float = 0.9
-    gear_min_divergence: float = 0.0
-    gear_boundaries: str = "\n;"
+    privileged_key: str = "solution"
 
-    def validate(self) -> "VerlCreditConfig":
-        """Raise ``ValueError`` naming the key and the fix; return ``self``."""
-        k = CONFIG_KEY
-        if self.name not in METHODS:
-            raise ValueError(f"{k}.name={self.name!r}; choose one of: {', '.join(METHODS)}")
-        if self.teacher not in TEACHERS:
-            raise ValueError(f"{k}.teacher={self.teacher!r}; choose ref (verl's reference worker, the frozen "
-                             "initial policy) or actor (the live policy)")
+    def validate(self, prefix: str = CONFIG_KEY + ".") -> "VerlCreditConfig":
+        """Raise ``ValueError`` (:class:`grpolab.config.ConfigError`) naming the key and the fix; return ``self``."""
+        super().validate(prefix)
+        if self.name not in METHODS + ("grpo",):
+            raise ConfigError(f"{prefix}name={self.name!r} is grpolab's own trainer's only; inside verl choose one "
+                              f"of: {', '.join(METHODS)} (or grpo: no credit)")
+        for key, (value, why) in VERL_FIXED.items():
+            if getattr(self, key) != value:
+                raise ConfigError(f"{prefix}{key}={getattr(self, key)!r}: inside verl only {value!r} is possible: "
+                                  f"{why}")
+        defaults = CreditConfig()
+        for key, why in VERL_UNUSED.items():
+            if getattr(self, key) != getattr(defaults, key):
+                raise ConfigError(f"{prefix}{key} is not used inside verl: {why}")
         if not isinstance(self.privileged_key, str) or not self.privileged_key:
-            raise ValueError(f"{k}.privileged_key must name the extra_info field with the privileged text, "
-                             f"e.g. +{k}.privileged_key=solution")
-        if self.divergence != "logratio":
-            raise ValueError(
-                f"{k}.divergence={self.divergence!r}: inside verl only 'logratio' (the sampled-token gap) is "
-                "possible; verl 0.9's log-prob workers return the sampled tokens' log-probs, not the "
-                "full-vocabulary distributions a per-position KL needs (use the TRL adapter or grpolab's "
-                "own trainer for divergence=kl)"
-            )
-        if self.lam_schedule not in ("linear", "constant"):
-            raise ValueError(f"{k}.lam_schedule={self.lam_schedule!r}; choose linear or constant")
-        if not isinstance(self.lam_steps, int) or self.lam_steps < 0:
-            raise ValueError(f"{k}.lam_steps={self.lam_steps!r} must be an integer >= 0")
-        if not isinstance(self.negative_only, bool):
-            raise ValueError(f"{k}.negative_only must be true or false, got {self.negative_only!r}")
-        if not isinstance(self.gear_boundaries, str):
-            raise ValueError(f"{k}.gear_boundaries must be a string of characters, got {self.gear_boundaries!r}")
-        if self.gear_min_divergence < 0:
-            raise ValueError(f"{k}.gear_min_divergence={self.gear_min_divergence} must be >= 0")
-        for lam_key in ("lam", "lam_end"):
-            try:
-                obj.check_credit(name=self.name, lam=float(getattr(self, lam_key)), eps_w=float(self.eps_w),
-                                 threshold=self.gear_threshold, k=float(self.gear_k),
-                                 quantile=float(self.gear_quantile), divergence="logratio")
-            except ValueError as e:
-                raise ValueError(f"{k}: {e} ({lam_key}={getattr(self, lam_key)})") from None
-        check_template(self.template)
+            raise ConfigError(f"{prefix}privileged_key must name the extra_info field with the privileged text, "
+                              f"e.g. +{prefix}privileged_key=solution")
         return self
 
     @classmethod
-    def from_mapping(cls, section: Mapping[str, Any]) -> "VerlCreditConfig":
+    def from_mapping(cls, section: Mapping[str, Any], *, prefix: str = CONFIG_KEY + ".") -> "VerlCreditConfig":
         """Build and validate from a mapping (the ``grpolab.credit`` section); unknown keys are refused."""
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(section) - set(names))
-        if unknown:
-            raise ValueError(f"unknown {CONFIG_KEY} keys {unknown}; allowed: {', '.join(names)}")
-        return cls(**dict(section)).validate()
+        return super().from_mapping(section, prefix=prefix)
 
     @classmethod
     def from_verl_config(cls, config: Any) -> "VerlCreditConfig | None":
-        """The validated section of a verl (OmegaConf) config, or None when ``grpolab.credit`` is absent."""
+        """The validated section of a verl (OmegaConf) config; None when ``grpolab.credit`` is absent or
+        says ``name=grpo`` (no credit: verl's plain trainer)."""
         from omegaconf import OmegaConf
 
         section = OmegaConf.select(config, CONFIG_KEY, default=None)
@@ -225,45 +167,34 @@ class VerlCreditConfig:
             return None
         if not OmegaConf.is_dict(section):
             raise ValueError(f"{CONFIG_KEY} must be a mapping (e.g. +{CONFIG_KEY}.name=rlsd), got {section!r}")
-        return cls.from_mapping(OmegaConf.to_container(section, resolve=True))
+        values = OmegaConf.to_container(section, resolve=True)
+        if "name" not in values:
+            raise ValueError(f"{CONFIG_KEY} has settings but no name: set +{CONFIG_KEY}.name=rlsd or gear "
+                             "(grpo = no credit)")
+        cfg = cls.from_mapping(values)
+        return cfg if cfg.enabled else None
 
-    def lam_at(self, step: int) -> float:
-        """``lam`` at 0-based training ``step``."""
-        return obj.lam_schedule(step, start=self.lam, end=self.lam_end, steps=self.lam_steps, kind=self.lam_schedule)
+
+#: Settings that verl's workers decide: the one possible value inside verl, and why.
+VERL_FIXED: dict[str, tuple[Any, str]] = {
+    "teacher_sync_every": (0, "verl 0.9 has no call that copies the actor's weights into the reference worker, "
+                              "so the frozen teacher is the initial policy (teacher=live is the every-step sync)"),
+    "divergence": ("logratio", "verl's log-prob workers return the sampled tokens' log-probs, not the "
+                               "full-vocabulary distributions a per-position KL needs (use the TRL adapter or "
+                               "grpolab's own trainer for divergence=kl)"),
+}
+#: Keys of the schema that verl has no use for, and why (a value other than the default is refused).
+VERL_UNUSED: dict[str, str] = {
+    "template": f"every verl prompt is a chat: the teacher's user turn is {CONFIG_KEY}.chat_template (the "
+                "verl extension called it template before)",
+    "chunk_size": "it chunks the full-vocabulary KL, which verl does not compute (divergence=logratio)",
+    "micro_batch_size": "verl's workers batch the teacher forward "
+                        "(actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu)",
+}
 
 
 # ---------------------------------------------------------------------------------------------
 # the teacher prompt
-
-
-def teacher_messages(raw_prompt: Sequence[Mapping[str, Any]], privileged: str, template: str) -> list[dict]:
-    """The teacher's chat: the student's ``raw_prompt`` with its last user message rewritten.
-
-    The last user message's text becomes ``template.format(prompt=<that text>, privileged=privileged)``;
-    every other message (system prompt, earlier turns) is kept as is, so the chat template renders
-    the teacher prompt exactly like the student's. This is the only place the verl side builds a
-    teacher prompt.
-
-    Args:
-        raw_prompt: verl's ``raw_prompt`` of one row: a list of ``{"role", "content"}`` messages.
-        privileged: the privileged text (e.g. the worked solution).
-        template: a format string with ``{prompt}`` and ``{privileged}``.
-
-    Returns:
-        A new list of message dicts (the input is not modified).
-    """
-    messages = [dict(m) for m in raw_prompt]
-    users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
-    if not users:
-        raise ValueError("the row's raw_prompt has no user message to show the privileged context in")
-    last = messages[users[-1]]
-    if not isinstance(last.get("content"), str):
-        raise ValueError(
-            "grpolab credit in verl supports text prompts only: the last user message's content is "
-            f"{type(last.get('content')).__name__}, not str (multimodal prompts are not supported)"
-        )
-    last["content"] = template.format(prompt=last["content"], privileged=privileged)
-    return messages
 
 
 def privileged_text(extra_info: Any, key: str, *, row: int | None = None) -> str:
@@ -444,13 +375,6 @@ class CreditOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def _token_ids_containing(tokenizer, chars: str) -> torch.Tensor:
-    if not chars:
-        return torch.zeros(0, dtype=torch.long)
-    ids = [i for i in range(len(tokenizer)) if any(c in tokenizer.decode([i]) for c in chars)]
-    return torch.tensor(ids, dtype=torch.long)
-
-
 class CreditExtension:
     """Holds the credit config and the prompt encoder; turns verl's advantages into credit advantages.
 
@@ -464,22 +388,31 @@ class CreditExtension:
         self.cfg = cfg.validate()
         self.tokenizer = tokenizer
         self.encode = encode if encode is not None else TeacherPromptEncoder(tokenizer)
-        self._boundary_ids: torch.Tensor | None = None
+        if not self.cfg.enabled:
+            raise ValueError(f"{CONFIG_KEY}.name=grpo is no credit: nothing for the extension to do")
+        self._tokens: CreditTokens | None = None
 
-    def boundary_ids(self) -> torch.Tensor:
-        if self._boundary_ids is None:
-            self._boundary_ids = _token_ids_containing(self.tokenizer, self.cfg.gear_boundaries)
-        return self._boundary_ids
+    def tokens(self) -> CreditTokens:
+        """The GEAR boundary and ``span_end`` tokens of the vocabulary (found at the first step)."""
+        if self._tokens is None:
+            self._tokens = CreditTokens(self.tokenizer, boundaries=self.cfg.gear_boundaries, span_end=self.cfg.span_end)
+        return self._tokens
 
     def teacher_prompts(self, raw_prompts: Sequence, extra_infos: Sequence, rows: Sequence[int]) -> list[list[int]]:
         """Token ids of the teacher prompt of each of ``rows``.
 
         A group's ``n`` samples share one prompt: each distinct teacher chat is tokenised once.
         """
+        c = self.cfg
         out, seen = [], {}
         for i in rows:
-            priv = privileged_text(extra_infos[i], self.cfg.privileged_key, row=int(i))
-            messages = teacher_messages(list(raw_prompts[i]), priv, self.cfg.template)
+            priv = privileged_text(extra_infos[i], c.privileged_key, row=int(i))
+            item = SimpleNamespace(privileged=priv, reference=priv)
+            try:
+                messages = teacher_messages(list(raw_prompts[i]), item, placement=c.privileged_placement,
+                                            template=c.chat_template, system_template=c.system_template)
+            except ValueError as e:
+                raise ValueError(f"grpolab credit in verl, row {int(i)}: {e}") from None
             key = repr(messages)
             if key not in seen:
                 seen[key] = self.encode(messages)
@@ -526,14 +459,9 @@ class CreditExtension:
                                         pad_token_id=self._pad_id())
             teacher_lp[idx] = worker_response_logprobs(teacher, batch, temperature=temperature)
         student_lp = torch.where(mask, old_log_probs.float(), torch.zeros_like(teacher_lp))
-        kwargs: dict[str, Any] = {}
-        if c.name == "gear":
-            ids = self.boundary_ids()
-            kwargs = dict(threshold=c.gear_threshold, k=c.gear_k, quantile=c.gear_quantile,
-                          min_divergence=c.gear_min_divergence,
-                          boundary_mask=torch.isin(responses, ids) if len(ids) else None)
-        res = obj.credit_advantages(c.name, adv, student_lp, teacher_lp, mask, lam=lam, eps_w=c.eps_w,
-                                    negative_only=c.negative_only, **kwargs)
+        boundary, span = self.tokens().masks(responses, mask)
+        res = obj.credit_advantages(c.name, adv, student_lp, teacher_lp, mask, lam=lam, boundary_mask=boundary,
+                                    span_mask=span, **c.method_kwargs())
         new_adv = torch.where(scored.unsqueeze(-1), res.advantages.to(adv.dtype), adv)
         return CreditOutput(advantages=new_adv, teacher_logp=teacher_lp, scored=scored,
                             metrics=credit_step_metrics(res, lam, student_lp, teacher_lp, mask, scored))
@@ -585,7 +513,7 @@ class CreditTrainerMixin:
 
     Overrides, each calling verl's own implementation first:
 
-    - ``__init__``: with ``teacher=ref`` the trainer needs a reference worker even without a KL;
+    - ``__init__``: with ``teacher=frozen`` the trainer needs a reference worker even without a KL;
     - ``_init_resource_pool_mgr``: adds that reference worker (``actor_rollout`` becomes
       ``actor_rollout_ref``; with LoRA the reference is the actor without its adapter);
     - ``_compute_ref_log_prob``: skipped when no KL uses it (the worker is only the teacher);
@@ -599,7 +527,7 @@ class CreditTrainerMixin:
     def __init__(self, config):
         super().__init__(config)
         self.grpolab_kl_uses_ref = bool(self.use_reference_policy)
-        if self.grpolab_credit.teacher == "ref":
+        if self.grpolab_credit.teacher == "frozen":  # the reference worker is the frozen teacher
             self.use_reference_policy = True
 
     def _init_resource_pool_mgr(self):
@@ -632,8 +560,8 @@ class CreditTrainerMixin:
         self.grpolab_extension = CreditExtension(self.grpolab_credit, self.tokenizer, encode=encode)
 
     def grpolab_teacher_call(self) -> TeacherCall:
-        """The reference worker (frozen initial policy) or the actor (live policy)."""
-        if self.grpolab_credit.teacher == "actor":
+        """The reference worker (``teacher=frozen``: the initial policy) or the actor (``live``)."""
+        if self.grpolab_credit.teacher == "live":
             return TeacherCall(self.actor_rollout_wg, "compute_log_prob", "actor")
         if self.ref_in_actor:
             return TeacherCall(self.actor_rollout_wg, "compute_log_prob", "actor", no_lora_adapter=True)
@@ -690,10 +618,10 @@ def check_dataset_privileged(dataset, key: str) -> int:
 
 
 def ensure_reference_worker(trainer) -> None:
-    """With ``teacher=ref``, give the trainer a reference worker if verl's role mapping has none."""
+    """With ``teacher=frozen``, give the trainer a reference worker if verl's role mapping has none."""
     from verl.trainer.ppo.utils import Role
 
-    if trainer.grpolab_credit.teacher != "ref":
+    if trainer.grpolab_credit.teacher != "frozen":
         return
     model = trainer.config.actor_rollout_ref.model
     lora_rank = model.get("lora", {}).get("rank", 0) or model.get("lora_rank", 0)
@@ -735,11 +663,9 @@ __all__ = [
     "VerlVersionError",
     "build_teacher_batch",
     "check_dataset_privileged",
-    "check_template",
     "check_verl_version",
     "credit_trainer_class",
     "ensure_reference_worker",
     "privileged_text",
-    "teacher_messages",
     "worker_response_logprobs",
 ]

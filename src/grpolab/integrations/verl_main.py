@@ -10,7 +10,7 @@ Before Ray or any worker starts, on the driver, it checks -- and stops with one 
 line and exit code 2 -- that verl is a 0.9.x release, that the ``grpolab.credit`` section is
 valid, that verl's v1 trainer is on, and that every row of the training parquet files carries the
 privileged text. Then it runs verl's ``validate_config`` (with the reference worker counted when
-``teacher=ref``) and ``run_ppo`` with :class:`~grpolab.integrations.verl_runner.GrpolabTaskRunner`.
+``teacher=frozen``) and ``run_ppo`` with :class:`~grpolab.integrations.verl_runner.GrpolabTaskRunner`.
 
 Unlike verl's ``@hydra.main`` entry point this composes the config with Hydra's compose API: the
 working directory does not change (relative paths stay relative to where you launch).
@@ -146,7 +146,7 @@ def run(config, cfg: VerlCreditConfig | None) -> None:
     from grpolab.integrations.verl_runner import remote_task_runner
 
     auto_set_device(config)
-    use_ref = need_reference_policy(config) or (cfg is not None and cfg.teacher == "ref")
+    use_ref = need_reference_policy(config) or (cfg is not None and cfg.teacher == "frozen")
     validate_config(config=config, use_reference_policy=use_ref, use_critic=need_critic(config))
     run_ppo(config, task_runner_class=remote_task_runner())
 

@@ -17,6 +17,7 @@ from .prompts import encode_prompt, encode_prompts
 from .sampler import left_pad, sample
 from .teacher import (
     DEFAULT_TEACHER_TEMPLATE,
+    CreditTokens,
     TeacherResult,
     build_teacher_prompts,
     check_template,
@@ -30,5 +31,5 @@ __all__ = [
     "Rollout", "LogprobResult", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
     "DEFAULT_TEACHER_TEMPLATE", "TeacherResult", "build_teacher_prompts", "check_template",
     "encode_teacher_prompts", "teacher_logprobs", "credit_logprobs", "encode_prompt", "encode_prompts",
-    "teacher_messages",
+    "teacher_messages", "CreditTokens",
 ]

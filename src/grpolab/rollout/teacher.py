@@ -135,6 +135,9 @@ def teacher_messages(messages: Sequence[dict], item, *, placement: str = "user",
         raise ValueError("the teacher conversation needs a user message to attach the privileged context to")
     priv = item.privileged or item.reference
     last = users[-1]
+    if not isinstance(msgs[last].get("content"), str):
+        raise ValueError(f"the last user message's content is {type(msgs[last].get('content')).__name__}, not "
+                         "text: the teacher prompt supports text messages only (no multimodal content parts)")
     fields = dict(privileged=priv, reference=item.reference)
     if placement == "user":
         check_template(template)
@@ -147,6 +150,43 @@ def teacher_messages(messages: Sequence[dict], item, *, placement: str = "user",
         else:
             msgs.insert(0, {"role": "system", "content": note})
     return msgs
+
+
+def token_ids_containing(tokenizer, chars: str) -> torch.Tensor:
+    """``[K]`` ids of every vocabulary token whose text contains one of ``chars`` (empty: none)."""
+    if not chars:
+        return torch.zeros(0, dtype=torch.long)
+    ids = [i for i in range(len(tokenizer)) if any(c in tokenizer.decode([i]) for c in chars)]
+    return torch.tensor(ids, dtype=torch.long)
+
+
+class CreditTokens:
+    """The tokens a credit method looks for in the responses, found once per tokenizer.
+
+    ``boundaries``: characters whose tokens end a GEAR segment (``credit.gear_boundaries``);
+    ``span_end``: the text whose first token ends the reweighted span (``credit.span_end``).
+    grpolab's trainer, the TRL adapter and the verl extension all build their masks here.
+    """
+
+    def __init__(self, tokenizer, *, boundaries: str, span_end: str = "") -> None:
+        self.boundary_ids = token_ids_containing(tokenizer, boundaries)
+        self.span_end_ids = token_ids_containing(tokenizer, span_end)
+
+    def masks(self, response_ids: torch.Tensor,
+              response_mask: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(boundary_mask, span_mask)``, each ``[B,T]`` bool or None when its setting is empty.
+
+        ``boundary_mask``: the response token ends a GEAR segment. ``span_mask``: the token comes
+        before the first valid token containing ``span_end`` (the span that is reweighted).
+        """
+        device = response_ids.device
+        boundary = span = None
+        if len(self.boundary_ids):
+            boundary = torch.isin(response_ids, self.boundary_ids.to(device))
+        if len(self.span_end_ids):
+            hit = torch.isin(response_ids, self.span_end_ids.to(device)) & response_mask.bool()
+            span = hit.long().cumsum(-1) == 0
+        return boundary, span
 
 
 def encode_teacher_prompts(tokenizer, texts: Sequence[str], *, group_size: int = 1,
@@ -380,6 +420,7 @@ def _score_rows(teacher, student, t_rows, shared, s_rows, r_ids, r_mask, r_attn,
 
 
 __all__ = [
+    "CreditTokens",
     "DEFAULT_TEACHER_TEMPLATE",
     "TeacherResult",
     "build_teacher_prompts",
@@ -388,6 +429,7 @@ __all__ = [
     "encode_teacher_prompts",
     "teacher_logprobs",
     "teacher_messages",
+    "token_ids_containing",
 ]
 
 

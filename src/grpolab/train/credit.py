@@ -33,6 +33,7 @@ from grpolab import objectives as obj
 from grpolab.config import Config, CreditConfig
 from grpolab.train.frozen import frozen_copy
 from grpolab.rollout import (
+    CreditTokens,
     build_teacher_prompts,
     credit_logprobs,
     encode_teacher_prompts,
@@ -64,18 +65,6 @@ class CreditOutput:
     teacher_logp: torch.Tensor
     divergence: torch.Tensor | None
     metrics: dict[str, float]
-
-
-def _token_ids_containing(tokenizer, chars: str) -> torch.Tensor:
-    """Ids of every vocabulary token whose text contains one of ``chars`` (empty: none)."""
-    if not chars:
-        return torch.zeros(0, dtype=torch.long)
-    ids = []
-    for i in range(len(tokenizer)):
-        text = tokenizer.decode([i])
-        if any(c in text for c in chars):
-            ids.append(i)
-    return torch.tensor(ids, dtype=torch.long)
 
 
 def leakage(completions: Sequence[str], items: Sequence, template: str) -> dict[str, float]:
@@ -124,8 +113,7 @@ class CreditStep:
             self.teacher = AdaptersOff(policy)
         else:
             self.teacher = frozen_copy(policy) if self.c.teacher == "frozen" else None
-        self.boundary_ids = _token_ids_containing(tokenizer, self.c.gear_boundaries)
-        self.span_end_ids = _token_ids_containing(tokenizer, self.c.span_end)
+        self.tokens = CreditTokens(tokenizer, boundaries=self.c.gear_boundaries, span_end=self.c.span_end)
         self.synced_at = 0
 
     @classmethod
@@ -139,7 +127,8 @@ class CreditStep:
         """Re-sync the frozen teacher to the policy at 0-based ``step`` when it is due."""
         if self.base_teacher:  # LoRA: the teacher is the base model, frozen by construction
             return
-        if self.teacher is not None and step > 0 and step % self.c.teacher_sync_every == 0:
+        every = self.c.teacher_sync_every  # 0: never (the initial policy stays the teacher)
+        if self.teacher is not None and every and step > 0 and step % every == 0:
             self.teacher.load_state_dict(policy.state_dict())
             self.synced_at = step
 
@@ -156,8 +145,7 @@ class CreditStep:
 
     # ---------------------------------------------------------------- the step
     def lam(self, step: int) -> float:
-        return obj.lam_schedule(step, start=self.c.lam, end=self.c.lam_end, steps=self.c.lam_steps,
-                                kind=self.c.lam_schedule)
+        return self.c.lam_at(step)
 
     def __call__(self, step: int, policy, exp: "Experience", student_logp: torch.Tensor | None = None,
                  lam: float | None = None) -> CreditOutput:
@@ -205,18 +193,12 @@ class CreditStep:
             full_teacher[rows] = res.logp
             if full_div is not None:
                 full_div[rows] = res.kl
-        boundary = torch.isin(rollout.response_ids, self.boundary_ids.to(device)) if len(self.boundary_ids) else None
-        span = None
-        if len(self.span_end_ids):
-            hit = torch.isin(rollout.response_ids, self.span_end_ids.to(device)) & mask.bool()
-            span = hit.long().cumsum(-1) == 0
+        boundary, span = self.tokens.masks(rollout.response_ids, mask)
         scored = torch.zeros(B, dtype=torch.bool, device=device)
         scored[rows] = True
-        out = obj.credit_advantages(
-            c.name, advantages, full_student, full_teacher, mask, lam=lam, eps_w=c.eps_w,
-            negative_only=c.negative_only, span_mask=span, divergence=full_div, threshold=c.gear_threshold,
-            k=c.gear_k, quantile=c.gear_quantile, min_divergence=c.gear_min_divergence, boundary_mask=boundary,
-        )
+        out = obj.credit_advantages(c.name, advantages, full_student, full_teacher, mask, lam=lam,
+                                    span_mask=span, divergence=full_div, boundary_mask=boundary,
+                                    **c.method_kwargs())
         metrics = self._metrics(out, lam, full_student, full_teacher, full_div, mask, scored)
         metrics.update(leakage(exp.texts, exp.row_items, self.leak_template()))
         metrics["time/teacher"] = time.time() - t0
@@ -251,7 +233,7 @@ class CreditStep:
         return encode_teacher_prompts(tok, build_teacher_prompts(shown, c.template), group_size=1, device=device)
 
     def _needs_kl(self) -> bool:
-        return self.c.name == "gear" and self.c.divergence == "kl"
+        return self.c.needs_kl()
 
     def _metrics(self, out, lam, s_lp, t_lp, div, mask, scored) -> dict[str, float]:
         row: dict[str, float] = {"credit/lam": float(lam), "credit/scored_rows_frac": float(scored.float().mean())}
