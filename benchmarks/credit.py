@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Sequence
 
 
 RESULTS = Path(__file__).parent / "results"
@@ -202,34 +203,55 @@ def _auc(pos: list[float], neg: list[float]) -> float | None:
     return wins / (len(pos) * len(neg))
 
 
-def first_wrong_token(tokenizer, ids: list[int], target: str) -> int | None:
+def first_wrong_token(tokenizer, ids: list[int], target: str | Sequence[str]) -> int | None:
     """Index of the first response token at which ``ids`` departs from the reference ``target``.
 
     Token ``k`` is wrong when the decoded prefix ``ids[:k+1]`` is no longer a prefix of ``target``
     (or, for EOS, when the response stops before it has written all of ``target``). None when the
-    response is ``target`` exactly. For arith the worked solution is the only correct scratchpad,
-    so this is the first wrong character of the first wrong step.
+    response is ``target`` exactly, or is cut before it departs. For arith the worked solution is
+    the only correct scratchpad, so this is the first wrong character of the first wrong step.
+    Several accepted targets (e.g. ``["18", "3 + 15 = 18", "Answer: 18"]``): the one the response
+    follows longest is the reference (a response that writes ``3 + 15 = 18`` and goes on departs
+    at the token after ``18``).
     """
+    targets = [target] if isinstance(target, str) else list(target)
     eos = tokenizer.eos_token_id
+    alive = list(targets)
     for k, t in enumerate(ids):
         prefix = tokenizer.decode(ids[: k + 1], skip_special_tokens=True)
         if t == eos:
-            return None if prefix == target else k
-        if not target.startswith(prefix):
+            return None if prefix in alive else k
+        alive = [g for g in alive if g.startswith(prefix)]
+        if not alive:
             return k
     return None
 
 
+def accepted_targets(item) -> list[str]:
+    """The correct responses an item's verifier accepts, for :func:`first_wrong_token`: its
+    demonstration, and for the ``final_line`` verifier also ``Answer: N`` and ``A + B = N``."""
+    out = [item.demonstration or item.reference]
+    if item.reward == "final_line":
+        out.append(f"Answer: {item.reference}")
+        expr = (item.reward_options or {}).get("expression")
+        if expr:
+            out.append(f"{expr} = {item.reference}")
+    return list(dict.fromkeys(out))
+
+
 def localisation(tokenizer, response_ids, response_mask, delta, items, group_size: int, wrong) -> dict:
     """Mean per-token ``delta [B, T]`` before the first wrong token, at it, and after it, over the
-    wrong responses ``wrong [B]`` (bool) whose departure from the item's demonstration is found."""
+    wrong responses ``wrong [B]`` (bool) whose departure from the item's accepted answers
+    (:func:`accepted_targets`) is found; ``auc_first_wrong``: P(a token before the first wrong
+    token has a higher delta than a first wrong token), pooled over responses (Mann-Whitney, ties
+    half) -- the teacher signal issue 33 asks for (0.5: no signal)."""
     before, at, after, n = [], [], [], 0
     for i in range(response_ids.shape[0]):
         if not bool(wrong[i]):
             continue
         m = int(response_mask[i].sum())
         ids = response_ids[i, :m].tolist()
-        k = first_wrong_token(tokenizer, ids, items[i // group_size].demonstration)
+        k = first_wrong_token(tokenizer, ids, accepted_targets(items[i // group_size]))
         if k is None:
             continue
         n += 1
@@ -239,6 +261,7 @@ def localisation(tokenizer, response_ids, response_mask, delta, items, group_siz
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
     return {"wrong_responses_localised": n, "tokens_before": len(before), "delta_before_first_wrong": mean(before),
             "delta_at_first_wrong": mean(at), "delta_after_first_wrong": mean(after),
+            "auc_first_wrong": _auc(before, at),
             "frac_at_below_before_mean": (sum(a < mean(before) for a in at) / len(at)) if at and before else None}
 
 
@@ -252,6 +275,12 @@ def signal(args) -> None:
     Localisation: over the wrong responses, the mean delta on the tokens before the first token that
     departs from the reference solution, at that token, and after it (:func:`localisation`).
     ``--templates config`` (default: all) measures the run's own ``credit.template``.
+
+    The run is opened as training opens it (:func:`grpolab.runs.open_run`): its prompt format, and
+    on a chat-template run the teacher prompts the trainer's credit step builds
+    (:meth:`grpolab.train.credit.CreditStep.teacher_prompts`), one per variant of
+    :data:`CHAT_VARIANTS` (placement in the user turn or the system message, template text, what
+    the privileged context holds).
 
     Several warm starts (``signal --warm-starts DIR...``, e.g. a warm start's snapshots, ``OUT.snapshots/step_*``):
     the signal is a property of a checkpoint, not of a recipe (it rose and fell along one warm start
@@ -279,47 +308,76 @@ def signal(args) -> None:
     print(f"wrote {out}")
 
 
+def _variants(cfg, opened, names) -> dict:
+    """``{name: (credit settings, items)}`` to measure: the plain-text templates of
+    :data:`TEMPLATES`, or on a chat-template run the :data:`CHAT_VARIANTS`; ``config``: the run's own."""
+    import dataclasses
+
+    chat = opened.prompt_format.chat_template == "on"
+    table = CHAT_VARIANTS if chat else {k: {"template": v} for k, v in TEMPLATES.items()}
+    names = names or list(table)
+    out = {}
+    for name in names:
+        if name == "config":
+            out[name] = (cfg.credit, None)
+            continue
+        if name not in table:
+            raise SystemExit(f"signal: template {name!r} is not one of {sorted(table)} + ['config'] "
+                             f"for a {'chat-template' if chat else 'plain-text'} run")
+        spec = dict(table[name])
+        kind = spec.pop("privileged", None)
+        out[name] = (dataclasses.replace(cfg.credit, **spec), kind)
+    return out
+
+
+def _with_privileged(items, kind, task_cfg):
+    """The same items with ``privileged`` rebuilt as ``kind`` (solution | hint | answer) by the task."""
+    if kind is None:
+        return items
+    from grpolab.train.setup import build_task_splits
+
+    import dataclasses
+
+    opts = {**task_cfg.options, "privileged": kind}
+    train, _ = build_task_splits(dataclasses.replace(task_cfg, options=opts), seed=0)
+    by_prompt = {it.prompt: it for it in train}
+    return [dataclasses.replace(it, privileged=by_prompt[it.prompt].privileged) for it in items]
+
+
 def measure_signal(warm_start, args) -> dict:
-    """``{"group_size", "rows"}`` of :func:`signal` for one warm-started model directory (one row per template)."""
+    """``{"group_size", "prompt_format", "rows"}`` of :func:`signal` for one model directory (a row per variant)."""
     import torch
 
     from grpolab import objectives as obj
-    from grpolab.config import load_config
-    from grpolab.models import load_model
-    from grpolab.rollout import build_teacher_prompts, encode_teacher_prompts, sample, teacher_logprobs
-    from grpolab.train.setup import build_task_splits
-    from grpolab.train.text import decode_responses, encode_prompts
+    from grpolab.rollout import credit_logprobs
+    from grpolab.runs import open_run
+    from grpolab.train.credit import CreditStep
 
-    cfg = load_config(args.config, overrides=[f"model.path={warm_start}", *args.set])
-    model, tok = load_model(warm_start)
-    model.eval()
-    train_items, _ = build_task_splits(cfg.task, seed=cfg.trainer.seed)
-    items = train_items[: args.prompts]
-    G = cfg.rollout.group_size
-    r = sample(model, encode_prompts(tok, [it.prompt for it in items]), group_size=G,
-               max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-               eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-               generator=torch.Generator().manual_seed(args.seed))
-    comp = decode_responses(tok, r.response_ids, r.response_mask)
-    rewards = torch.tensor([items[i // G].score(c).score for i, c in enumerate(comp)])
+    opened = open_run(warm_start, config=args.config, overrides=args.set, train_items=True)
+    cfg, model, tok = opened.config, opened.model, opened.tokenizer
+    items = opened.train_items[: args.prompts]
+    G, T = cfg.rollout.group_size, cfg.rollout.temperature
+    exp = opened.collector.collect(model, items, group_size=G, temperature=T,
+                                   generator=torch.Generator().manual_seed(args.seed))
+    r, rewards, comp = exp.rollout, exp.rewards, exp.texts
     adv = obj.group_advantages(rewards, r.group_ids)
     correct = rewards >= 1.0
     mask = r.response_mask.bool()
-    templates = {**TEMPLATES, "config": cfg.credit.template}
-    names = args.templates or list(TEMPLATES)
     rows = []
-    for name in names:
-        template = templates[name]
-        texts = build_teacher_prompts(items, template)
-        t_ids, t_mask = encode_teacher_prompts(tok, texts, group_size=1)
-        res = teacher_logprobs(model, t_ids, t_mask, r, return_kl=True, prompt_index=torch.arange(len(comp)) // G)
+    for name, (credit, kind) in _variants(cfg, opened, args.templates).items():
+        shown = _with_privileged(items, kind, cfg.task)
+        step = CreditStep(credit, model, tok, opened.prompt_format, temperature=T)
+        t_ids, t_mask = step.teacher_prompts(shown, r.response_ids.device)
+        res = credit_logprobs(model, model, t_ids, t_mask, r, temperature=T, return_kl=True,
+                              prompt_index=r.group_ids)
         delta = torch.where(mask, res.logp - res.student_logp, torch.zeros_like(res.logp))
         mean_d = delta.sum(-1) / mask.sum(-1).clamp_min(1)
         lam1 = obj.rlsd_advantages(adv, res.student_logp, res.logp, r.response_mask, lam=1.0, eps_w=0.2)
         mult = (lam1 / adv[:, None])[mask & (adv[:, None] != 0)]
         row = {
-            "template": name, "template_text": template, "responses": len(comp),
-            "correct_frac": float(correct.float().mean()),
+            "template": name, "template_text": tok.decode(t_ids[0][t_mask[0].bool()].tolist()),
+            "placement": credit.privileged_placement if step.uses_chat() else "plain", "privileged": kind or "task",
+            "responses": len(comp), "correct_frac": float(correct.float().mean()),
             "mean_delta_correct": float(mean_d[correct].mean()) if correct.any() else None,
             "mean_delta_wrong": float(mean_d[~correct].mean()) if (~correct).any() else None,
             "auc_mean_delta": _auc(mean_d[correct].tolist(), mean_d[~correct].tolist()),
@@ -330,8 +388,8 @@ def measure_signal(warm_start, args) -> dict:
             **localisation(tok, r.response_ids, r.response_mask, delta, items, G, ~correct),
         }
         rows.append(row)
-        print(json.dumps(row), flush=True)
-    return {"group_size": G, "rows": rows}
+        print(json.dumps({k: v for k, v in row.items() if k != "template_text"}), flush=True)
+    return {"group_size": G, "prompt_format": opened.prompt_format.chat_template, "rows": rows}
 
 
 def choose_warm_start(results: list[dict], template: str, min_auc: float, key: str = "auc_sum_delta") -> dict:
@@ -366,6 +424,18 @@ def signal_table(results: list[dict], template: str, choice: dict) -> str:
               f"best: {choice['best'] or 'none'} ({f(choice['best_auc'], '.3f')})"]
     return "\n".join(lines)
 
+
+#: Chat-template runs: where the privileged context goes and how it is introduced
+#: (:class:`grpolab.config.CreditConfig` fields; ``privileged``: what the task puts there).
+CHAT_VARIANTS = {
+    "user": {"privileged_placement": "user"},
+    "system": {"privileged_placement": "system"},
+    "user_bare": {"privileged_placement": "user", "chat_template": "{prompt}\n\n{privileged}"},
+    "user_answer": {"privileged_placement": "user", "privileged": "answer"},
+    "user_reference": {"privileged_placement": "user", "chat_template": "{prompt}\n\n(The correct answer is {reference}.)"},
+    "system_bare": {"privileged_placement": "system", "system_template": "{privileged}"},
+    "system_answer": {"privileged_placement": "system", "privileged": "answer"},
+}
 
 TEMPLATES = {
     "default": "{prompt}\nhere is a reference solution: {privileged}\nsolve it in your own way.\n{prompt}",
@@ -409,8 +479,9 @@ def main() -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--set", action="append", default=[])
     g.add_argument("--config", default=None, help="YAML config (e.g. a studies/*.yaml) under the --set overrides")
-    g.add_argument("--templates", nargs="+", default=None, choices=[*TEMPLATES, "config"],
-                   help="teacher templates to measure (default: every built-in one; 'config': credit.template)")
+    g.add_argument("--templates", nargs="+", default=None,
+                   help="teacher variants to measure (default: all; plain-text runs: TEMPLATES, chat-template "
+                   "runs: CHAT_VARIANTS; 'config': the run's credit section)")
     g.add_argument("--warm-starts", nargs="+", default=None, metavar="DIR",
                    help="measure several warm starts (e.g. OUT.snapshots/step_*) on the same batch and choose one")
     g.add_argument("--min-auc", type=float, default=0.8,

@@ -166,3 +166,66 @@ def test_measure_signal_on_a_tiny_model(tmp_path):
     res = credit.measure_signal(tmp_path / "m", args)
     assert res["group_size"] == 4 and [r["template"] for r in res["rows"]] == ["compact", "config"]
     assert all(r["responses"] == 8 and 0 <= r["correct_frac"] <= 1 and r["mean_kl"] >= 0 for r in res["rows"])
+
+
+def test_first_wrong_token_follows_the_accepted_answer_it_started():
+    # final_line accepts "N", "Answer: N" and the question's own "A + B = N": the response departs
+    # where it leaves the one it follows longest (a right sum that runs on departs after the number)
+    tok = build_tokenizer()
+    eos = tok.eos_token_id
+    item = TaskItem(prompt="what is 3 + 15?", reference="18", demonstration="18", reward="final_line",
+                    reward_options={"expression": "3 + 15"})
+    targets = credit.accepted_targets(item)
+    assert targets == ["18", "Answer: 18", "3 + 15 = 18"]
+    ok = "3 + 15 = 18"
+    assert credit.first_wrong_token(tok, _enc(tok, ok) + [eos], targets) is None
+    assert credit.first_wrong_token(tok, _enc(tok, "18") + [eos], targets) is None
+    assert credit.first_wrong_token(tok, _enc(tok, ok + "\nin") + [eos], targets) == len(ok)  # runs on
+    assert credit.first_wrong_token(tok, _enc(tok, "3 + 15 = 17") + [eos], targets) == len("3 + 15 = 1")
+    assert credit.first_wrong_token(tok, _enc(tok, "17") + [eos], targets) == 1            # '1' fits "18" / "15"
+    assert credit.first_wrong_token(tok, _enc(tok, "3 + 15") + [eos], targets) == len("3 + 15")  # stops early
+    assert credit.first_wrong_token(tok, _enc(tok, "3 + 15 ="), targets) is None  # cut before it departs
+    plain = TaskItem(prompt="1+2=", reference="3", demonstration="1+2=3#3")
+    assert credit.accepted_targets(plain) == ["1+2=3#3"]
+
+
+def test_first_wrong_token_auc_is_token_level_mann_whitney():
+    tok = build_tokenizer()
+    eos = tok.eos_token_id
+    item = TaskItem(prompt="1+2=", reference="3", demonstration="1+2=3#3", privileged="1+2=3#3")
+    rows = [_enc(tok, "1+2=4#4") + [eos], _enc(tok, "1+5=3#3") + [eos]]  # first wrong at 4 and at 2
+    ids = torch.tensor(rows)
+    mask = torch.ones_like(ids)
+    delta = torch.zeros(ids.shape)
+    delta[0, :4] = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    delta[0, 4] = 0.5
+    delta[1, :2] = torch.tensor([-1.0, 4.0])
+    delta[1, 2] = 1.0
+    res = credit.localisation(tok, ids, mask, delta, [item], 2, torch.tensor([True, True]))
+    # before = [0, 1, 2, 3, -1, 4], at = [0.5, 1.0]: wins over 0.5: 4 of 6; over 1.0: 3 of 6 + a tie (half)
+    assert res["auc_first_wrong"] == pytest.approx((4 + 3.5) / 12)
+    assert res["tokens_before"] == 6 and res["wrong_responses_localised"] == 2
+
+
+def test_measure_signal_on_a_chat_model_uses_the_trainers_teacher_prompts(tmp_path):
+    # a chat-template run: sampled through the chat template, and each variant's teacher prompt is
+    # the one the trainer's credit step builds (privileged context in the user turn or system message)
+    import argparse
+
+    from chat_helpers import make_chat_model_dir, write_gsm8k_jsonl
+
+    model_dir = make_chat_model_dir(tmp_path / "tiny-chat")
+    data = write_gsm8k_jsonl(tmp_path / "gsm8k.jsonl", 40)
+    cfg = Path(__file__).resolve().parents[2] / "examples" / "chat_gsm8k.yaml"
+    args = argparse.Namespace(prompts=2, seed=0, config=str(cfg), templates=["user", "system", "user_bare"],
+                              set=[f"task.options.path={data}", "rollout.max_new_tokens=6", "rollout.group_size=4",
+                                   "model.lora={}"])
+    res = credit.measure_signal(model_dir, args)
+    assert res["prompt_format"] == "on"
+    rows = {r["template"]: r for r in res["rows"]}
+    assert [rows[k]["placement"] for k in ("user", "system", "user_bare")] == ["user", "system", "user"]
+    assert all(r["responses"] == 8 and r["mean_kl"] >= 0 for r in rows.values())
+    user, system, bare = (rows[k]["template_text"] for k in ("user", "system", "user_bare"))
+    assert "<|im_start|>user" in user and "Here is a reference solution:" in user
+    assert "<|im_start|>system" in system and "A reference solution" in system.split("<|im_start|>user")[0]
+    assert "Here is a reference solution" not in bare and "<|im_start|>user" in bare
