@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 from grpolab import objectives as obj
+from grpolab.config import ObjectiveConfig
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.rollout import sample
 from grpolab.rollout.logprobs import distinct_prompts
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
     model, exp = setup()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, betas=(0.9, 0.99), weight_decay=0.0)
     sch = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0)
-    base = UpdateSpec(loss=LossSpec(clip_low=0.2, clip_high=0.28, dual_clip=None, max_len=NEW),
+    base = UpdateSpec(loss=LossSpec(objective=ObjectiveConfig(clip_low=0.2, clip_high=0.28, dual_clip=None), max_len=NEW),
                       skip_zero_advantage=False)
     specs = {"shared": base, "joint": dataclasses.replace(base, share_prompts=False)}
     for spec in specs.values():  # warm-up

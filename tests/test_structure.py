@@ -49,6 +49,16 @@ def test_a_long_function_in_train_is_found_but_not_elsewhere(tmp_path):
     assert check.problems(ok) == []
 
 
+def test_a_long_objective_function_is_found_not_counting_its_docstring(tmp_path):
+    doc = '    """Shapes.\n\n' + "    x: [B,T]\n" * 30 + '    """\n'
+    body = "def loss():\n" + doc + "    x = 1\n" * 60              # 61 lines besides the docstring
+    root = _package(tmp_path, {"objectives/a.py": body})
+    assert check.problems(root) == [
+        "grpolab/objectives/a.py:1 loss is 61 lines besides its docstring (at most 60 in grpolab.objectives)"]
+    ok = _package(tmp_path / "ok", {"objectives/a.py": "def loss():\n" + doc + "    x = 1\n" * 59})
+    assert check.problems(ok) == []
+
+
 def test_the_cli_importing_the_library_and_a_stray_command_are_found(tmp_path):
     root = _package(tmp_path, {"cli.py": "def f():\n    from grpolab.train.loop import train\n",
                                "train/headroom.py": "def headroom_command():\n    pass\n"})

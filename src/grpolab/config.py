@@ -337,6 +337,15 @@ class ObjectiveConfig:
     overlong_buffer: float = 0.0
     overlong_penalty: float = 1.0
 
+    #: The fields that are keyword arguments of :func:`grpolab.objectives.policy_loss`: what the
+    #: update's :class:`grpolab.train.policy_update.LossSpec` hands on (:meth:`loss_kwargs`).
+    LOSS_KEYS: typing.ClassVar[tuple[str, ...]] = (
+        "ratio", "aggregation", "clip_low", "clip_high", "dual_clip", "clip_power", "kl_coef", "kl_estimator")
+
+    def loss_kwargs(self) -> dict[str, Any]:
+        """``{key: value}`` of :data:`LOSS_KEYS`: keyword arguments of ``policy_loss``."""
+        return {k: getattr(self, k) for k in self.LOSS_KEYS}
+
     def validate(self) -> None:
         from grpolab import objectives as obj
 
@@ -350,11 +359,7 @@ class ObjectiveConfig:
         _choice("objective.aggregation", self.aggregation)
         _choice("objective.kl_estimator", self.kl_estimator)
         try:
-            obj.check_objective(
-                ratio=self.ratio, aggregation=self.aggregation, clip_low=self.clip_low,
-                clip_high=self.clip_high, dual_clip=self.dual_clip, clip_power=self.clip_power,
-                max_len=1, kl_coef=self.kl_coef, kl_estimator=self.kl_estimator,
-            )
+            obj.check_objective(**self.loss_kwargs(), max_len=1)
         except ValueError as e:
             raise ConfigError(f"objective: {e}") from None
         if self.ratio == "cumulative" and self.clip_low >= 0.2:

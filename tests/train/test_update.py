@@ -137,3 +137,25 @@ def test_drift_of_the_cumulative_log_ratio_is_logged_by_position(policy_and_expe
     assert off[1][key] == pytest.approx(off[0][key], rel=1e-6)  # float64, parameters agree to ~1e-9
     # responses of <= 10 tokens have no position > 100
     assert f"cum_log_ratio_rms_pos_gt{obj.LATE_POSITION}" not in off[0]
+
+
+def test_the_loss_settings_have_one_source():
+    """LossSpec hands on the objective section's LOSS_KEYS: exactly policy_loss's hyperparameters,
+    with policy_loss's own defaults, and a config's values reach policy_loss unchanged."""
+    import inspect
+
+    from grpolab.config import ObjectiveConfig
+    from grpolab.train.policy_update import LossSpec
+
+    params = inspect.signature(obj.policy_loss).parameters
+    hyper = {k for k, p in params.items() if p.kind is p.KEYWORD_ONLY} - {"group_ids", "max_len", "ref_logp",
+                                                                          "weights"}
+    assert set(ObjectiveConfig.LOSS_KEYS) == hyper
+    assert ObjectiveConfig().loss_kwargs() == {k: params[k].default for k in ObjectiveConfig.LOSS_KEYS}
+    cfg = load_config(overrides=["objective.ratio=cumulative", "objective.clip_low=0.025", "objective.clip_high=0.05",
+                                 "objective.kl_coef=0.1", "rollout.max_new_tokens=40"])
+    spec = LossSpec.from_config(cfg)
+    assert spec.kwargs() == {**cfg.objective.loss_kwargs(), "max_len": 40}
+    assert spec.kwargs()["ratio"] == "cumulative" and spec.kwargs()["kl_coef"] == 0.1
+    cfg.objective.clip_low = 0.5                              # the spec holds its own copy
+    assert spec.kwargs()["clip_low"] == 0.025

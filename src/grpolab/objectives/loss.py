@@ -23,13 +23,15 @@ micro-batches reproduce the full-batch loss exactly).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from grpolab.objectives._groups import check_advantages_shape
 from grpolab.objectives.aggregation import AGGREGATIONS, aggregation_weights
 from grpolab.objectives.kl import KL_ESTIMATORS, kl_penalty
-from grpolab.objectives.ratios import (CTPO_LOG_RATIO_CAP, LOG_RATIO_CAP, RATIO_LEVELS, clip_ratio,  # noqa: F401
-                                       log_importance_ratio)
+from grpolab.objectives.ratios import (CTPO_LOG_RATIO_CAP, LOG_RATIO_CAP, RATIO_LEVELS,  # noqa: F401
+                                       ClippedRatio, clip_ratio, log_importance_ratio)
 
 # Left edges (1-based policy-token positions) of the buckets used for the clip rate by position.
 POSITION_BUCKETS: tuple[int, ...] = (1, 17, 65, 257, 1025)
@@ -129,14 +131,7 @@ def policy_loss(
         over ``tokens_by_pos``) and ``cum_log_ratio_sq_late`` / ``tokens_late`` (the same over
         positions > :data:`LATE_POSITION`, and how many tokens that is).
     """
-    if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
-        raise ValueError(
-            f"logp, old_logp and mask must share shape [B,T]; got {tuple(logp.shape)}, "
-            f"{tuple(old_logp.shape)}, {tuple(mask.shape)}"
-        )
-    check_advantages_shape(advantages, logp.shape)
-    if weights is not None and weights.shape != logp.shape:
-        raise ValueError(f"weights must have shape [B,T]={tuple(logp.shape)}; got {tuple(weights.shape)}")
+    _check_inputs(logp, old_logp, advantages, mask, weights)
     check_objective(
         ratio=ratio, aggregation=aggregation, clip_low=clip_low, clip_high=clip_high,
         dual_clip=dual_clip, clip_power=clip_power, max_len=max_len if weights is None else 1,
@@ -145,50 +140,82 @@ def policy_loss(
     )
     valid = mask.bool()
     mask_f = valid.to(logp.dtype)
-    zero = logp.new_zeros(())
-    adv_BT = advantages.detach()
-    if adv_BT.dim() == 1:
-        adv_BT = adv_BT.unsqueeze(-1).expand_as(logp)
-    adv_BT = torch.where(valid, adv_BT.to(logp.dtype), zero)
-
+    adv_BT = _token_advantages(advantages, valid, logp)
     log_ratio = log_importance_ratio(logp, old_logp, mask, ratio)
     clip = clip_ratio(ratio, log_ratio, mask_f, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip,
                       clip_power=clip_power)
-    log_ratio, ratio_BT, clipped_ratio, dual_BT = clip.log_ratio_BT, clip.ratio_BT, clip.clipped_BT, clip.dual_BT
-    low_hit, high_hit = clip.low_hit_BT, clip.high_hit_BT
-
-    pg_BT = torch.maximum(-adv_BT * ratio_BT, -adv_BT * clipped_ratio)
-    neg = adv_BT < 0
-    if dual_BT is not None:
-        pg_BT = torch.where(neg, torch.minimum(pg_BT, -adv_BT * dual_BT), pg_BT)
-        dual_hit = neg & (ratio_BT > dual_BT)
-    else:
-        dual_hit = torch.zeros_like(valid)
-    pg_BT = torch.where(valid, pg_BT, zero)
-
+    pg_BT, dual_hit = _surrogate(adv_BT, clip, valid)
     if kl_coef > 0:
         kl_BT = kl_penalty(logp, ref_logp, kl_estimator, mask)  # type: ignore[arg-type]
     else:
         kl_BT = torch.zeros_like(pg_BT)
     per_token = pg_BT + kl_coef * kl_BT
-
     if weights is None:
-        weights = aggregation_weights(
-            mask, aggregation, advantages=advantages, group_ids=group_ids, max_len=max_len
-        )
-    W = torch.where(valid, weights.detach().to(logp.dtype), zero)
+        weights = aggregation_weights(mask, aggregation, advantages=advantages, group_ids=group_ids, max_len=max_len)
+    W = torch.where(valid, weights.detach().to(logp.dtype), logp.new_zeros(()))
     loss = (W * per_token).sum()
-
     with torch.no_grad():
-        metrics = _metrics(
-            valid, mask_f, adv_BT, ratio_BT, log_ratio, logp, old_logp,
-            low_hit & neg, high_hit & (adv_BT > 0), dual_hit, W, pg_BT, kl_BT, loss,
-        )
+        neg = adv_BT < 0
+        metrics = _metrics(_LossTerms(
+            valid=valid, mask_f=mask_f, ratio_BT=clip.ratio_BT, logp=logp, old_logp=old_logp,
+            low_clipped=clip.low_hit_BT & neg, high_clipped=clip.high_hit_BT & (adv_BT > 0), dual_clipped=dual_hit,
+            W=W, pg_BT=pg_BT, kl_BT=kl_BT, loss=loss))
     return loss, metrics
 
 
-def _metrics(valid, mask_f, adv_BT, ratio_BT, log_ratio, logp, old_logp,
-             low_clipped, high_clipped, dual_clipped, W, pg_BT, kl_BT, loss) -> dict[str, torch.Tensor]:
+def _check_inputs(logp, old_logp, advantages, mask, weights) -> None:
+    """Raise ``ValueError`` unless the tensors have the shapes :func:`policy_loss` documents."""
+    if logp.dim() != 2 or old_logp.shape != logp.shape or mask.shape != logp.shape:
+        raise ValueError(
+            f"logp, old_logp and mask must share shape [B,T]; got {tuple(logp.shape)}, "
+            f"{tuple(old_logp.shape)}, {tuple(mask.shape)}"
+        )
+    check_advantages_shape(advantages, logp.shape)
+    if weights is not None and weights.shape != logp.shape:
+        raise ValueError(f"weights must have shape [B,T]={tuple(logp.shape)}; got {tuple(weights.shape)}")
+
+
+def _token_advantages(advantages: torch.Tensor, valid: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``[B,T]`` detached advantages in ``like``'s dtype, 0 off ``valid`` (``[B]`` is broadcast over ``T``)."""
+    adv_BT = advantages.detach()
+    if adv_BT.dim() == 1:
+        adv_BT = adv_BT.unsqueeze(-1).expand_as(like)
+    return torch.where(valid, adv_BT.to(like.dtype), like.new_zeros(()))
+
+
+def _surrogate(adv_BT: torch.Tensor, clip: ClippedRatio, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The clipped surrogate ``l[B,T]`` (PPO's max, then the dual clip for ``A < 0`` where the level
+    has one; 0 off ``valid``) and ``[B,T]`` where the dual clip binds."""
+    pg_BT = torch.maximum(-adv_BT * clip.ratio_BT, -adv_BT * clip.clipped_BT)
+    if clip.dual_BT is not None:
+        neg = adv_BT < 0
+        pg_BT = torch.where(neg, torch.minimum(pg_BT, -adv_BT * clip.dual_BT), pg_BT)
+        dual_hit = neg & (clip.ratio_BT > clip.dual_BT)
+    else:
+        dual_hit = torch.zeros_like(valid)
+    return torch.where(valid, pg_BT, adv_BT.new_zeros(())), dual_hit
+
+
+@dataclass(frozen=True)
+class _LossTerms:
+    """What :func:`_metrics` reads of one loss evaluation (every tensor ``[B,T]`` but ``loss``)."""
+
+    valid: torch.Tensor          # bool: policy tokens
+    mask_f: torch.Tensor         # valid as the loss dtype
+    ratio_BT: torch.Tensor       # the importance ratio at the chosen level
+    logp: torch.Tensor
+    old_logp: torch.Tensor
+    low_clipped: torch.Tensor    # bool: the lower bound binds (A < 0)
+    high_clipped: torch.Tensor   # bool: the upper bound binds (A > 0)
+    dual_clipped: torch.Tensor   # bool: the dual clip binds
+    W: torch.Tensor              # aggregation weights
+    pg_BT: torch.Tensor          # clipped surrogate per token
+    kl_BT: torch.Tensor          # KL penalty per token (0 without one)
+    loss: torch.Tensor           # scalar
+
+
+def _metrics(t: _LossTerms) -> dict[str, torch.Tensor]:
+    valid, mask_f = t.valid, t.mask_f
     n = mask_f.sum().clamp_min(1)
     zero = mask_f.new_zeros(())
 
@@ -196,15 +223,37 @@ def _metrics(valid, mask_f, adv_BT, ratio_BT, log_ratio, logp, old_logp,
         return torch.where(valid, x.to(mask_f.dtype), zero).sum() / n
 
     any_valid = valid.any()
-    inf = ratio_BT.new_full((), float("inf"))
-    ratio_min = torch.where(any_valid, torch.where(valid, ratio_BT, inf).amin(), zero)
-    ratio_max = torch.where(any_valid, torch.where(valid, ratio_BT, -inf).amax(), zero)
+    inf = t.ratio_BT.new_full((), float("inf"))
+    ratio_min = torch.where(any_valid, torch.where(valid, t.ratio_BT, inf).amin(), zero)
+    ratio_max = torch.where(any_valid, torch.where(valid, t.ratio_BT, -inf).amax(), zero)
     # approx KL(old || new) from the token-level log ratio (Schulman's k3 form, d = logp - old)
-    d = torch.where(valid, (logp - old_logp).clamp(-20, 20), zero)
-    approx_kl = mean(torch.expm1(d) - d)
+    d = torch.where(valid, (t.logp - t.old_logp).clamp(-20, 20), zero)
+    clipped = t.low_clipped | t.high_clipped | t.dual_clipped
+    return {
+        "loss": t.loss.detach(),
+        "pg_loss": (t.W * t.pg_BT).sum().detach(),
+        "kl": (t.W * t.kl_BT).sum().detach(),
+        "clip_frac_low": mean(t.low_clipped),
+        "clip_frac_high": mean(t.high_clipped),
+        "clip_frac_dual": mean(t.dual_clipped),
+        "clip_frac": mean(clipped),
+        "ratio_mean": mean(t.ratio_BT),
+        "ratio_min": ratio_min.detach(),
+        "ratio_max": ratio_max.detach(),
+        "approx_kl": mean(torch.expm1(d) - d),
+        **_position_metrics(valid, mask_f, clipped, d),
+    }
+
+
+def _position_metrics(valid: torch.Tensor, mask_f: torch.Tensor, clipped: torch.Tensor,
+                      d: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The clip rate and the behaviour policy's drift by policy-token position (:data:`POSITION_BUCKETS`).
+
+    ``d``: ``[B,T]`` token log ratio ``logp - old_logp`` (0 off ``valid``); its prefix sum is what
+    CTPO's cumulative ratio is before its cap.
+    """
+    zero = mask_f.new_zeros(())
     pos_BT = mask_f.cumsum(-1)
-    clipped = low_clipped | high_clipped | dual_clipped
-    # the prefix sum of the token log ratios (what CTPO's cumulative ratio is before its cap)
     cum_sq = torch.cumsum(d, -1).square()
     edges = list(POSITION_BUCKETS) + [float("inf")]
     by_pos, tokens_by_pos, cum_by_pos = [], [], []
@@ -217,17 +266,6 @@ def _metrics(valid, mask_f, adv_BT, ratio_BT, log_ratio, logp, old_logp,
     late = valid & (pos_BT > LATE_POSITION)
     tokens_late = late.sum().to(mask_f.dtype)
     return {
-        "loss": loss.detach(),
-        "pg_loss": (W * pg_BT).sum().detach(),
-        "kl": (W * kl_BT).sum().detach(),
-        "clip_frac_low": mean(low_clipped),
-        "clip_frac_high": mean(high_clipped),
-        "clip_frac_dual": mean(dual_clipped),
-        "clip_frac": mean(clipped),
-        "ratio_mean": mean(ratio_BT),
-        "ratio_min": ratio_min.detach(),
-        "ratio_max": ratio_max.detach(),
-        "approx_kl": approx_kl,
         "clip_frac_by_pos": torch.stack(by_pos),
         "tokens_by_pos": torch.stack(tokens_by_pos),
         "cum_log_ratio_sq_by_pos": torch.stack(cum_by_pos),

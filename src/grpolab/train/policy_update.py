@@ -13,14 +13,14 @@ built once per run from the config.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from grpolab import objectives as obj
-from grpolab.config import Config
+from grpolab.config import Config, ObjectiveConfig
 from grpolab.rollout import response_logprobs
 
 if TYPE_CHECKING:
@@ -33,31 +33,23 @@ __all__ = ["LossSpec", "MetricMeans", "UpdateSpec", "micro_batches", "nonzero_ro
 class LossSpec:
     """The keyword settings of :func:`grpolab.objectives.policy_loss` for one run (frozen).
 
-    ``max_len`` is the longest possible response (the ``constant`` aggregation's normaliser):
-    ``env.max_total_tokens`` for multi-turn episodes (model and observation tokens), else
-    ``rollout.max_new_tokens``.
+    ``objective``: a copy of the run's ``objective`` section, whose loss keys
+    (:data:`grpolab.config.ObjectiveConfig.LOSS_KEYS`: one list of names, defaults and checks) go
+    to ``policy_loss``. ``max_len`` is the longest possible response (the ``constant``
+    aggregation's normaliser): ``env.max_total_tokens`` for multi-turn episodes (model and
+    observation tokens), else ``rollout.max_new_tokens``.
     """
 
-    ratio: str = "token"
-    aggregation: str = "token"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    dual_clip: float | None = 3.0
-    clip_power: float = 0.5
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
     max_len: int = 48
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
 
     @classmethod
     def from_config(cls, cfg: Config) -> "LossSpec":
-        o = cfg.objective
-        return cls(ratio=o.ratio, aggregation=o.aggregation, clip_low=o.clip_low, clip_high=o.clip_high,
-                   dual_clip=o.dual_clip, clip_power=o.clip_power, max_len=max_response_len(cfg),
-                   kl_coef=o.kl_coef, kl_estimator=o.kl_estimator)
+        return cls(objective=replace(cfg.objective), max_len=max_response_len(cfg))
 
     def kwargs(self) -> dict[str, Any]:
         """The keyword arguments of ``policy_loss`` (all but the tensors and ``weights``)."""
-        return asdict(self)
+        return {**self.objective.loss_kwargs(), "max_len": self.max_len}
 
 
 @dataclass(frozen=True)
@@ -93,7 +85,7 @@ class UpdateSpec:
     @property
     def skips_zero_advantage(self) -> bool:
         """Rows with zero advantage are skipped only without a KL term (with one they still pull)."""
-        return self.skip_zero_advantage and self.loss.kl_coef == 0
+        return self.skip_zero_advantage and self.loss.objective.kl_coef == 0
 
 
 def max_response_len(cfg: Config) -> int:
@@ -154,7 +146,7 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
             mask = rollout.response_mask[rows]
             adv = advantages[rows]
             # normalisers over the whole mini-batch, sliced per micro-batch below
-            W = obj.aggregation_weights(mask, spec.loss.aggregation, advantages=adv,
+            W = obj.aggregation_weights(mask, spec.loss.objective.aggregation, advantages=adv,
                                         group_ids=rollout.group_ids[rows], max_len=spec.loss.max_len)
             # Rows whose advantage is 0 on every token (groups with all-equal rewards) have a
             # per-token loss of exactly 0, so without a KL term they add nothing to the gradient:
