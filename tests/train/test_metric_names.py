@@ -32,10 +32,14 @@ def test_fill_row_gives_every_row_the_same_keys():
 def test_completion_rows_take_one_sample_per_group(tmp_path):
     items = [TaskItem(prompt=f"q{i}", reference=str(i)) for i in range(3)]
     comps = [f"c{i}" for i in range(6)]
-    rows = completion_rows(items, ["p0", "p1", "p2"], comps, [0, 1, 0, 0, 1, 1], group_size=2, n=2, step=7)
+    rows = completion_rows(items, ["p0", "p1", "p2"], comps, [0, 1, 0, 0, 1, 1], prompt_index=[0, 0, 1, 1, 2, 2],
+                           n=2, step=7)
     assert rows == [{"step": 7, "prompt": "p0", "completion": "c0", "reward": 0.0, "reference": "0"},
                     {"step": 7, "prompt": "p1", "completion": "c2", "reward": 0.0, "reference": "1"}]
-    assert len(completion_rows(items, ["p0", "p1", "p2"], comps, [0] * 6, group_size=2)) == 6
+    assert len(completion_rows(items, ["p0", "p1", "p2"], comps, [0] * 6, prompt_index=[0, 0, 1, 1, 2, 2])) == 6
+    # rows join items through the row -> item index, not through the group size
+    mixed = completion_rows(items, ["p0", "p1", "p2"], comps, [0, 1, 0, 0, 1, 1], prompt_index=[2, 0, 2, 0, 1, 1], n=2)
+    assert [(r["prompt"], r["completion"], r["reference"]) for r in mixed] == [("p2", "c0", "2"), ("p0", "c1", "0")]
     p = tmp_path / "c.jsonl"
     append_jsonl(p, rows[:1])
     append_jsonl(p, rows[1:])

@@ -51,7 +51,8 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
                            progress=progress(f"eval sampled x{samples}"))
         report["sampled_accuracy"] = sampled.accuracy
         report["pass_at_k"] = {str(k): v for k, v in sampled.pass_at_k.items()}
-    rows = completion_rows(items, run.collector.prompt_texts(items), greedy.completions, greedy.scores, group_size=1)
+    rows = completion_rows(items, run.collector.prompt_texts(items), greedy.completions, greedy.scores,
+                           prompt_index=range(len(items)))
     if completions:
         write_jsonl(completions, rows)
         report["completions"] = str(completions)

@@ -18,18 +18,24 @@ __all__ = ["append_jsonl", "completion_rows", "examples_table", "write_jsonl"]
 
 
 def completion_rows(items: Sequence, prompts: Sequence[str], completions: Sequence[str], rewards: Sequence[float],
-                    *, group_size: int, n: int | None = None, step: int | None = None) -> list[dict]:
-    """One row per prompt group (its first sample), for the first ``n`` groups (None: every row).
+                    *, prompt_index: Sequence[int], n: int | None = None, step: int | None = None) -> list[dict]:
+    """One row per prompt group (its first sample, in row order), for the first ``n`` groups
+    (None: every row).
 
     Args:
-        items: the prompt items; row ``i`` of ``completions`` answers ``items[i // group_size]``.
+        items: the prompt items; row ``i`` of ``completions`` answers ``items[prompt_index[i]]``
+            (:attr:`grpolab.train.experience.Experience.prompt_index`).
         prompts: the prompt text each item was shown (chat-rendered when a template is used).
         completions, rewards: one per row.
     """
-    rows = []
-    idx = range(len(completions)) if n is None else range(0, min(len(completions), n * group_size), group_size)
-    for i in idx:
-        g = i // group_size
+    rows, seen = [], set()
+    for i, g in enumerate(int(x) for x in prompt_index):
+        if n is not None:
+            if g in seen:
+                continue
+            if len(seen) == n:
+                break
+            seen.add(g)
         row = {"prompt": prompts[g], "completion": completions[i], "reward": float(rewards[i]),
                "reference": items[g].reference}
         if step is not None:

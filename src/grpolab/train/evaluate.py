@@ -21,6 +21,12 @@ class EvalResult:
     pass_at_k: dict[int, float] = field(default_factory=dict)
     completions: list[str] = field(default_factory=list)
     scores: list[float] = field(default_factory=list)
+    #: each item's sample scores, in item order (grouped by the collector's row -> item index)
+    item_scores: list[list[float]] = field(default_factory=list)
+
+    def solved_per_item(self) -> list[int]:
+        """How many of each item's samples solved it (score >= :data:`SOLVED`), in item order."""
+        return [sum(s >= SOLVED for s in group) for group in self.item_scores]
 
 
 def per_family(items, scores) -> dict[str, dict[str, float]]:
@@ -78,6 +84,7 @@ def evaluate(
     completions: list[str] = []
     lengths: list[float] = []
     scores: list[float] = []
+    item_scores: list[list[float]] = []
     per_batch = max(1, batch_size // samples)
     for start in range(0, len(items), per_batch):
         exp = collector.collect(model, items[start : start + per_batch], group_size=samples, greedy=greedy,
@@ -85,6 +92,7 @@ def evaluate(
         completions += exp.texts
         lengths += exp.rollout.response_mask.sum(-1).tolist()
         scores += exp.rewards.tolist()
+        item_scores += [exp.rewards[rows].tolist() for rows in exp.group_rows()]
         if progress is not None:
             progress(len(items[start : start + per_batch]))
     solved = [s >= SOLVED for s in scores]
@@ -92,10 +100,10 @@ def evaluate(
         accuracy=sum(solved) / max(1, len(solved)),
         mean_reward=sum(scores) / max(1, len(scores)),
         mean_length=sum(lengths) / max(1, len(lengths)),
-        n_items=len(items), samples=samples, completions=completions, scores=scores,
+        n_items=len(items), samples=samples, completions=completions, scores=scores, item_scores=item_scores,
     )
     if samples > 1:
-        per_item = [sum(solved[i * samples : (i + 1) * samples]) for i in range(len(items))]
+        per_item = result.solved_per_item()
         ks = sorted({k for k in (1, 2, 4, 8, 16, 32, samples) if k <= samples})
         result.pass_at_k = {k: sum(pass_at_k(samples, c, k) for c in per_item) / len(items) for k in ks}
     return result

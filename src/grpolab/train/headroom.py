@@ -46,7 +46,7 @@ def measure_headroom(model, tokenizer, items, *, k: int = 8, temperature: float 
     if was_training:
         model.train()
     g = [s >= SOLVED for s in greedy.scores]
-    c = [sum(s >= SOLVED for s in sampled.scores[i * k:(i + 1) * k]) for i in range(len(items))]
+    c = sampled.solved_per_item()
     res = headroom_from_outcomes(g, c, k, [family_of(it.meta) for it in items], seed=seed)
     res.temperature = temperature
     res.source = source
@@ -108,7 +108,7 @@ def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print
                            top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens, generator=gen, **kw)
         slowest = max(slowest, clock() - c0)
         greedy_ok += [s >= SOLVED for s in greedy.scores]
-        counts += [sum(s >= SOLVED for s in sampled.scores[i * k:(i + 1) * k]) for i in range(len(chunk))]
+        counts += sampled.solved_per_item()
         done += len(chunk)
         log(f"headroom: {done}/{len(items)} held-out items x {k} samples, {clock() - t0:.0f} s"
             + (f" of a {budget:.0f} s budget" if budget > 0 else ""))

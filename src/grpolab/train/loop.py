@@ -147,7 +147,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         every = cfg.log.completions_every
         if every and state.step % every == 0:  # what the model writes, like TRL's log_completions
             rows = completion_rows(exp.items, collector.prompt_texts(exp.items), exp.texts, exp.rewards.tolist(),
-                                   group_size=cfg.rollout.group_size, n=cfg.log.completions_n, step=state.step)
+                                   prompt_index=exp.prompt_index.tolist(), n=cfg.log.completions_n, step=state.step)
             append_jsonl(run_dir.path / "completions.jsonl", rows)
             metrics_log.text("completions", examples_table(rows), state.step)
         if state.step % tr.eval_every == 0 or state.step == tr.steps:
