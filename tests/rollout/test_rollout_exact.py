@@ -9,6 +9,9 @@ here, behind a byte-level BPE tokenizer with a ChatML chat template, prompts ren
   shared-prompt forward, at several temperatures and chunk sizes, and really runs (the model's LM
   head sees one position per row);
 * its custom backward passes ``torch.autograd.gradcheck`` in float64 (log-probs and entropies);
+* the kept log-softmax (``head_keep_bytes``: a batch whose ``[N, V]`` log-softmax fits the budget
+  keeps it for the backward instead of recomputing the logits) gives bit for bit the gradients of
+  the recompute, really skips the head matmul in the backward, and is chosen by the budget alone;
 * a model whose logits are not ``head(hidden)`` (a soft cap after the head) is scored through its
   own logits (the fallback), bit for bit what ``head_chunk=None`` gives;
 * the in-place decode step (``grpolab.rollout.decode_step``: large models and LoRA, the model's own
@@ -81,9 +84,10 @@ def _head_inputs(model):
     return seen, handle
 
 
+@pytest.mark.parametrize("keep_bytes", [0, 2**30])  # recompute the logits in the backward / keep them
 @pytest.mark.parametrize("share_prompts", [False, True])
 @pytest.mark.parametrize("temperature,chunk", [(1.0, 512), (0.7, 5), (1.3, 1)])
-def test_chunked_head_same_values_and_gradients_as_the_logits(chat, share_prompts, temperature, chunk):
+def test_chunked_head_same_values_and_gradients_as_the_logits(chat, share_prompts, temperature, chunk, keep_bytes):
     tok, prompts = chat
     model = make_chat_llama(tok, seed=1)
     r = _rollout(model, tok, prompts, temperature=temperature, seed=2)
@@ -94,7 +98,7 @@ def test_chunked_head_same_values_and_gradients_as_the_logits(chat, share_prompt
     seen, handle = _head_inputs(model)
     try:
         fast, g_fast = _values_and_grads(model, r, w, temperature=temperature, share_prompts=share_prompts,
-                                         head_chunk=chunk)
+                                         head_chunk=chunk, head_keep_bytes=keep_bytes)
     finally:
         handle.remove()
     assert seen and all(s[1] == 1 for s in seen)  # the model's head ran on one position per row only
@@ -104,8 +108,9 @@ def test_chunked_head_same_values_and_gradients_as_the_logits(chat, share_prompt
     torch.testing.assert_close(fast.logp, r.sample_logp, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("keep_bytes", [0, 2**30])
 @pytest.mark.parametrize("share_prompts", [False, True])
-def test_chunked_head_with_lora_same_values_and_adapter_gradients(chat, share_prompts):
+def test_chunked_head_with_lora_same_values_and_adapter_gradients(chat, share_prompts, keep_bytes):
     from grpolab.models.lora import AdaptersOff, apply_lora
 
     tok, prompts = chat
@@ -118,7 +123,8 @@ def test_chunked_head_with_lora_same_values_and_adapter_gradients(chat, share_pr
     r = _rollout(model, tok, prompts, seed=5)
     w = torch.randn(r.response_ids.shape, generator=torch.Generator().manual_seed(6))
     plain, g_plain = _values_and_grads(model, r, w, share_prompts=share_prompts, head_chunk=None)
-    fast, g_fast = _values_and_grads(model, r, w, share_prompts=share_prompts, head_chunk=7)
+    fast, g_fast = _values_and_grads(model, r, w, share_prompts=share_prompts, head_chunk=7,
+                                     head_keep_bytes=keep_bytes)
     assert all("lora_" in k for k in g_fast) and len(g_fast) == 2 * 7 * 2  # A and B, 7 projections, 2 layers
     _assert_same(fast, plain, g_fast, g_plain)
     # the base model (adapters off, the LoRA teacher and KL reference) through the same path
@@ -142,16 +148,87 @@ def test_chunked_head_float64_model(chat):
     _assert_same(fast, plain, g_fast, g_plain, tol=1e-6)
 
 
+def _head_matmuls(monkeypatch, w_VH):
+    """Count ``F.linear`` calls on the head weight ``w_VH`` (the chunked head's logits)."""
+    calls = []
+    orig = torch.nn.functional.linear
+
+    def spy(x, w, b=None):
+        if w is w_VH:
+            calls.append(x.shape[0])
+        return orig(x, w, b)
+
+    monkeypatch.setattr(torch.nn.functional, "linear", spy)
+    return calls
+
+
+@pytest.mark.parametrize("temperature,with_entropy", [(1.0, False), (0.7, True), (1.3, False)])
+def test_kept_log_softmax_same_gradients_bit_for_bit_and_no_recompute(monkeypatch, temperature, with_entropy):
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(50, 8, generator=g, requires_grad=True)
+    h = torch.randn(13, 8, generator=g, requires_grad=True)
+    tok = torch.randint(0, 50, (13,), generator=g)
+    gl, ge = torch.randn(13, generator=g), torch.randn(13, generator=g)
+    calls = _head_matmuls(monkeypatch, w)
+    out = {}
+    for keep_bytes in (0, 13 * 50 * 4):  # recompute / exactly fits the budget: kept
+        calls.clear()
+        lp, ent = chunked_head_logprobs(h, w, tok, temperature=temperature, chunk=4, return_entropy=True,
+                                        keep_bytes=keep_bytes)
+        n_forward = len(calls)
+        loss = (lp * gl).sum() + ((ent * ge).sum() if with_entropy else 0.0)
+        gh, gw = torch.autograd.grad(loss, (h, w))
+        out[keep_bytes] = (lp.detach(), ent.detach(), gh, gw, len(calls) - n_forward)
+        assert n_forward == 4  # ceil(13 / 4) chunks in the forward
+    (lp0, e0, gh0, gw0, back0), (lp1, e1, gh1, gw1, back1) = out.values()
+    assert back0 == 4 and back1 == 0  # the kept path does not run the head again in the backward
+    for a, b in ((lp0, lp1), (e0, e1), (gh0, gh1), (gw0, gw1)):
+        assert torch.equal(a, b)
+    # one byte under the budget: recomputed; no gradient needed: nothing kept
+    calls.clear()
+    lp, _ = chunked_head_logprobs(h, w, tok, chunk=4, keep_bytes=13 * 50 * 4 - 1)
+    lp.sum().backward()
+    assert len(calls) == 8
+    calls.clear()
+    with torch.no_grad():
+        chunked_head_logprobs(h, w, tok, chunk=4, keep_bytes=2**30)
+    assert len(calls) == 4
+
+
+def test_unused_entropy_costs_no_gradient_work():
+    """The update logs the entropy without differentiating it: the backward must not fold a zero
+    entropy gradient into ``dz`` (``set_materialize_grads(False)``), and the result is the same as
+    asking for no entropy at all."""
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(40, 6, generator=g, requires_grad=True)
+    h = torch.randn(9, 6, generator=g, requires_grad=True)
+    tok = torch.randint(0, 40, (9,), generator=g)
+    for keep in (0, 2**30):
+        lp, ent = chunked_head_logprobs(h, w, tok, chunk=4, return_entropy=True, keep_bytes=keep)
+        a = torch.autograd.grad(lp.sum(), (h, w), retain_graph=True)
+        lp2, _ = chunked_head_logprobs(h, w, tok, chunk=4, keep_bytes=keep)
+        b = torch.autograd.grad(lp2.sum(), (h, w))
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+        # and only the entropy's gradient (logp unused) works as well
+        ge = torch.autograd.grad(ent.sum(), (h, w))
+        zz = (h @ w.T)
+        ref = torch.autograd.grad((-(torch.softmax(zz, -1) * torch.log_softmax(zz, -1)).sum(-1)).sum(), (h, w))
+        for x, y in zip(ge, ref):
+            torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
 def test_chunked_head_backward_passes_gradcheck():
     g = torch.Generator().manual_seed(0)
     h = torch.randn(7, 5, dtype=torch.float64, generator=g, requires_grad=True)
     w = torch.randn(11, 5, dtype=torch.float64, generator=g, requires_grad=True)
     tok = torch.randint(0, 11, (7,), generator=g)
-    for temperature, chunk in ((1.0, 3), (0.6, 2), (1.7, 100)):
+    for temperature, chunk, keep in ((1.0, 3, 0), (0.6, 2, 0), (1.7, 100, 0), (0.6, 2, 2**30), (1.0, 3, 2**30)):
         torch.autograd.gradcheck(lambda h, w: chunked_head_logprobs(h, w, tok, temperature=temperature,
-                                                                    chunk=chunk, return_entropy=True), (h, w))
+                                                                    chunk=chunk, return_entropy=True,
+                                                                    keep_bytes=keep), (h, w))
         torch.autograd.gradcheck(lambda h, w: chunked_head_logprobs(h, w, tok, temperature=temperature,
-                                                                    chunk=chunk)[0], (h, w))
+                                                                    chunk=chunk, keep_bytes=keep)[0], (h, w))
     # against a direct float64 computation
     z = (h @ w.T) / 0.6
     lp, ent = chunked_head_logprobs(h, w, tok, temperature=0.6, chunk=3, return_entropy=True)

@@ -42,6 +42,10 @@ from .cache import DynamicLayer, ForwardSignature, new_cache
 
 #: positions whose ``V``-wide logits the chunked head holds at once (``response_logprobs(head_chunk=)``)
 HEAD_CHUNK = 512
+#: a (micro-)batch's ``[N, V]`` log-softmax up to this size is kept for the backward instead of
+#: recomputed (``response_logprobs(head_keep_bytes=)``): 256 MiB, e.g. 1,365 scored positions of a
+#: 49,152-token vocabulary in float32
+HEAD_KEEP_BYTES = 256 * 2**20
 
 
 @dataclass
@@ -69,6 +73,7 @@ def response_logprobs(
     micro_batch_size: int | None = None,
     share_prompts: bool = False,
     head_chunk: int | None = HEAD_CHUNK,
+    head_keep_bytes: int = HEAD_KEEP_BYTES,
 ) -> LogprobResult:
     """Log-probs (and optionally entropies) of the response tokens, with gradients.
 
@@ -93,6 +98,11 @@ def response_logprobs(
             is ever held); ``None`` or 0 takes the model's own ``[B, T, V]`` logits. The same
             values and gradients up to float rounding; falls back to the logits when the model's
             head is not a plain bias-free linear layer that reproduces its logits.
+        head_keep_bytes: with ``head_chunk``, a (micro-)batch whose scored positions' log-softmax
+            (``N x V`` floats) fits in this many bytes keeps it for the backward, which then
+            skips recomputing the logits (the speed of the plain logits path; the same values
+            and gradients bit for bit as recomputing); above it the backward recomputes them
+            chunk by chunk (memory bounded by ``head_chunk``). 0: always recompute.
 
     Each (micro-)batch is trimmed to its own longest prompt and response before the forward.
 
@@ -132,7 +142,7 @@ def response_logprobs(
             prompt_ids[s : s + mb], prompt_mask[s : s + mb], response_ids[s : s + mb], response_mask[s : s + mb],
             temperature=temperature, return_entropy=return_entropy,
             response_attn_BT=None if response_attention is None else response_attention[s : s + mb],
-            share_prompts=share_prompts, head_chunk=head_chunk,
+            share_prompts=share_prompts, head_chunk=head_chunk, head_keep_bytes=head_keep_bytes,
         )
         logps.append(lp)
         ents.append(ent)
@@ -166,7 +176,7 @@ def joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, respons
 def _score(
     model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT,
     *, temperature: float, return_entropy: bool, response_attn_BT=None, share_prompts: bool = False,
-    head_chunk: int | None = None,
+    head_chunk: int | None = None, head_keep_bytes: int = 0,
 ):
     """One forward. Returns ``(logp [B, T], entropy [B, T] | None)``."""
     if response_attn_BT is None:
@@ -202,7 +212,7 @@ def _score(
             h_NH = hidden[valid]  # only the scored positions go through the head
             lp_N, ent_N = chunked_head_logprobs(h_NH, _head_weight(model), response_ids_BT[valid],
                                                 temperature=temperature, chunk=head_chunk,
-                                                return_entropy=return_entropy)
+                                                return_entropy=return_entropy, keep_bytes=head_keep_bytes)
             dt = lp_N.dtype
             logp_BT = torch.zeros(B, T, dtype=dt, device=lp_N.device).masked_scatter(valid, lp_N)
             ent_BT = None
@@ -384,18 +394,21 @@ def shared_prompt_hidden(model, sig: ForwardSignature, prompt_ids_BP, prompt_mas
 
 class _ChunkedHeadLogp(torch.autograd.Function):
     """``logp[n] = z[n, tok[n]] - logsumexp(z[n])`` with ``z = (h W^T) / temperature``, over chunks
-    of rows; the entropy ``H[n] = -sum_v p log p`` alongside. Saves only ``h``, ``W`` and the
-    per-row ``logsumexp`` and ``H``; the backward recomputes each chunk's logits:
+    of rows; the entropy ``H[n] = -sum_v p log p`` alongside. Saves ``h``, ``W`` and the per-row
+    ``logsumexp`` and ``H``, and either nothing more (the backward recomputes each chunk's logits:
+    one more head matmul) or, with ``keep``, the ``[N, V]`` log-softmax ``z - logsumexp`` (the
+    backward then skips the recompute: the same numbers, bit for bit). The backward uses
     ``d logp / dz = onehot(tok) - p`` and ``d H / dz = -p (log p + H)``, both divided by the
     temperature on the way back to ``h W^T``."""
 
     @staticmethod
-    def forward(ctx, h_NH, w_VH, tok_N, temperature, chunk, want_entropy):
+    def forward(ctx, h_NH, w_VH, tok_N, temperature, chunk, want_entropy, keep):
         N = h_NH.shape[0]
         acc = torch.float64 if w_VH.dtype == torch.float64 else torch.float32
         logp = torch.empty(N, dtype=acc, device=h_NH.device)
         lse = torch.empty(N, dtype=acc, device=h_NH.device)
         ent = torch.empty(N, dtype=acc, device=h_NH.device)
+        kept = torch.empty(N, w_VH.shape[0], dtype=acc, device=h_NH.device) if keep else None
         for s in range(0, N, chunk):
             z = torch.nn.functional.linear(h_NH[s : s + chunk], w_VH).to(acc)
             if temperature != 1.0:
@@ -405,60 +418,82 @@ class _ChunkedHeadLogp(torch.autograd.Function):
             logp[s : s + chunk] = z.gather(-1, tok_N[s : s + chunk, None]).squeeze(-1) - l_n
             if want_entropy:
                 ent[s : s + chunk] = l_n - (torch.softmax(z, dim=-1) * z).sum(-1)
-        ctx.save_for_backward(h_NH, w_VH, tok_N, lse, ent)
+            if keep:
+                torch.sub(z, l_n[:, None], out=kept[s : s + chunk])
+        ctx.save_for_backward(h_NH, w_VH, tok_N, lse, ent, kept)
         ctx.temperature, ctx.chunk, ctx.want_entropy = temperature, chunk, want_entropy
+        ctx.set_materialize_grads(False)  # an unused output (the logged entropy) costs nothing
         if not want_entropy:
             ctx.mark_non_differentiable(ent)
         return logp, ent
 
     @staticmethod
     def backward(ctx, g_logp, g_ent):
-        h_NH, w_VH, tok_N, lse, ent = ctx.saved_tensors
+        h_NH, w_VH, tok_N, lse, ent, kept = ctx.saved_tensors
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        use_ent = ctx.want_entropy and g_ent is not None
+        if g_logp is None:
+            g_logp = torch.zeros_like(lse)
         gh = torch.empty_like(h_NH) if need_h else None
         gw = torch.zeros_like(w_VH) if need_w else None
         T, chunk = ctx.temperature, ctx.chunk
-        use_ent = ctx.want_entropy and g_ent is not None
         for s in range(0, h_NH.shape[0], chunk):
             h = h_NH[s : s + chunk]
-            z = torch.nn.functional.linear(h, w_VH).to(lse.dtype)
-            if T != 1.0:
-                z = z / T
-            logp_z = z - lse[s : s + chunk, None]
+            if kept is not None:
+                logp_z = kept[s : s + chunk]
+            else:  # recompute this chunk's logits (bit for bit the forward's)
+                z = torch.nn.functional.linear(h, w_VH).to(lse.dtype)
+                if T != 1.0:
+                    z = z / T
+                logp_z = z - lse[s : s + chunk, None]
+                del z
             p = logp_z.exp()
             g = g_logp[s : s + chunk]
-            dz = p * (-g)[:, None]
-            if use_ent:
-                dz -= p * (logp_z + ent[s : s + chunk, None]) * g_ent[s : s + chunk, None]
+            if use_ent:  # dz = -p * (g + (log p + H) g_H), in place on a fresh buffer
+                dz = logp_z + ent[s : s + chunk, None] if kept is not None else logp_z.add_(ent[s : s + chunk, None])
+                del logp_z
+                dz.mul_(g_ent[s : s + chunk, None]).add_(g[:, None]).mul_(p).neg_()
+                del p
+            else:
+                del logp_z
+                dz = p.mul_((-g)[:, None])
             dz.scatter_add_(1, tok_N[s : s + chunk, None], g[:, None])
             if T != 1.0:
-                dz = dz / T
+                dz.div_(T)
             dz = dz.to(h_NH.dtype)
             if need_h:
-                gh[s : s + chunk] = dz @ w_VH
+                torch.mm(dz, w_VH, out=gh[s : s + chunk])
             if need_w:
-                gw += dz.t() @ h
-        return gh, gw, None, None, None, None
+                gw.addmm_(dz.t(), h)
+            del dz
+        return gh, gw, None, None, None, None, None
 
 
 def chunked_head_logprobs(h_NH: torch.Tensor, w_VH: torch.Tensor, tok_N: torch.Tensor, *, temperature: float = 1.0,
-                          chunk: int = HEAD_CHUNK, return_entropy: bool = False):
+                          chunk: int = HEAD_CHUNK, return_entropy: bool = False, keep_bytes: int = 0):
     """Log-probs (and entropies) of ``tok_N`` under ``softmax(h W^T / temperature)``, chunked.
 
     Args:
         h_NH: final hidden states ``[N, H]`` (one per scored position).
         w_VH: the LM head's weight ``[V, H]``.
         tok_N: ``[N]`` long, the scored tokens.
+        keep_bytes: when the ``[N, V]`` log-softmax fits in this many bytes it is kept from the
+            forward for the backward, which then skips recomputing the logits (faster by one head
+            matmul per position, bit for bit the same gradients); 0: always recompute.
 
     Returns:
         ``(logp [N], entropy [N] | None)``, float32 (float64 for a float64 head). Differentiable in
         ``h`` and ``W``; at most ``chunk`` rows of logits exist at a time, in the forward and in
-        the backward (which recomputes them: one more head matmul per token).
+        the backward (which recomputes them: one more head matmul per token), plus the kept
+        ``[N, V]`` log-softmax when it fits ``keep_bytes``.
     """
     if chunk < 1:
         raise ValueError(f"head_chunk must be >= 1, got {chunk}")
+    acc = 8 if w_VH.dtype == torch.float64 else 4
+    keep = torch.is_grad_enabled() and (h_NH.requires_grad or w_VH.requires_grad) and \
+        h_NH.shape[0] * w_VH.shape[0] * acc <= keep_bytes
     logp, ent = _ChunkedHeadLogp.apply(h_NH.contiguous(), w_VH, tok_N, float(temperature), int(chunk),
-                                       bool(return_entropy))
+                                       bool(return_entropy), bool(keep))
     return logp, (ent if return_entropy else None)
 
 
