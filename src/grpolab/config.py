@@ -600,6 +600,13 @@ class CreditConfig:
 
         return lam_schedule(step, start=self.lam, end=self.lam_end, steps=self.lam_steps, kind=self.lam_schedule)
 
+    def teacher_prompt(self):
+        """The teacher prompt's settings (:class:`grpolab.rollout.teacher.TeacherPrompt`)."""
+        from grpolab.rollout.teacher import TeacherPrompt
+
+        return TeacherPrompt(template=self.template, chat_template=self.chat_template,
+                             system_template=self.system_template, placement=self.privileged_placement)
+
     def needs_kl(self) -> bool:
         """Whether the teacher forward must return the full-vocabulary KL (GEAR with ``divergence=kl``)."""
         return self.name == "gear" and self.divergence == "kl"

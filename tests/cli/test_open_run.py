@@ -94,10 +94,32 @@ def test_headroom_reports_and_uses_the_template(chat, spy, capsys):
     assert json.loads((tmp / "hr" / "headroom.json").read_text())["overall"]["n_items"] == 4
 
 
-def test_diagnose_reports_and_uses_the_template(chat, spy, capsys):
+def _chat_rows(ids, att, labels=None):
+    """Each row's prompt (tokens without a label, or all valid tokens) as text, and its labelled tokens."""
+    from chat_helpers import build_chat_tokenizer
+
+    tok = build_chat_tokenizer()
+    out = []
+    for i in range(ids.shape[0]):
+        valid = att[i].bool()
+        prompt = valid if labels is None else valid & (labels[i] == -100)
+        target = [] if labels is None else labels[i][labels[i] != -100].tolist()
+        out.append((tok.decode(ids[i][prompt].tolist()), target))
+    return out
+
+
+def test_diagnose_reports_and_uses_the_template(chat, spy, capsys, monkeypatch):
     tmp, model_dir, *_ = chat
+    from grpolab.commands import diagnose as diag
+
+    probes = []  # the hidden-state probe's inputs: the run's chat prompts too
+    real = diag.hidden_state_effective_ranks
+    monkeypatch.setattr(diag, "hidden_state_effective_ranks",
+                        lambda model, ids, att: probes.append((ids, att)) or real(model, ids, att))
     assert main(["diagnose", str(tmp / "run"), "--base", str(model_dir), "--n", "4", "--probe", "2"]) == 0
     assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
+    assert len(probes) == 2 and all(text.startswith("<|im_start|>") and ASSISTANT in text
+                                    for ids, att in probes for text, _ in _chat_rows(ids, att))
 
 
 def test_credit_reports_and_uses_the_template(chat, spy, capsys, monkeypatch):
@@ -120,6 +142,41 @@ def test_sft_checks_use_the_template(chat, spy, capsys):
                  "--set", "task.options.demonstration_field=answer",
                  "--out", str(tmp / "sft")]) == 0
     assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)     # the warm start's accuracy checks
+
+
+def test_sft_trains_on_the_run_prompts(chat, monkeypatch):
+    """The warm start's demonstrations follow the chat template: each row is the rendered conversation
+    up to the assistant header (no loss), then the demonstration and the turn end <|im_end|>; the
+    privileged rows are the credit step's teacher prompt in the same format."""
+    from transformers import AutoTokenizer
+
+    from grpolab.train import sft as sft_mod
+
+    tmp, model_dir, cfg_file, args = chat
+    batches = []
+    real = sft_mod.sft_batch
+
+    def spy_batch(tokenizer, items, device, **kw):
+        out = real(tokenizer, items, device, **kw)
+        batches.append((items, kw, out))
+        return out
+
+    monkeypatch.setattr(sft_mod, "sft_batch", spy_batch)
+    assert main(["sft", str(cfg_file), *args, "--set", "sft.enabled=yes", "--set", "sft.max_steps=1",
+                 "--set", "sft.eval_every=1", "--set", "sft.n_eval=2", "--set", "sft.batch_size=2",
+                 "--set", "sft.privileged_share=0.5", "--set", "task.options.demonstration_field=answer",
+                 "--out", str(tmp / "sft_chat")]) == 0
+    (items, kw, (ids, att, lab)), = batches
+    tok = AutoTokenizer.from_pretrained(model_dir)           # the run's tokenizer
+    im_end = tok.convert_tokens_to_ids("<|im_end|>")
+    assert kw["prompt_format"].use_chat and kw["teacher_rows"] == 1
+    rows = _chat_rows(ids, att, lab)
+    teacher_ids = kw["teacher"].encode(items[:1], tok, kw["prompt_format"])[0]
+    student_ids = kw["prompt_format"].encode(items[1:], tok)[0]
+    for (text, target), it, prompt_ids in zip(rows, items, [teacher_ids, student_ids]):
+        assert text == tok.decode(prompt_ids) and text.startswith("<|im_start|>") and text.endswith(ASSISTANT)
+        assert target == tok(it.demonstration, add_special_tokens=False)["input_ids"] + [im_end]
+    assert "Here is a reference solution" in rows[0][0] and "Here is a reference solution" not in rows[1][0]
 
 
 def test_the_tiny_default_stays_plain_text(capsys):

@@ -6,7 +6,7 @@ import torch
 from grpolab.config import ConfigError, load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.rollout import build_teacher_prompts, encode_teacher_prompts
-from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE
+from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, TeacherPrompt
 from grpolab.tasks import get_task
 from grpolab.train import sft as sft_mod
 from grpolab.train.warm_start import warm_start_key
@@ -54,7 +54,8 @@ def test_teacher_rows_are_the_teacher_prompt_then_the_same_demonstration():
 def test_teacher_rows_follow_the_template_given():
     tok = build_tokenizer()
     items = get_task("arith").items("train", 2)
-    ids, att, _ = sft_batch(tok, items, "cpu", teacher_rows=1, teacher_template="{privileged}\n{prompt}")
+    ids, att, _ = sft_batch(tok, items, "cpu", teacher_rows=1,
+                            teacher=TeacherPrompt(template="{privileged}\n{prompt}"))
     row, _ = _row(ids, att, ids, 0)
     assert tok.decode(row, skip_special_tokens=True).startswith(f"{items[0].privileged}\n{items[0].prompt}")
     with pytest.raises(ValueError, match="teacher_rows"):
@@ -67,12 +68,13 @@ def test_run_sft_shows_the_share_of_every_batch_in_the_teacher_template(monkeypa
     real = sft_mod.sft_batch
 
     def spy(tokenizer, items, device, **kw):
-        seen.append((len(items), kw.get("teacher_rows", 0), kw.get("teacher_template")))
+        seen.append((len(items), kw.get("teacher_rows", 0), kw["teacher"].template))
         return real(tokenizer, items, device, **kw)
 
     monkeypatch.setattr(sft_mod, "sft_batch", spy)
     run_sft(model, tok, train, held, SFTSpec(max_steps=3, batch_size=8, lr=1e-3, target_accuracy=1.0, eval_every=10,
-            max_new_tokens=4, privileged_share=0.25, teacher_template="{reference}\n{prompt}"), log=lambda s: None)
+            max_new_tokens=4, privileged_share=0.25, teacher=TeacherPrompt(template="{reference}\n{prompt}")),
+            log=lambda s: None)
     assert seen == [(8, 2, "{reference}\n{prompt}")] * 3
     seen.clear()
     run_sft(model, tok, train, held, SFTSpec(max_steps=2, batch_size=8, lr=1e-3, target_accuracy=1.0, eval_every=10,
@@ -105,7 +107,7 @@ def test_privileged_share_validated():
                     eval_every=1, max_new_tokens=4, privileged_share=bad), log=lambda s: None)
     with pytest.raises(ValueError, match="template"):
         run_sft(model, tok, train, held, SFTSpec(max_steps=1, batch_size=4, lr=1e-3, target_accuracy=1.0,
-                eval_every=1, max_new_tokens=4, privileged_share=0.5, teacher_template="no fields"),
+                eval_every=1, max_new_tokens=4, privileged_share=0.5, teacher=TeacherPrompt(template="no fields")),
                 log=lambda s: None)
     with pytest.raises(ConfigError, match="sft.privileged_share"):
         load_config(overrides={"sft.privileged_share": "1.5"})
@@ -127,3 +129,17 @@ def test_warm_start_key_holds_the_teacher_template_only_when_it_was_used():
     b = warm_start_key(load_config(overrides={"sft.privileged_share": "0.5", "credit.template": "{privileged}\n{prompt}"}))
     assert a["teacher_template"] == DEFAULT_TEACHER_TEMPLATE
     assert a != b and a["sft"]["privileged_share"] == 0.5
+
+
+def test_warm_start_key_marks_demonstrations_in_the_run_prompt_format(tmp_path):
+    """Warm starts cached before the demonstrations followed the run's prompt format (a chat-template
+    model, or a system prompt) are not reused; the tiny default's key is unchanged."""
+    assert "demonstrations" not in warm_start_key(load_config(overrides={}))
+    chat = warm_start_key(load_config(overrides={"model.path": str(tmp_path)}))
+    assert chat["demonstrations"] == "in the run's prompt format" and "teacher_chat" not in chat
+    plain = warm_start_key(load_config(overrides={"model.path": str(tmp_path), "task.chat_template": "off"}))
+    assert "demonstrations" not in plain
+    system = warm_start_key(load_config(overrides={"task.system_prompt": "be brief"}))
+    assert system["demonstrations"] == "in the run's prompt format"
+    share = warm_start_key(load_config(overrides={"model.path": str(tmp_path), "sft.privileged_share": "0.5"}))
+    assert share["teacher_chat"]["privileged_placement"] == "user"

@@ -133,7 +133,7 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
                              "trained": effective_rank(w), "update": effective_rank(d) if d.abs().max() > 0 else 0.0,
                              "max_rank": min(w.shape)})
     probe_items = items[:probe]
-    ids, att, _ = sft_batch(tok, probe_items, device)
+    ids, att, _ = sft_batch(tok, probe_items, device, prompt_format=getattr(run.collector, "prompt_format", None))
     hidden = {"base": hidden_state_effective_ranks(base_model, ids, att),
               "trained": hidden_state_effective_ranks(trained, ids, att), "tokens": int(att.sum())}
 

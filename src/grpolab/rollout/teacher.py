@@ -43,7 +43,7 @@ from .logprobs import joint_forward, response_logprobs
 from .prompts import encode_prompts
 from .sampler import left_pad
 
-from grpolab.utils.teacher_templates import (  # noqa: F401  (the template text lives there)
+from grpolab.utils.teacher_templates import (  # the template text lives there
     DEFAULT_CHAT_TEACHER_TEMPLATE,
     DEFAULT_SYSTEM_TEACHER_TEMPLATE,
     DEFAULT_TEACHER_TEMPLATE,
@@ -150,6 +150,48 @@ def teacher_messages(messages: Sequence[dict], item, *, placement: str = "user",
         else:
             msgs.insert(0, {"role": "system", "content": note})
     return msgs
+
+
+@dataclass(frozen=True)
+class TeacherPrompt:
+    """How the privileged teacher's prompt is written: grpolab's credit step and the warm start's
+    privileged rows both encode it here (``credit.template``, ``credit.chat_template``,
+    ``credit.system_template``, ``credit.privileged_placement``:
+    :meth:`grpolab.config.CreditConfig.teacher_prompt`).
+
+    With a chat-template :class:`grpolab.tasks.PromptFormat` the privileged context goes into the
+    student's conversation (:func:`teacher_messages`) and is rendered by the same template, so both
+    prompts end with the same assistant header; with a plain-text format ``template`` wraps the
+    prompt as the student saw it (system line, prompt template); with no format, ``template``
+    wraps ``item.prompt``.
+    """
+
+    template: str = DEFAULT_TEACHER_TEMPLATE
+    chat_template: str = DEFAULT_CHAT_TEACHER_TEMPLATE
+    system_template: str = DEFAULT_SYSTEM_TEACHER_TEMPLATE
+    placement: str = "user"
+
+    def encode(self, items: Sequence, tokenizer, prompt_format=None) -> list[list[int]]:
+        """Token ids of each item's privileged prompt (unpadded)."""
+        fmt = prompt_format
+        if fmt is None:
+            return encode_prompts(tokenizer, build_teacher_prompts(items, self.template))
+        if fmt.use_chat:
+            return [fmt.encode_messages(teacher_messages(fmt.messages(it), it, placement=self.placement,
+                                                         template=self.chat_template,
+                                                         system_template=self.system_template), tokenizer)
+                    for it in items]
+        from types import SimpleNamespace
+
+        shown = [SimpleNamespace(prompt=fmt.render(it, tokenizer), privileged=it.privileged, reference=it.reference)
+                 for it in items]  # the plain prompt as the student saw it (template, system line)
+        return encode_prompts(tokenizer, build_teacher_prompts(shown, self.template))
+
+    def text(self, prompt_format=None) -> str:
+        """The template in use for ``prompt_format`` (its fixed lines are what a leak repeats)."""
+        if prompt_format is None or not prompt_format.use_chat:
+            return self.template
+        return self.chat_template if self.placement == "user" else self.system_template
 
 
 def token_ids_containing(tokenizer, chars: str) -> torch.Tensor:
@@ -422,6 +464,7 @@ def _score_rows(teacher, student, t_rows, shared, s_rows, r_ids, r_mask, r_attn,
 __all__ = [
     "CreditTokens",
     "DEFAULT_TEACHER_TEMPLATE",
+    "TeacherPrompt",
     "TeacherResult",
     "build_teacher_prompts",
     "PLACEMENTS",

@@ -32,14 +32,7 @@ import torch
 from grpolab import objectives as obj
 from grpolab.config import Config, CreditConfig
 from grpolab.train.frozen import frozen_copy
-from grpolab.rollout import (
-    CreditTokens,
-    build_teacher_prompts,
-    credit_logprobs,
-    encode_teacher_prompts,
-    left_pad,
-    teacher_messages,
-)
+from grpolab.rollout import CreditTokens, credit_logprobs, left_pad
 
 if TYPE_CHECKING:
     from grpolab.train.experience import Experience
@@ -114,6 +107,7 @@ class CreditStep:
         else:
             self.teacher = frozen_copy(policy) if self.c.teacher == "frozen" else None
         self.tokens = CreditTokens(tokenizer, boundaries=self.c.gear_boundaries, span_end=self.c.span_end)
+        self.prompt = self.c.teacher_prompt()
         self.synced_at = 0
 
     @classmethod
@@ -211,26 +205,13 @@ class CreditStep:
 
     def leak_template(self) -> str:
         """The teacher text whose fixed lines count as a leak when a response repeats them."""
-        if not self.uses_chat():
-            return self.c.template
-        return self.c.chat_template if self.c.privileged_placement == "user" else self.c.system_template
+        return self.prompt.text(self.prompt_format)
 
     def teacher_prompts(self, items: Sequence, device) -> tuple[torch.Tensor, torch.Tensor]:
         """Left-padded privileged prompts ``([N, P'], [N, P'])`` of ``items`` (see the module docstring)."""
-        c, fmt, tok = self.c, self.prompt_format, self.tokenizer
-        if fmt is None:  # no prompt format given: credit.template around item.prompt
-            return encode_teacher_prompts(tok, build_teacher_prompts(items, c.template), group_size=1, device=device)
-        if self.uses_chat():
-            rows = [fmt.encode_messages(teacher_messages(fmt.messages(it), it, placement=c.privileged_placement,
-                                                         template=c.chat_template,
-                                                         system_template=c.system_template), tok)
-                    for it in items]
-            return left_pad(rows, tok.pad_token_id if tok.pad_token_id is not None else 0, device=device)
-        from types import SimpleNamespace
-
-        shown = [SimpleNamespace(prompt=fmt.render(it, tok), privileged=it.privileged, reference=it.reference)
-                 for it in items]  # the plain prompt as the student saw it (template, system line)
-        return encode_teacher_prompts(tok, build_teacher_prompts(shown, c.template), group_size=1, device=device)
+        tok = self.tokenizer
+        rows = self.prompt.encode(items, tok, self.prompt_format)
+        return left_pad(rows, tok.pad_token_id if tok.pad_token_id is not None else 0, device=device)
 
     def _needs_kl(self) -> bool:
         return self.c.needs_kl()

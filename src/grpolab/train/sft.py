@@ -3,13 +3,17 @@
 RL needs something to reinforce: a model built from scratch solves nothing, so every reward is 0
 and every group advantage is 0. ``run_sft`` trains on ``prompt -> demonstration + EOS`` pairs (loss
 on completion tokens only) and stops as soon as greedy held-out accuracy reaches
-``target_accuracy`` -- deliberately early, so that RL has headroom left.
+``target_accuracy`` -- deliberately early, so that RL has headroom left. The prompts are the run's
+(``SFTSpec.prompt_format``: on a chat-template run each demonstration is the assistant turn after
+the rendered conversation, ending with the template's end of turn such as ``<|im_end|>``), so the
+warm start teaches what RL then samples from.
 
-With ``privileged_share`` > 0, that share of every batch is shown in the *teacher template*
-(``privileged prompt -> the same demonstration``, :func:`grpolab.rollout.build_teacher_prompts`),
-so the model also learns to continue correctly when a reference solution is in its context: the
-self-teacher of RLSD / GEAR / OPSD (docs/credit.md) then reads the reference instead of ignoring
-it. The student never sees the template: rollouts and the stopping check use the plain prompts.
+With ``privileged_share`` > 0, that share of every batch is shown in the *teacher's prompt*
+(``privileged prompt -> the same demonstration``, :class:`grpolab.rollout.teacher.TeacherPrompt`,
+in the run's format), so the model also learns to continue correctly when a reference solution is
+in its context: the self-teacher of RLSD / GEAR / OPSD (docs/credit.md) then reads the reference
+instead of ignoring it. The student never sees it: rollouts and the stopping check use the
+student's prompts.
 
 Everything a warm start needs to continue lives in :class:`SFTState`. Given a ``checkpoint``
 (:class:`grpolab.train.warm_start.WarmStartCheckpoint`), ``run_sft`` saves it every
@@ -27,11 +31,11 @@ from typing import Any
 
 import torch
 
-from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, build_teacher_prompts, check_template
+from grpolab.rollout.teacher import TeacherPrompt, check_template
 from grpolab.train.checkpoint import rng_state, set_rng_state
 from grpolab.train.evaluate import evaluate
 from grpolab.train.optim import build_scheduler
-from grpolab.train.text import encode_completion, encode_prompts
+from grpolab.train.text import assistant_turn_end, encode_completion, encode_prompts
 
 
 @dataclass
@@ -118,28 +122,41 @@ def encode_transcript(tokenizer, transcript) -> tuple[list[int], list[int]]:
     return ids, labels
 
 
-def sft_batch(tokenizer, items, device, *, teacher_rows: int = 0,
-              teacher_template: str = DEFAULT_TEACHER_TEMPLATE) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def sft_batch(tokenizer, items, device, *, teacher_rows: int = 0, teacher: TeacherPrompt | None = None,
+              prompt_format=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ``input_ids [B,L]``, ``attention_mask [B,L]`` and ``labels [B,L]`` (-100 off-completion).
 
-    The first ``teacher_rows`` rows use the teacher prompt (``teacher_template`` filled from the
-    item, tokenised exactly as :func:`grpolab.rollout.encode_teacher_prompts` does) instead of the
-    plain prompt; the completion (and so the loss) is the same demonstration either way.
+    Each prompt is encoded as the run prompts the policy: ``prompt_format`` (the run's resolved
+    :class:`grpolab.tasks.PromptFormat`: chat template, system prompt, prompt template); None:
+    ``item.prompt`` as plain text. The first ``teacher_rows`` rows use the privileged teacher's
+    prompt instead (``teacher``, :class:`grpolab.rollout.teacher.TeacherPrompt`, in the same
+    format, as the credit step's teacher sees it); the completion (and so the loss) is the same
+    demonstration either way, followed by EOS (on a chat template: the template's end of an
+    assistant turn, :func:`grpolab.train.text.assistant_turn_end`).
     """
+    teacher = TeacherPrompt() if teacher is None else teacher
     if not 0 <= teacher_rows <= len(items):
         raise ValueError(f"teacher_rows={teacher_rows} must be in 0..{len(items)} (the batch size)")
+    multi_turn = any(it.meta.get("transcript") for it in items)
     if teacher_rows and any(it.meta.get("transcript") for it in items[:teacher_rows]):
         raise ValueError("the teacher template applies to single-turn items; multi-turn transcripts "
                          "cannot be shown with a privileged prompt (set sft.privileged_share=0)")
-    texts = build_teacher_prompts(items[:teacher_rows], teacher_template) if teacher_rows else []
-    texts += [it.prompt for it in items[teacher_rows:]]
-    prompts = encode_prompts(tokenizer, texts)
+    if multi_turn and prompt_format is not None and prompt_format.use_chat:
+        raise ValueError("multi-turn demonstrations are plain-text transcripts; a chat-template prompt format "
+                         "applies to single-turn items only")
+    prompts = teacher.encode(items[:teacher_rows], tokenizer, prompt_format) if teacher_rows else []
+    rest = items[teacher_rows:]
+    if prompt_format is None:
+        prompts += encode_prompts(tokenizer, [it.prompt for it in rest])
+    else:
+        prompts += prompt_format.encode(rest, tokenizer)
+    end = assistant_turn_end(tokenizer) if prompt_format is not None and prompt_format.use_chat else None
     rows, labels = [], []
     for p, it in zip(prompts, items):
         if it.meta.get("transcript"):  # multi-turn: actions + EOS trained, observations masked
             c, lab = encode_transcript(tokenizer, it.meta["transcript"])
         else:
-            c = lab = encode_completion(tokenizer, it.demonstration)
+            c = lab = encode_completion(tokenizer, it.demonstration, end)
         rows.append(p + c)
         labels.append([-100] * len(p) + lab)
     L = max(len(r) for r in rows)
@@ -170,8 +187,10 @@ class SFTSpec:
             better and worse solutions from one check to the next; their average does not.
         seed: draws the batches.
         privileged_share: in [0, 1): ``round(privileged_share * batch)`` rows of every batch are
-            drawn in the teacher template ``teacher_template`` (see the module docstring; the
+            drawn in the privileged teacher's prompt ``teacher`` (see the module docstring; the
             checks always use the student's prompts).
+        prompt_format: the run's resolved :class:`grpolab.tasks.PromptFormat` (the collector's):
+            demonstrations are shown as the run prompts the policy; None: ``item.prompt`` as plain text.
         env: the run's :class:`grpolab.config.EnvConfig` (multi-turn checks play episodes), or None.
     """
 
@@ -186,8 +205,9 @@ class SFTSpec:
     ema: float = 0.0
     seed: int = 0
     privileged_share: float = 0.0
-    teacher_template: str = DEFAULT_TEACHER_TEMPLATE
+    teacher: TeacherPrompt = field(default_factory=TeacherPrompt)
     env: Any = None
+    prompt_format: Any = None
 
     def __post_init__(self) -> None:
         share = self.privileged_share
@@ -197,16 +217,17 @@ class SFTSpec:
             if self.env is not None and getattr(self.env, "name", ""):
                 raise ValueError("privileged_share > 0 needs a single-turn task; multi-turn environments have "
                                  "no teacher template (set sft.privileged_share=0)")
-            check_template(self.teacher_template)
+            check_template(self.teacher.template)
 
     @classmethod
-    def from_config(cls, cfg) -> "SFTSpec":
-        """The ``sft`` section of a run config, with the run's check length, seed, env and teacher template."""
+    def from_config(cls, cfg, *, prompt_format=None) -> "SFTSpec":
+        """The ``sft`` section of a run config, with the run's check length, seed, env, teacher prompt
+        and (resolved) ``prompt_format``."""
         s = cfg.sft
         return cls(max_steps=s.max_steps, batch_size=s.batch_size, lr=s.lr, target_accuracy=s.target_accuracy,
                    eval_every=s.eval_every, max_new_tokens=cfg.rollout.max_new_tokens, schedule=s.schedule,
                    ema=s.ema, seed=cfg.trainer.seed, privileged_share=s.privileged_share,
-                   teacher_template=cfg.credit.template, env=cfg.env)
+                   teacher=cfg.credit.teacher_prompt(), env=cfg.env, prompt_format=prompt_format)
 
 
 def run_sft(model, tokenizer, train_items, eval_items, spec: SFTSpec, *, log=print, checkpoint=None,
@@ -292,7 +313,7 @@ def _sft_step(state: SFTState, tokenizer, demos, spec: SFTSpec) -> tuple[float, 
     model.train()
     batch = state.data_rng.sample(demos, min(spec.batch_size, len(demos)))
     ids, att, lab = sft_batch(tokenizer, batch, next(model.parameters()).device,
-                              teacher_template=spec.teacher_template,
+                              teacher=spec.teacher, prompt_format=spec.prompt_format,
                               teacher_rows=round(spec.privileged_share * len(batch)))
     loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
     opt.zero_grad(set_to_none=True)

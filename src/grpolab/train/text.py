@@ -6,13 +6,31 @@ import torch
 
 from grpolab.rollout.prompts import encode_prompt, encode_prompts  # the one prompt encoder
 
-__all__ = ["decode_responses", "encode_completion", "encode_prompt", "encode_prompts"]
+__all__ = ["assistant_turn_end", "decode_responses", "encode_completion", "encode_prompt", "encode_prompts"]
+
+_MARK = "grpolab demonstration"
 
 
-def encode_completion(tokenizer, text: str) -> list[int]:
-    """Token ids of a demonstration completion followed by EOS."""
+def encode_completion(tokenizer, text: str, end: list[int] | None = None) -> list[int]:
+    """Token ids of a demonstration completion followed by ``end`` (default: ``[EOS]``)."""
     ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    return ids + [tokenizer.eos_token_id]
+    return ids + ([tokenizer.eos_token_id] if end is None else list(end))
+
+
+def assistant_turn_end(tokenizer) -> list[int]:
+    """The ids the chat template puts after an assistant turn's content, up to and including its
+    first special token (ChatML: ``<|im_end|>``; Llama 3: ``<|eot_id|>``): how a demonstration ends
+    on a chat-template run. ``[EOS]`` when the template writes no special token there."""
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": _MARK}]
+    text = tokenizer.apply_chat_template(msgs, tokenize=False)
+    at = text.rfind(_MARK)
+    if at >= 0:
+        special = set(tokenizer.all_special_ids)
+        tail = list(tokenizer(text[at + len(_MARK):], add_special_tokens=False)["input_ids"])
+        for i, t in enumerate(tail):
+            if t in special:
+                return tail[:i + 1]
+    return [tokenizer.eos_token_id]
 
 
 def decode_responses(tokenizer, response_ids: torch.Tensor, response_mask: torch.Tensor) -> list[str]:

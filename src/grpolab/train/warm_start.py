@@ -55,6 +55,16 @@ def warm_start_key(cfg: Config) -> dict[str, Any]:
         key["prompt_format"] = prompt_format
     if cfg.sft.privileged_share > 0:  # the teacher-template share was rendered in credit.template
         key["teacher_template"] = cfg.credit.template
+    t = cfg.task
+    may_chat = bool(cfg.model.path) and t.chat_template != "off"  # the tiny default model has no template
+    if not cfg.env.name and (may_chat or t.system_prompt or t.prompt_template != "{prompt}"):
+        # the demonstrations are shown in the run's prompt format (chat template, system prompt),
+        # not as plain text as before: a warm start cached by an earlier grpolab is not reused
+        key["demonstrations"] = "in the run's prompt format"
+        if cfg.sft.privileged_share > 0:
+            c = cfg.credit
+            key["teacher_chat"] = {"chat_template": c.chat_template, "system_template": c.system_template,
+                                   "privileged_placement": c.privileged_placement}
     return key
 
 
@@ -226,7 +236,7 @@ def sft_from_config(cfg: Config, model, tokenizer, train_items, eval_items, *,
     run's collector for the accuracy checks (:func:`grpolab.train.sft.run_sft`)."""
     demos, select_items = sft_selection_split(cfg, train_items, eval_items)
     try:
-        spec = SFTSpec.from_config(cfg)
+        spec = SFTSpec.from_config(cfg, prompt_format=getattr(collector, "prompt_format", None))
     except ValueError as e:
         raise ConfigError(f"sft: {e}") from None
     return run_sft(model, tokenizer, demos, select_items, spec, log=log, checkpoint=checkpoint, collector=collector)
