@@ -379,7 +379,8 @@ class GrpolabGRPOTrainer(GRPOTrainer):
                               return_kl=c.needs_kl(), chunk_size=c.chunk_size,
                               micro_batch_size=c.micro_batch_size or None)  # the trainer's glue (grpolab.rollout.teacher)
         if self._credit_tokens is None:
-            self._credit_tokens = CreditTokens(self.processing_class, boundaries=c.gear_boundaries, span_end=c.span_end)
+            self._credit_tokens = CreditTokens(self.processing_class, span_end=c.span_end,
+                                               boundaries=c.gear_boundaries if c.name == "gear" else "")
         boundary, span = self._credit_tokens.masks(out["completion_ids"], mask)
         lam = c.lam_at(self.state.global_step)
         res_c = credit_advantages(c.name, adv_B, res.student_logp.detach(), res.logp, mask, lam=lam,
