@@ -1,4 +1,4 @@
-"""tools/check_structure.py holds for the package (function length in train/, no import cycle, the CLI
+"""tools/check_structure.py holds for the package (function length in train/ and objectives/, no import cycle, the CLI
 imports only grpolab.commands, commands live in commands/, scripts do not edit sys.path), and it really finds each kind of fault
 in a small package written here."""
 
