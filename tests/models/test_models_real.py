@@ -126,3 +126,61 @@ def test_lora_settings_are_validated(lora_model):
     model, _ = lora_model
     with pytest.raises(ValueError, match="linear layers are named"):
         apply_lora(model, {"target_modules": ["nope_proj"]})
+
+
+def test_an_adapter_directory_loads_as_its_base_with_the_adapter_merged(lora_model, tmp_path, monkeypatch):
+    # model.lora_save: adapter writes RUN_DIR/final as a peft adapter; load_model (and so eval,
+    # credit, diagnose) must give the trained model, not fail or silently load the base
+    from grpolab.train.rundir import RunDir
+
+    model, tok = lora_model
+    base_dir = tmp_path / "base"
+    model.save_pretrained(base_dir)
+    tok.save_pretrained(base_dir)
+    ids = torch.randint(3, 300, (2, 10))
+    base_logits = _logits(model, ids)
+    apply_lora(model, LoraSettings(r=4, alpha=8, target_modules=("q_proj", "v_proj", "down_proj")))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    want = _logits(model, ids)
+    final = tmp_path / "run" / "final"
+    save_adapter(model, final, base_model="base")  # relative, as a config gives it
+    tok.save_pretrained(final)
+    monkeypatch.chdir(tmp_path / "run")  # not where training ran: found from the adapter's parents
+    loaded, ltok = load_model(final)
+    assert not has_lora(loaded) and ltok.chat_template == tok.chat_template
+    got = _logits(loaded, ids)
+    assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, base_logits, atol=1e-3)
+    (tmp_path / "run" / "config.yaml").write_text("{}\n")
+    assert RunDir(tmp_path / "run").model_dir() == final
+    moved = tmp_path / "base_moved"
+    base_dir.rename(moved)
+    with pytest.raises(FileNotFoundError, match="base model 'base' was not found.*base=BASE_DIR"):
+        load_model(final)
+    from grpolab.models.lora import load_adapter
+
+    assert torch.allclose(_logits(load_adapter(final, base=moved)[0], ids), want, atol=1e-5)
+
+
+def test_a_lora_training_checkpoint_loads_with_its_adapters(lora_model, tmp_path):
+    # checkpoints/step_N/model of a LoRA run holds base_layer/lora_A names that from_pretrained
+    # alone would drop (re-initialising the projections): load_model rebuilds and merges them
+    from grpolab.train.checkpoint import latest_checkpoint, save_checkpoint
+
+    model, tok = lora_model
+    ids = torch.randint(3, 300, (2, 10))
+    apply_lora(model, LoraSettings(r=4, alpha=8))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.5)
+    want = _logits(model, ids)
+    save_checkpoint(tmp_path / "run", 3, model, tok, {"step": 3})
+    ckpt = latest_checkpoint(tmp_path / "run")
+    loaded, _ = load_model(ckpt.model_dir)
+    assert not has_lora(loaded) and torch.allclose(_logits(loaded, ids), want, atol=1e-5)
+    (ckpt.model_dir / "grpolab_lora.json").unlink()  # a checkpoint from before the settings were kept
+    with pytest.raises(ValueError, match="LoRA layers injected.*--resume"):
+        load_model(ckpt.model_dir)

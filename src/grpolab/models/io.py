@@ -72,7 +72,9 @@ def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | N
         path: directory with ``config.json``, weights (one of :data:`WEIGHT_FILES`) and
             tokenizer files (one of :data:`TOKENIZER_FILES`); or a ``.gguf`` file, or a folder
             holding one and no ``config.json`` (:func:`grpolab.models.gguf.load_gguf`:
-            dequantised, ``dtype="auto"`` means float32; needs ``grpolab[gguf]``).
+            dequantised, ``dtype="auto"`` means float32; needs ``grpolab[gguf]``); or a LoRA
+            adapter directory (``model.lora_save: adapter``; :func:`grpolab.models.lora.load_adapter`:
+            its base model with the adapter merged in).
         dtype: ``"auto"`` (default; ``None`` means the same) keeps the dtype the checkpoint was
             saved in (its config's ``torch_dtype``: a bf16 checkpoint loads as bf16); else a
             ``torch.dtype`` or one of "float32"/"fp32", "bfloat16"/"bf16", "float16"/"fp16",
@@ -107,6 +109,13 @@ def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | N
         if gradient_checkpointing:
             enable_gradient_checkpointing(model)
         return model, tokenizer
+    from grpolab.models.lora import is_adapter_dir, load_adapter
+
+    if is_adapter_dir(path):  # model.lora_save: adapter -- the base it names, with the adapter merged in
+        model, tokenizer = load_adapter(path, dtype=dtype, device=device, attn_implementation=attn_implementation)
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+        return model, tokenizer
     _check_model_dir(path)
     torch_dtype = _resolve_dtype(dtype)
 
@@ -122,6 +131,19 @@ def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | N
     kwargs = {"dtype": torch_dtype if torch_dtype is not None else "auto"}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
+    from grpolab.models.lora import LORA_CHECKPOINT_FILE, holds_injected_lora, load_lora_checkpoint
+
+    if (path / LORA_CHECKPOINT_FILE).is_file():  # a LoRA run's training checkpoint: adapters merged
+        model = load_lora_checkpoint(path, dtype=torch_dtype, device=device)
+        if getattr(model.config, "pad_token_id", None) is None:
+            model.config.pad_token_id = tokenizer.pad_token_id
+        if gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+        return model, tokenizer
+    if holds_injected_lora(path):
+        raise ValueError(f"{str(path)!r} holds the weights of a model with LoRA layers injected (a training "
+                         f"checkpoint written before {LORA_CHECKPOINT_FILE} was recorded) and no settings to rebuild "
+                         "it; continue the run with `grpolab train --resume RUN_DIR`, or evaluate its final/")
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
     except (ValueError, ImportError) as e:

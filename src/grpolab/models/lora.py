@@ -38,6 +38,11 @@ __all__ = [
     "merged_copy",
     "parameter_counts",
     "save_adapter",
+    "load_adapter",
+    "is_adapter_dir",
+    "LORA_CHECKPOINT_FILE",
+    "lora_checkpoint_settings",
+    "load_lora_checkpoint",
 ]
 
 #: The projections of Llama / Qwen2 / Mistral blocks: every linear layer but the LM head.
@@ -242,6 +247,145 @@ def save_adapter(model: torch.nn.Module, path: str | Path, *, base_model: str | 
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return path
+
+
+def is_adapter_dir(path: str | Path) -> bool:
+    """A peft adapter directory (``adapter_config.json``, no ``config.json``): what
+    ``model.lora_save: adapter`` writes to ``RUN_DIR/final``."""
+    path = Path(path)
+    return path.is_dir() and (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
+
+
+def load_adapter(path: str | Path, *, base: str | Path | None = None, **load_kwargs):
+    """``(model, tokenizer)``: the base model named by an adapter directory with the adapter merged in.
+
+    ``path``: a directory :func:`save_adapter` wrote (``adapter_config.json`` +
+    ``adapter_model.safetensors``; the tokenizer next to them, as ``RUN_DIR/final`` holds it).
+    ``base``: the base model directory; default: the config's ``base_model_name_or_path`` (as the
+    training config gave it: a relative path is tried from the working directory, then from the
+    adapter's parent folders). ``load_kwargs`` go to :func:`grpolab.models.load_model` (dtype,
+    device, ...). The result is a plain model (no peft layers): for evaluation and measurement.
+
+    Raises:
+        FileNotFoundError: the adapter weights or the base model cannot be found (the message names
+            the path tried and how to pass one).
+    """
+    from safetensors.torch import load_file
+
+    from grpolab.models.io import load_model
+
+    path = Path(path)
+    cfg = json.loads((path / "adapter_config.json").read_text())
+    weights = path / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"{str(path)!r} has adapter_config.json but no adapter_model.safetensors")
+    base_dir = _find_base(path, base if base is not None else cfg.get("base_model_name_or_path"))
+    model, _ = load_model(base_dir, **load_kwargs)
+    targets = cfg.get("target_modules") or list(DEFAULT_TARGETS)
+    settings = LoraSettings(r=int(cfg["r"]), alpha=float(cfg.get("lora_alpha", 2 * cfg["r"])),
+                            dropout=float(cfg.get("lora_dropout") or 0.0),
+                            target_modules=targets if isinstance(targets, str) else tuple(targets))
+    apply_lora(model, settings)
+    prefix = "base_model.model."
+    state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in load_file(str(weights)).items()}
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(model, state)
+    missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+    if missing:
+        raise ValueError(f"adapter {str(path)!r} does not fit its base {str(base_dir)!r}: unexpected {missing[:3]}")
+    merged = merged_copy(model)
+    merged.eval()
+    tok_src = path if any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")) else base_dir
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return merged, tokenizer
+
+
+def _find_base(adapter: Path, base: str | Path | None) -> Path:
+    if not base:
+        raise FileNotFoundError(f"adapter {str(adapter)!r} does not name its base model (base_model_name_or_path); "
+                                "load it with grpolab.models.lora.load_adapter(path, base=BASE_DIR)")
+    base = Path(base)
+    tried = [base] if base.is_absolute() else [base, *(p / base for p in adapter.resolve().parents)]
+    for cand in tried:
+        if cand.exists():
+            return cand
+    raise FileNotFoundError(f"adapter {str(adapter)!r}: its base model {str(base)!r} was not found (tried "
+                            f"{[str(t) for t in tried[:3]]}...); run from the folder the training ran in, or "
+                            "load it with grpolab.models.lora.load_adapter(path, base=BASE_DIR)")
+
+
+#: Written next to a training checkpoint's weights when the policy holds LoRA adapters
+#: (:func:`grpolab.train.checkpoint.save_checkpoint`): the settings that rebuild its layout.
+LORA_CHECKPOINT_FILE = "grpolab_lora.json"
+
+
+def lora_checkpoint_settings(model: torch.nn.Module) -> dict[str, Any]:
+    """The LoRA settings of ``model`` (adapters injected by :func:`apply_lora`) as a JSON-able dict."""
+    cfg = model.peft_config["default"]
+    targets = cfg.target_modules if isinstance(cfg.target_modules, str) else sorted(cfg.target_modules)
+    return {"r": int(cfg.r), "alpha": float(cfg.lora_alpha), "dropout": float(cfg.lora_dropout or 0.0),
+            "target_modules": targets}
+
+
+def _weight_keys(path: Path) -> list[str]:
+    from safetensors import safe_open
+
+    keys = []
+    for f in sorted(path.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt", device="cpu") as fh:
+            keys += list(fh.keys())
+    return keys
+
+
+def holds_injected_lora(path: str | Path) -> bool:
+    """The weights in ``path`` are those of a model with LoRA layers injected (``base_layer`` /
+    ``lora_A`` names): a training checkpoint, which ``from_pretrained`` alone would load wrongly."""
+    return any(".base_layer." in k or ".lora_A." in k for k in _weight_keys(Path(path)))
+
+
+def load_lora_checkpoint(path: str | Path, *, dtype=None, device="cpu"):
+    """A training checkpoint's model (``checkpoints/step_N/model`` of a LoRA run) with its adapters merged.
+
+    ``path`` holds ``config.json``, the weights of the adapted model (base layers and adapters) and
+    :data:`LORA_CHECKPOINT_FILE`. The model is built from its config, adapted with those settings,
+    filled with the saved tensors (every one must fit; only a tied LM head may be absent) and merged.
+    """
+    from safetensors import safe_open
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    path = Path(path)
+    settings = LoraSettings.from_dict(json.loads((path / LORA_CHECKPOINT_FILE).read_text()))
+    config = AutoConfig.from_pretrained(str(path))
+    if not isinstance(dtype, torch.dtype):  # None / "auto": the dtype the checkpoint was saved in
+        saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        if isinstance(saved, str):
+            saved = getattr(torch, saved, None)
+        dtype = saved if isinstance(saved, torch.dtype) else None
+    model = AutoModelForCausalLM.from_config(config, **({"dtype": dtype} if dtype is not None else {}))
+    apply_lora(model, settings)
+    target = model.state_dict()
+    seen: set[str] = set()
+    with torch.no_grad():
+        for f in sorted(path.glob("*.safetensors")):
+            with safe_open(str(f), framework="pt", device="cpu") as fh:
+                for k in fh.keys():
+                    if k not in target or tuple(fh.get_slice(k).get_shape()) != tuple(target[k].shape):
+                        raise ValueError(f"checkpoint {str(path)!r}: {k!r} does not fit a {settings} LoRA model")
+                    target[k].copy_(fh.get_tensor(k))
+                    seen.add(k)
+    missing = sorted(set(target) - seen - ({"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()))
+    if missing:
+        raise ValueError(f"checkpoint {str(path)!r} lacks {missing[:3]} ({len(missing)} tensors)")
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    merged = merged_copy(model).to(device)
+    merged.eval()
+    return merged
 
 
 def settings_dict(settings: LoraSettings) -> dict[str, Any]:

@@ -14,6 +14,7 @@ The supervised warm start's in-progress checkpoints use the same writer and layo
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shutil
@@ -78,6 +79,10 @@ def save_checkpoint(
     tmp.mkdir()
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
+    from grpolab.models.lora import LORA_CHECKPOINT_FILE, has_lora, lora_checkpoint_settings
+
+    if has_lora(model):  # so that load_model rebuilds the adapted layout (eval/credit of a run in progress)
+        atomic_write_text(tmp / "model" / LORA_CHECKPOINT_FILE, json.dumps(lora_checkpoint_settings(model)) + "\n")
     torch.save(state, tmp / "state.pt")
     if final.exists():
         shutil.rmtree(final)

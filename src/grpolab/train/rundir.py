@@ -134,8 +134,8 @@ class RunDir:
     def model_dir(self, *, warm_start: bool = True) -> Path:
         """The run's newest model: ``final/``, else the newest checkpoint, else (with
         ``warm_start``) the warm start ``sft/``. Raises :class:`RunDirError` when there is none."""
-        if (self.final / "config.json").exists():
-            return self.final
+        if (self.final / "config.json").exists() or (self.final / "adapter_config.json").exists():
+            return self.final  # a model, or a LoRA adapter (model.lora_save: adapter) load_model merges
         ckpt = self.latest_checkpoint()
         if ckpt is not None:
             return ckpt.model_dir
