@@ -50,7 +50,7 @@ import torch
 
 from grpolab import objectives as obj
 from grpolab.config import ConfigError, CreditConfig
-from grpolab.rollout.teacher import CreditTokens, teacher_messages
+from grpolab.rollout.teacher import CreditTokens, credit_step_metrics, teacher_messages
 from grpolab.utils.teacher_templates import DEFAULT_CHAT_TEACHER_TEMPLATE
 
 #: The verl releases this extension is written against (it overrides v1-trainer internals).
@@ -473,29 +473,6 @@ class CreditExtension:
         if pad is None:
             pad = getattr(self.tokenizer, "eos_token_id", None)
         return 0 if pad is None else int(pad)
-
-
-def credit_step_metrics(res, lam: float, student_lp, teacher_lp, mask, scored) -> dict[str, float]:
-    """``credit/*`` metrics as grpolab's trainer logs them, over the scored rows."""
-    valid = mask.bool() & scored.unsqueeze(-1)
-    n = max(int(valid.sum()), 1)
-    row = {"credit/lam": float(lam), "credit/scored_rows_frac": float(scored.float().mean()) if len(scored) else 0.0}
-    zero = torch.zeros_like(student_lp)
-    row["credit/kl_sampled"] = float(torch.where(valid, student_lp - teacher_lp, zero).sum()) / n
-    if bool(valid.any()):
-        seg = res.segment_ids
-        if seg is not None:
-            seg = torch.where(valid, seg, torch.zeros_like(seg))
-        delta = torch.where(valid, teacher_lp - student_lp, zero).double()
-        for k, v in obj.credit_metrics(delta, torch.zeros_like(valid), valid, valid.double(), seg).items():
-            if k not in ("clip_frac", "reweighted_frac"):
-                row[f"credit/{k}"] = float(v)
-        mult = res.multiplier[valid]
-        row["credit/multiplier_min"] = float(mult.min())
-        row["credit/multiplier_max"] = float(mult.max())
-    if "clip_frac" in res.metrics:
-        row["credit/clip_frac"] = float(res.metrics["clip_frac"])
-    return row
 
 
 # ---------------------------------------------------------------------------------------------

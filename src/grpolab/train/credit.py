@@ -33,6 +33,7 @@ from grpolab import objectives as obj
 from grpolab.config import Config, CreditConfig
 from grpolab.train.frozen import frozen_copy
 from grpolab.rollout import CreditTokens, credit_logprobs, left_pad
+from grpolab.rollout.teacher import credit_step_metrics
 
 if TYPE_CHECKING:
     from grpolab.train.experience import Experience
@@ -193,7 +194,7 @@ class CreditStep:
         out = obj.credit_advantages(c.name, advantages, full_student, full_teacher, mask, lam=lam,
                                     span_mask=span, divergence=full_div, boundary_mask=boundary,
                                     **c.method_kwargs())
-        metrics = self._metrics(out, lam, full_student, full_teacher, full_div, mask, scored)
+        metrics = credit_step_metrics(out, lam, full_student, full_teacher, mask, scored, divergence=full_div)
         metrics.update(leakage(exp.texts, exp.row_items, self.leak_template()))
         metrics["time/teacher"] = time.time() - t0
         return CreditOutput(advantages=out.advantages, multiplier=out.multiplier, segment_ids=out.segment_ids,
@@ -215,31 +216,6 @@ class CreditStep:
 
     def _needs_kl(self) -> bool:
         return self.c.needs_kl()
-
-    def _metrics(self, out, lam, s_lp, t_lp, div, mask, scored) -> dict[str, float]:
-        row: dict[str, float] = {"credit/lam": float(lam), "credit/scored_rows_frac": float(scored.float().mean())}
-        valid = mask.bool() & scored.unsqueeze(-1)
-        n = max(int(valid.sum()), 1)
-        # KL(student || teacher) on the student's own samples: the k1 estimate from the sampled
-        # tokens, and the exact full-vocabulary value when it was computed
-        row["credit/kl_sampled"] = float(torch.where(valid, s_lp - t_lp, torch.zeros_like(s_lp)).sum()) / n
-        if div is not None:
-            row["credit/kl"] = float(torch.where(valid, div, torch.zeros_like(div)).sum()) / n
-        # delta and segment statistics over the scored rows only (unscored rows have delta 0)
-        if bool(valid.any()):
-            seg = None if out.segment_ids is None else torch.where(valid, out.segment_ids, torch.zeros_like(out.segment_ids))
-            delta = torch.where(valid, t_lp - s_lp, torch.zeros_like(s_lp)).double()
-            m = obj.credit_metrics(delta, torch.zeros_like(valid), valid, valid.double(), seg)
-            for k, v in m.items():
-                if k not in ("clip_frac", "reweighted_frac"):
-                    row[f"credit/{k}"] = float(v)
-        if "clip_frac" in out.metrics:
-            row["credit/clip_frac"] = float(out.metrics["clip_frac"])
-        mult = out.multiplier[valid]
-        if mult.numel():
-            row["credit/multiplier_min"] = float(mult.min())
-            row["credit/multiplier_max"] = float(mult.max())
-        return row
 
 
 __all__ = ["CreditOutput", "CreditStep", "leakage"]
