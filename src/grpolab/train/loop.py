@@ -55,6 +55,7 @@ from grpolab.train.state import TrainState
 from grpolab.train.step_metrics import metric_schema, step_metrics
 from grpolab.train.warm_start import warm_start, warm_start_status
 from grpolab.train.policy_update import UpdateSpec, update
+from grpolab.utils.heap import bound_heap
 
 
 @dataclass
@@ -111,6 +112,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     same settings).
     """
     t_start = time.time()
+    bound_heap()  # freed tensors leave the process: no GiB of free heap held (grpolab.utils.heap)
     run_dir = RunDir(cfg.trainer.run_dir)
     state, eval_items, train_items = start_run(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
     earlier = state.seconds  # wall time of the processes before this one (resumed runs)
