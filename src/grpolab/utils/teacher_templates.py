@@ -1,9 +1,9 @@
 """The privileged teacher's template text, written once (RLSD / GEAR / OPSD; docs/credit.md).
 
-grpolab's own trainer (``credit.template`` / ``credit.chat_template`` / ``credit.system_template``),
-the TRL adapter (``grpolab_teacher_template`` / ``..._chat_template`` / ``..._system_template``), the
-verl extension (``grpolab.credit.template``), the warm start's privileged rows and the rollout's
-teacher prompts all default to these strings. Fields: ``{prompt}`` (the student's question, or its
+They are the defaults of grpolab's credit schema (:class:`grpolab.config.CreditConfig`:
+``template`` / ``chat_template`` / ``system_template``), so grpolab's own trainer (``credit.X``),
+the TRL adapter (``grpolab_credit_X``), the verl extension (``grpolab.credit.chat_template``), the
+warm start's privileged rows and the rollout's teacher prompts all default to these strings. Fields: ``{prompt}`` (the student's question, or its
 last user turn), ``{privileged}`` (the item's privileged context, else its reference answer) and
 ``{reference}``. Plain text (no torch) so that the config can import it.
 """
