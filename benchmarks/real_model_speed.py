@@ -23,17 +23,29 @@ same torch thread count (``--threads``, default 2), so the ratios hold even on a
    group is split across micro-batches) at ``6 N`` FLOPs per token for full fine-tuning and ``4 N``
    for LoRA (no base-weight gradients), attention and the chunked head's recompute left out.
 4. **vs TRL** (``benchmarks/vs_trl.py``'s two trainers on this model): TRL's ``GRPOTrainer`` and
-   grpolab, same prompts at every step, same group size, ``max_new_tokens``, temperature, token-level
-   loss, lr ``--lr``, one optimizer step per batch, skipping off; step ratio = TRL median s/step /
-   grpolab median s/step over steps 2.. (step 1 is warm-up); the verdict needs the mean completion
-   lengths within 10%.
-5. **Peak RSS** (``ru_maxrss`` of a child process running ``grpolab.train.train``): RLSD + LoRA and
-   full-fine-tuning GRPO, two steps each from a fresh run directory (checkpoints saved; the second
-   step is the first to hold AdamW's moments during an update), then step 3 with ``resume=True``, on a GSM8K-format file, ``--prompts`` x ``--group-size``,
-   ``--max-new-tokens``, zero-advantage skipping off (so the update always runs: the worst case).
+   grpolab, same prompts at every step, same group size, ``max_new_tokens`` (``--trl-max-new-tokens``,
+   default ``--max-new-tokens``), temperature, token-level loss, lr ``--lr``, one optimizer step per
+   batch, skipping off; ``--trl-seeds`` seeds (each its own prompt order and sampling; which side
+   goes first alternates), ``--trl-steps`` steps each, the first a warm-up; step ratio = TRL median
+   s/step / grpolab median s/step over the timed steps of all seeds (and per seed); the verdict
+   needs the mean completion lengths within 10%.
+5. **Peak RSS** (``VmHWM`` of a child process running ``grpolab.train.train``, read by the child
+   at its end, and the trainer's ``memory/peak_rss_mb`` after each step; not the parent's
+   ``ru_maxrss`` of the child, which on Linux also counts this process's image at fork time): RLSD + LoRA and full-fine-tuning GRPO, two
+   steps each from a fresh run directory (checkpoints saved; the second step is the first to hold
+   AdamW's moments during an update), then step 3 with ``resume=True``, on a GSM8K-format file,
+   ``--prompts`` x ``--group-size``, ``--max-new-tokens``, zero-advantage skipping off (so the
+   update always runs: the worst case); the two configurations run side by side, each child with
+   ``--rss-threads`` torch threads.
+
+The process fixes glibc's mmap threshold first, as ``grpolab train`` does
+(``grpolab.utils.heap.bound_heap``; ``GRPOLAB_MMAP_THRESHOLD=0`` turns it off): every timing of
+both sides of a comparison runs under it.
 
     python benchmarks/real_model_speed.py --model /path/to/smollm2-135m-instruct
     python benchmarks/real_model_speed.py --model DIR --skip trl,rss   # the in-process parts only
+    python benchmarks/real_model_speed.py --model DIR --prompts 2 --group-size 2 --max-new-tokens 4 \
+        --repeats 1 --trl-steps 2 --out /tmp/tiny.json                   # every part, end to end, fast
     python benchmarks/real_model_speed.py --merge A.json B.json --out OUT  # parts of two invocations
 
 ``--merge`` joins the JSON of two invocations that measured different parts (e.g. the peak-RSS
@@ -248,6 +260,9 @@ def part_update(model, tok, a, ceilings: list[float]) -> dict:
         f = (6 if k == "full" else 4) * N
         out[k] = {"median_s": med, "tokens_per_s": tokens / med,
                   "gflops": f * forwarded / med / 1e9, "share_of_ceiling": f * forwarded / med / 1e9 / ceiling}
+    # the issue's field names: update.tokens_per_s and its share of the ceiling, full and LoRA
+    out["tokens_per_s"] = {k: out[k]["tokens_per_s"] for k in times}
+    out["share_of_ceiling"] = {k: out[k]["share_of_ceiling"] for k in times}
     out["load_after"] = load()
     return out
 
@@ -260,31 +275,50 @@ def part_trl(model_dir: Path, a) -> dict:
     spec = importlib.util.spec_from_file_location("vs_trl", HERE / "vs_trl.py")
     vs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(vs)
-    s = {"prompts_per_step": a.prompts, "group_size": a.group_size, "max_new_tokens": a.max_new_tokens,
+    T = a.trl_max_new_tokens or a.max_new_tokens
+    s = {"prompts_per_step": a.prompts, "group_size": a.group_size, "max_new_tokens": T,
          "temperature": 1.0, "top_p": 1.0, "clip_low": 0.2, "clip_high": 0.28, "lr": a.lr, "beta1": 0.9,
          "beta2": 0.99, "grad_clip": 1.0, "trl_activation_checkpointing": False}
     items, _ = vs.load_items(256)
-    schedule = vs.prompt_schedule(len(items), a.trl_steps, a.prompts, 0)
-    runs = {}
+    by_seed = []
     with tempfile.TemporaryDirectory(prefix="grpolab_real_trl_") as tmp:
-        for side in ("trl", "grpolab"):
-            print(f"  vs_trl: {side}, {a.trl_steps} steps (load {load()})", flush=True)
-            if side == "trl":
-                runs[side] = vs.run_trl(model_dir, items, schedule, s, 0, Path(tmp))
-            else:
-                runs[side] = vs.run_grpolab(model_dir, items, schedule, s, 0, skip=False)
-            print(f"    step s {[round(x, 1) for x in runs[side]['step_s']]}", flush=True)
-    timed = {k: v["step_s"][1:] or v["step_s"] for k, v in runs.items()}
-    lens = {k: statistics.fmean(v["mean_length"][1:] or v["mean_length"]) for k, v in runs.items()}
+        for k, seed in enumerate(range(a.trl_seeds)):
+            # each seed its own prompts; the side that goes first alternates with the seed
+            schedule = vs.prompt_schedule(len(items), a.trl_steps, a.prompts, seed)
+            runs = {}
+            for side in (("trl", "grpolab") if k % 2 == 0 else ("grpolab", "trl")):
+                print(f"  vs_trl seed {seed}: {side}, {a.trl_steps} steps (load {load()})", flush=True)
+                if side == "trl":
+                    runs[side] = vs.run_trl(model_dir, items, schedule, s, seed, Path(tmp) / f"s{seed}")
+                else:
+                    runs[side] = vs.run_grpolab(model_dir, items, schedule, s, seed, skip=False)
+                print(f"    step s {[round(x, 1) for x in runs[side]['step_s']]}, "
+                      f"mean length {[round(x, 1) for x in runs[side]['mean_length']]}", flush=True)
+            by_seed.append({"seed": seed, "runs": runs, "load_after": load()})
+    # steps 2.. of every seed (step 1 is warm-up), pooled
+    timed = {k: [x for r in by_seed for x in (r["runs"][k]["step_s"][1:] or r["runs"][k]["step_s"])]
+             for k in ("trl", "grpolab")}
+    lens = {k: statistics.fmean(x for r in by_seed for x in (r["runs"][k]["mean_length"][1:]
+                                                              or r["runs"][k]["mean_length"]))
+            for k in ("trl", "grpolab")}
+
+    def med(key, side):
+        return statistics.median(x for r in by_seed for x in (r["runs"][side][key][1:] or r["runs"][side][key]))
+
     ratio = statistics.median(timed["trl"]) / statistics.median(timed["grpolab"])
+    per_seed = [statistics.median(r["runs"]["trl"]["step_s"][1:] or r["runs"]["trl"]["step_s"])
+                / statistics.median(r["runs"]["grpolab"]["step_s"][1:] or r["runs"]["grpolab"]["step_s"])
+                for r in by_seed]
     within = abs(lens["trl"] - lens["grpolab"]) <= 0.10 * max(lens.values())
-    return {"step_ratio": ratio, "mean_len_grpolab": lens["grpolab"], "mean_len_trl": lens["trl"],
+    return {"step_ratio": ratio, "step_ratio_by_seed": per_seed,
+            "mean_len_grpolab": lens["grpolab"], "mean_len_trl": lens["trl"],
             "lengths_within_10pct": within, "verdict_applies": within,
             "median_step_s": {k: statistics.median(v) for k, v in timed.items()},
-            "median_rollout_s": {k: statistics.median(v["rollout_s"][1:] or v["rollout_s"]) for k, v in runs.items()},
-            "median_update_s": {k: statistics.median(v["update_s"][1:] or v["update_s"]) for k, v in runs.items()},
-            "steps": a.trl_steps, "lr": a.lr, "task": "arith (plain-text prompts, both sides)",
-            "runs": runs, "load_after": load()}
+            "median_rollout_s": {k: med("rollout_s", k) for k in timed},
+            "median_update_s": {k: med("update_s", k) for k in timed},
+            "seeds": a.trl_seeds, "steps": a.trl_steps, "timed_steps_per_side": len(timed["trl"]),
+            "max_new_tokens": T, "lr": a.lr, "task": "arith (plain-text prompts, both sides)",
+            "by_seed": by_seed, "load_after": load()}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -297,10 +331,14 @@ from grpolab.config import load_config
 from grpolab.train import train
 ov = json.loads(sys.argv[1])
 train(load_config(overrides=ov), resume=sys.argv[2] == "resume", overwrite=sys.argv[2] == "fresh", log=lambda *_: None)
+# this program's own peak: ru_maxrss would also count the parent's image at fork time
+print("VmHWM_KiB", next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM:")))
 """
 
 
 def run_child(overrides: dict, mode: str, threads: int) -> dict:
+    from grpolab.train.metrics_log import read_metrics
+
     t = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(overrides), mode, str(threads)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -309,7 +347,14 @@ def run_child(overrides: dict, mode: str, threads: int) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"training child ({mode}) failed:\n{out[-3000:]}")
-    return {"peak_rss_gib": usage.ru_maxrss / 2**20, "seconds": time.perf_counter() - t, "load_after": load()}
+    # the process's peak so far after each step (ru_maxrss at the step's end, logged by the trainer)
+    by_step = {int(m["step"]): m["memory/peak_rss_mb"] / 1024 for m in read_metrics(overrides["trainer.run_dir"])
+               if "memory/peak_rss_mb" in m}
+    hwm = [int(line.split()[1]) for line in out.splitlines() if line.startswith("VmHWM_KiB ")]
+    peak = hwm[-1] / 2**20 if hwm else usage.ru_maxrss / 2**20
+    return {"peak_rss_gib": peak, "peak_rss_gib_after_step": by_step,
+            "ru_maxrss_gib": usage.ru_maxrss / 2**20,  # counts the parent's image at fork (Linux)
+            "seconds": time.perf_counter() - t, "load_after": load()}
 
 
 def part_rss(model_dir: Path, a) -> dict:
@@ -333,8 +378,11 @@ def part_rss(model_dir: Path, a) -> dict:
             # step allocates AdamW's moments only after its backward), then one more resumed
             for mode, steps in (("fresh", 2), ("resume", 3)):
                 ov = {**base, **extra, "trainer.steps": steps, "trainer.run_dir": run_dir}
-                res = run_child(ov, mode, a.threads)
+                res = run_child(ov, mode, a.rss_threads)
                 key = name if mode == "fresh" else f"{name}_after_resume"
+                if mode == "resume":  # the steps this process made (metrics.jsonl holds the fresh ones too)
+                    res["peak_rss_gib_after_step"] = {k: v for k, v in res["peak_rss_gib_after_step"].items()
+                                                      if k not in out[name]["peak_rss_gib_after_step"]}
                 out[key] = res
                 print(f"  peak RSS {key}: {res['peak_rss_gib']:.2f} GiB ({res['seconds']:.0f} s, load {load()})",
                       flush=True)
@@ -346,7 +394,7 @@ def part_rss(model_dir: Path, a) -> dict:
             for f in [pool.submit(one, name, extra) for name, extra in runs.items()]:
                 f.result()
     out["settings"] = {"prompts": a.prompts, "group_size": a.group_size, "max_new_tokens": a.max_new_tokens,
-                       "threads": a.threads, "data": "GSM8K-format file, 60 rows",
+                       "threads": a.rss_threads, "side_by_side": True, "data": "GSM8K-format file, 60 rows",
                        "trainer": "2 steps fresh (checkpoints saved), then step 3 resumed from step 2's checkpoint; "
                                   "skip_zero_advantage off"}
     return out
@@ -385,10 +433,15 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=6)
     ap.add_argument("--group-size", type=int, default=4)
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3, help="interleaved rounds of the rollout and update timings")
     ap.add_argument("--trl-steps", type=int, default=3, help="steps per trainer in the TRL comparison (1st = warm-up)")
+    ap.add_argument("--trl-seeds", type=int, default=2, help="seeds of the TRL comparison (prompt order and sampling)")
+    ap.add_argument("--trl-max-new-tokens", type=int, default=0,
+                    help="max_new_tokens of the TRL comparison (default: --max-new-tokens)")
     ap.add_argument("--lr", type=float, default=1e-6, help="learning rate of the TRL comparison (both sides)")
+    ap.add_argument("--rss-threads", type=int, default=1,
+                    help="torch threads of each peak-RSS training child (the two run side by side)")
     ap.add_argument("--skip", default="", help=f"comma-separated parts to skip, from {PARTS}")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     a = ap.parse_args(argv)
@@ -403,6 +456,10 @@ def main(argv=None) -> int:
         ap.error(f"--model {a.model} is not a Hugging Face model directory (no config.json); "
                  "`grpolab models import smollm2-135m-instruct` writes one")
     torch.set_num_threads(a.threads)
+    from grpolab.utils.heap import bound_heap
+
+    # what `grpolab train` does first (grpolab.utils.heap): both sides of every comparison share it
+    heap = bound_heap()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(a.model)
@@ -417,7 +474,7 @@ def main(argv=None) -> int:
         "threads": torch.get_num_threads(), "batch": {"prompts": a.prompts, "group_size": a.group_size,
                                                        "rows": a.prompts * a.group_size,
                                                        "max_new_tokens": a.max_new_tokens},
-        "dtype": "float32",
+        "dtype": "float32", "malloc_mmap_threshold": heap,
         "cpu": {"count": os.cpu_count(), "processor": platform.processor(),
                 "avx512_bf16": "avx512_bf16" in cpu_flags, "amx_bf16": "amx_bf16" in cpu_flags},
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
@@ -470,10 +527,13 @@ def main(argv=None) -> int:
             print(f"| update {k} | {u['tokens_per_s']:.1f} tok/s, {100 * u['share_of_ceiling']:.0f}% of ceiling |")
     if "vs_trl" in result:
         v = result["vs_trl"]
-        print(f"| TRL / grpolab s/step | {v['step_ratio']:.2f}x (mean lengths {v['mean_len_trl']:.1f} vs "
+        print(f"| TRL / grpolab s/step | {v['step_ratio']:.2f}x (per seed "
+              f"{', '.join(f'{x:.2f}' for x in v['step_ratio_by_seed'])}; mean lengths {v['mean_len_trl']:.1f} vs "
               f"{v['mean_len_grpolab']:.1f}) |")
     for k, v in result.get("peak_rss_gib", {}).items():  # noqa: B007
-        print(f"| peak RSS {k} | {v:.2f} GiB |")
+        steps = result["peak_rss_runs"][k].get("peak_rss_gib_after_step", {})
+        print(f"| peak RSS {k} | {v:.2f} GiB (after each step: "
+              f"{', '.join(f'{n}: {x:.2f}' for n, x in sorted(steps.items()))}) |")
     print(f"targets: {targets}")
     from grpolab.utils.io import atomic_write_json
 

@@ -64,3 +64,9 @@ def test_peak_rss_children_fresh_and_resume(model_dir, tmp_path):
     p = json.loads(out.read_text())["peak_rss_gib"]
     assert set(p) == {"lora_rlsd", "lora_rlsd_after_resume", "full_grpo", "full_grpo_after_resume"}
     assert all(0.05 < v < 8 for v in p.values())
+    runs = json.loads(out.read_text())["peak_rss_runs"]
+    # the trainer's peak after every step: steps 1-2 fresh, step 3 resumed (its own process)
+    assert set(runs["lora_rlsd"]["peak_rss_gib_after_step"]) == {"1", "2"}
+    assert set(runs["full_grpo_after_resume"]["peak_rss_gib_after_step"]) == {"3"}
+    for k in p:  # the child's own peak (VmHWM), not counting this process's image at fork
+        assert p[k] <= runs[k]["ru_maxrss_gib"] + 1e-9

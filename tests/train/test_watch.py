@@ -4,7 +4,10 @@ that updated nothing, and peak memory in every metrics row and in summary.md."""
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
+
+import pytest
 
 from grpolab.train.watch import REPEAT_EVERY, TrainingWatch, memory_metrics, run_health
 
@@ -62,8 +65,30 @@ def test_memory_metrics_reads_this_process():
     import resource
 
     m = memory_metrics()
-    assert m["memory/peak_rss_mb"] * 1024 == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if sys.platform.startswith("linux"):  # this program's own peak (VmHWM)
+        hwm = next(int(x.split()[1]) for x in open("/proc/self/status") if x.startswith("VmHWM:"))
+        assert m["memory/peak_rss_mb"] * 1024 == pytest.approx(hwm, abs=64 * 1024)
+    else:
+        assert m["memory/peak_rss_mb"] * 1024 == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     assert m["memory/peak_rss_mb"] > 10
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="ru_maxrss across exec is a Linux property")
+def test_memory_metrics_of_a_child_is_not_its_parents_peak():
+    """A training child started by a big process (a benchmark, a sweep) reports its own peak:
+    Linux's ru_maxrss would include the parent's RSS at fork time."""
+    import subprocess
+
+    ballast = bytearray(600 * 2**20)
+    ballast[:: 4096] = b"x" * len(ballast[:: 4096])  # resident
+    code = ("import json, resource; from grpolab.train.watch import memory_metrics; "
+            "print(json.dumps([memory_metrics()['memory/peak_rss_mb'], "
+            "resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    del ballast
+    own, maxrss = json.loads(out.strip().splitlines()[-1])
+    assert maxrss > 600  # the parent's image counts in ru_maxrss ...
+    assert own < 500  # ... not in the child's own peak
 
 
 def test_a_run_that_cannot_learn_says_so(tmp_path, monkeypatch):

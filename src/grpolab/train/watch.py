@@ -145,6 +145,13 @@ def memory_metrics() -> dict[str, float]:
     device in use, ``memory/cuda_peak_mb``: the peak memory the torch allocator held on it."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     mb = peak / 2**20 if sys.platform == "darwin" else peak / 1024
+    # Linux: ru_maxrss also counts the image this process had before exec (for a child started by
+    # a large Python process: the parent's RSS at fork time); VmHWM is this program's own peak
+    try:
+        with open("/proc/self/status") as f:
+            mb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    except (OSError, StopIteration, ValueError, IndexError):
+        pass
     out = {"memory/peak_rss_mb": float(mb)}
     import torch
 
