@@ -39,8 +39,9 @@ same torch thread count (``--threads``, default 2), so the ratios hold even on a
    ``--rss-threads`` torch threads.
 
 The process fixes glibc's mmap threshold first, as ``grpolab train`` does
-(``grpolab.utils.heap.bound_heap``; ``GRPOLAB_MMAP_THRESHOLD=0`` turns it off): every timing of
-both sides of a comparison runs under it.
+(``grpolab.utils.heap.bound_heap``; ``GRPOLAB_MMAP_THRESHOLD=0`` turns it off): the rollout and
+update timings of both sides run under it; in the TRL comparison each trainer runs under the
+allocator its users get (TRL: the threshold at 32 MiB, where glibc's dynamic threshold settles).
 
     python benchmarks/real_model_speed.py --model /path/to/smollm2-135m-instruct
     python benchmarks/real_model_speed.py --model DIR --skip trl,rss   # the in-process parts only
@@ -88,6 +89,9 @@ QUESTIONS = [
     "Alexis is applying for a new job and bought a new set of business clothes to wear to the interview.",
 ]
 PARTS = ("rollout", "update", "trl", "rss")
+#: the TRL side of the comparison runs with glibc's mmap threshold at 32 MiB, where glibc's dynamic
+#: threshold settles in a torch process (a TRL user's process does not call bound_heap)
+TRL_MMAP_THRESHOLD = 32 * 2**20
 
 
 def load() -> list[float]:
@@ -288,6 +292,11 @@ def part_trl(model_dir: Path, a) -> dict:
             runs = {}
             for side in (("trl", "grpolab") if k % 2 == 0 else ("grpolab", "trl")):
                 print(f"  vs_trl seed {seed}: {side}, {a.trl_steps} steps (load {load()})", flush=True)
+                if a.heap_bounded:  # each trainer under the allocator its users get (see main)
+                    from grpolab.utils.heap import bound_heap, release_heap
+
+                    release_heap()
+                    bound_heap(TRL_MMAP_THRESHOLD if side == "trl" else None)
                 if side == "trl":
                     runs[side] = vs.run_trl(model_dir, items, schedule, s, seed, Path(tmp) / f"s{seed}")
                 else:
@@ -310,7 +319,12 @@ def part_trl(model_dir: Path, a) -> dict:
                 / statistics.median(r["runs"]["grpolab"]["step_s"][1:] or r["runs"]["grpolab"]["step_s"])
                 for r in by_seed]
     within = abs(lens["trl"] - lens["grpolab"]) <= 0.10 * max(lens.values())
-    return {"step_ratio": ratio, "step_ratio_by_seed": per_seed,
+    if a.heap_bounded:
+        from grpolab.utils.heap import bound_heap
+
+        bound_heap()
+    return {"step_ratio": ratio,
+            "malloc_mmap_threshold": {"trl": TRL_MMAP_THRESHOLD, "grpolab": a.heap_bounded} if a.heap_bounded else None, "step_ratio_by_seed": per_seed,
             "mean_len_grpolab": lens["grpolab"], "mean_len_trl": lens["trl"],
             "lengths_within_10pct": within, "verdict_applies": within,
             "median_step_s": {k: statistics.median(v) for k, v in timed.items()},
@@ -460,6 +474,7 @@ def main(argv=None) -> int:
 
     # what `grpolab train` does first (grpolab.utils.heap): both sides of every comparison share it
     heap = bound_heap()
+    a.heap_bounded = heap
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(a.model)
