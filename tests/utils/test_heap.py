@@ -22,6 +22,7 @@ import torch
 from grpolab.utils.heap import bound_heap
 def rss_mib():
     return int(next(l for l in open("/proc/self/status") if l.startswith("VmRSS")).split()[1]) / 1024
+torch.set_num_threads(1)
 if sys.argv[1] == "bound":
     assert bound_heap() == 131072
 big = torch.ones(4 << 20)             # 16 MiB through mmap ...
@@ -57,6 +58,14 @@ def test_zero_keeps_the_dynamic_threshold_and_user_setting_wins(monkeypatch):
     monkeypatch.delenv("MALLOC_MMAP_THRESHOLD_")
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.mmap_threshold=65536")
     assert heap.bound_heap() is None
+
+
+def test_several_threads_keep_glibc_unless_asked(monkeypatch):
+    monkeypatch.delenv(heap.ENV, raising=False)
+    monkeypatch.setattr(heap, "_threads", lambda: 2)
+    assert heap.bound_heap() is None  # unmapping under two threads costs more than it saves
+    monkeypatch.setenv(heap.ENV, "131072")
+    assert heap.bound_heap() == 131072
 
 
 def test_bad_threshold_is_a_clear_error(monkeypatch):

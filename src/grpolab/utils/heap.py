@@ -14,9 +14,12 @@ fixed 128 KiB one; a whole LoRA RLSD run's peak RSS fell by about the same amoun
 
 :func:`bound_heap` fixes the threshold at 128 KiB (glibc's own default, without the dynamic
 raise): freed tensors go back to the system at once. The price is a fresh, zero-filled mapping
-per large allocation (page faults); on this model it did not measurably slow the update
-(docs/performance.md). ``GRPOLAB_MMAP_THRESHOLD`` (bytes) sets another threshold; ``0`` keeps
-glibc's dynamic behaviour. A threshold the user gave glibc itself (``MALLOC_MMAP_THRESHOLD_``,
+per large allocation (page faults) and an unmap per free. With one torch thread that cost 0.5 s of
+system time per 12 s LoRA update; with two threads, where every unmap also interrupts the other
+thread's core, a 128-token LoRA update took 36.2 s instead of 24.2 s (system time 20.8 vs 5.0 s).
+So by default the threshold is fixed only when torch runs one thread (the setting of a 2-core
+machine shared with other work, where memory matters most). ``GRPOLAB_MMAP_THRESHOLD`` (bytes)
+sets a threshold whatever the thread count; ``0`` keeps glibc's dynamic behaviour. A threshold the user gave glibc itself (``MALLOC_MMAP_THRESHOLD_``,
 or ``glibc.malloc.mmap_threshold`` in ``GLIBC_TUNABLES``) is left alone. Outside glibc (macOS,
 musl) both functions do nothing.
 """
@@ -45,6 +48,15 @@ def _libc():
         return None
 
 
+def _threads() -> int:
+    try:
+        import torch
+
+        return torch.get_num_threads()
+    except ImportError:  # pragma: no cover
+        return 1
+
+
 def user_threshold() -> bool:
     """Whether glibc was already given an mmap threshold through its own environment."""
     return "MALLOC_MMAP_THRESHOLD_" in os.environ or "mmap_threshold" in os.environ.get("GLIBC_TUNABLES", "")
@@ -53,12 +65,15 @@ def user_threshold() -> bool:
 def bound_heap(threshold: int | None = None) -> int | None:
     """Fix glibc's mmap threshold so that freed tensor memory leaves the process at once.
 
-    ``threshold``: bytes; default ``GRPOLAB_MMAP_THRESHOLD`` or 128 KiB. Returns the threshold
+    ``threshold``: bytes; default ``GRPOLAB_MMAP_THRESHOLD``, else 128 KiB when torch runs one
+    thread (with more, nothing is done unless ``GRPOLAB_MMAP_THRESHOLD`` asks). Returns the threshold
     set, or None when nothing was done (not glibc, ``GRPOLAB_MMAP_THRESHOLD=0``, or a threshold the
     user gave glibc). Idempotent; affects allocations made after the call.
     """
     if threshold is None:
         raw = os.environ.get(ENV, "").strip()
+        if not raw and _threads() > 1:
+            return None  # unmapping under several threads costs too much (module docstring)
         try:
             threshold = int(raw) if raw else DEFAULT_MMAP_THRESHOLD
         except ValueError:
