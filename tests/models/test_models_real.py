@@ -159,7 +159,7 @@ def test_an_adapter_directory_loads_as_its_base_with_the_adapter_merged(lora_mod
     base_dir.rename(moved)
     with pytest.raises(FileNotFoundError, match="base model 'base' was not found.*base=BASE_DIR"):
         load_model(final)
-    from grpolab.models.lora import load_adapter
+    from grpolab.models.io import load_adapter
 
     assert torch.allclose(_logits(load_adapter(final, base=moved)[0], ids), want, atol=1e-5)
 

@@ -8,6 +8,7 @@ never sees a half-written checkpoint.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -17,7 +18,7 @@ import torch
 
 from grpolab.models.dtypes import resolve_dtype as _resolve_dtype
 
-__all__ = ["load_model", "save_model", "stop_token_ids", "WEIGHT_FILES", "TOKENIZER_FILES"]
+__all__ = ["load_adapter", "load_model", "save_model", "stop_token_ids", "WEIGHT_FILES", "TOKENIZER_FILES"]
 
 #: Any one of these marks a directory as holding model weights.
 WEIGHT_FILES: tuple[str, ...] = (
@@ -73,7 +74,7 @@ def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | N
             tokenizer files (one of :data:`TOKENIZER_FILES`); or a ``.gguf`` file, or a folder
             holding one and no ``config.json`` (:func:`grpolab.models.gguf.load_gguf`:
             dequantised, ``dtype="auto"`` means float32; needs ``grpolab[gguf]``); or a LoRA
-            adapter directory (``model.lora_save: adapter``; :func:`grpolab.models.lora.load_adapter`:
+            adapter directory (``model.lora_save: adapter``; :func:`load_adapter`:
             its base model with the adapter merged in).
         dtype: ``"auto"`` (default; ``None`` means the same) keeps the dtype the checkpoint was
             saved in (its config's ``torch_dtype``: a bf16 checkpoint loads as bf16); else a
@@ -109,7 +110,7 @@ def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | N
         if gradient_checkpointing:
             enable_gradient_checkpointing(model)
         return model, tokenizer
-    from grpolab.models.lora import is_adapter_dir, load_adapter
+    from grpolab.models.lora import is_adapter_dir
 
     if is_adapter_dir(path):  # model.lora_save: adapter -- the base it names, with the adapter merged in
         model, tokenizer = load_adapter(path, dtype=dtype, device=device, attn_implementation=attn_implementation)
@@ -247,3 +248,66 @@ def save_model(model, tokenizer, path) -> Path:
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def load_adapter(path: str | Path, *, base: str | Path | None = None, **load_kwargs):
+    """``(model, tokenizer)``: the base model named by an adapter directory with the adapter merged in.
+
+    ``path``: a directory :func:`save_adapter` wrote (``adapter_config.json`` +
+    ``adapter_model.safetensors``; the tokenizer next to them, as ``RUN_DIR/final`` holds it).
+    ``base``: the base model directory; default: the config's ``base_model_name_or_path`` (as the
+    training config gave it: a relative path is tried from the working directory, then from the
+    adapter's parent folders). ``load_kwargs`` go to :func:`grpolab.models.load_model` (dtype,
+    device, ...). The result is a plain model (no peft layers): for evaluation and measurement.
+
+    Raises:
+        FileNotFoundError: the adapter weights or the base model cannot be found (the message names
+            the path tried and how to pass one).
+    """
+    from safetensors.torch import load_file
+
+    from grpolab.models.lora import DEFAULT_TARGETS, LoraSettings, apply_lora, merged_copy
+
+    path = Path(path)
+    cfg = json.loads((path / "adapter_config.json").read_text())
+    weights = path / "adapter_model.safetensors"
+    if not weights.is_file():
+        raise FileNotFoundError(f"{str(path)!r} has adapter_config.json but no adapter_model.safetensors")
+    base_dir = _find_base(path, base if base is not None else cfg.get("base_model_name_or_path"))
+    model, _ = load_model(base_dir, **load_kwargs)
+    targets = cfg.get("target_modules") or list(DEFAULT_TARGETS)
+    settings = LoraSettings(r=int(cfg["r"]), alpha=float(cfg.get("lora_alpha", 2 * cfg["r"])),
+                            dropout=float(cfg.get("lora_dropout") or 0.0),
+                            target_modules=targets if isinstance(targets, str) else tuple(targets))
+    apply_lora(model, settings)
+    prefix = "base_model.model."
+    state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in load_file(str(weights)).items()}
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(model, state)
+    missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
+    if missing:
+        raise ValueError(f"adapter {str(path)!r} does not fit its base {str(base_dir)!r}: unexpected {missing[:3]}")
+    merged = merged_copy(model)
+    merged.eval()
+    tok_src = path if any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")) else base_dir
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return merged, tokenizer
+
+
+def _find_base(adapter: Path, base: str | Path | None) -> Path:
+    if not base:
+        raise FileNotFoundError(f"adapter {str(adapter)!r} does not name its base model (base_model_name_or_path); "
+                                "load it with grpolab.models.io.load_adapter(path, base=BASE_DIR)")
+    base = Path(base)
+    tried = [base] if base.is_absolute() else [base, *(p / base for p in adapter.resolve().parents)]
+    for cand in tried:
+        if cand.exists():
+            return cand
+    raise FileNotFoundError(f"adapter {str(adapter)!r}: its base model {str(base)!r} was not found (tried "
+                            f"{[str(t) for t in tried[:3]]}...); run from the folder the training ran in, or "
+                            "load it with grpolab.models.io.load_adapter(path, base=BASE_DIR)")

@@ -38,7 +38,6 @@ __all__ = [
     "merged_copy",
     "parameter_counts",
     "save_adapter",
-    "load_adapter",
     "is_adapter_dir",
     "LORA_CHECKPOINT_FILE",
     "lora_checkpoint_settings",
@@ -254,69 +253,6 @@ def is_adapter_dir(path: str | Path) -> bool:
     ``model.lora_save: adapter`` writes to ``RUN_DIR/final``."""
     path = Path(path)
     return path.is_dir() and (path / "adapter_config.json").is_file() and not (path / "config.json").is_file()
-
-
-def load_adapter(path: str | Path, *, base: str | Path | None = None, **load_kwargs):
-    """``(model, tokenizer)``: the base model named by an adapter directory with the adapter merged in.
-
-    ``path``: a directory :func:`save_adapter` wrote (``adapter_config.json`` +
-    ``adapter_model.safetensors``; the tokenizer next to them, as ``RUN_DIR/final`` holds it).
-    ``base``: the base model directory; default: the config's ``base_model_name_or_path`` (as the
-    training config gave it: a relative path is tried from the working directory, then from the
-    adapter's parent folders). ``load_kwargs`` go to :func:`grpolab.models.load_model` (dtype,
-    device, ...). The result is a plain model (no peft layers): for evaluation and measurement.
-
-    Raises:
-        FileNotFoundError: the adapter weights or the base model cannot be found (the message names
-            the path tried and how to pass one).
-    """
-    from safetensors.torch import load_file
-
-    from grpolab.models.io import load_model
-
-    path = Path(path)
-    cfg = json.loads((path / "adapter_config.json").read_text())
-    weights = path / "adapter_model.safetensors"
-    if not weights.is_file():
-        raise FileNotFoundError(f"{str(path)!r} has adapter_config.json but no adapter_model.safetensors")
-    base_dir = _find_base(path, base if base is not None else cfg.get("base_model_name_or_path"))
-    model, _ = load_model(base_dir, **load_kwargs)
-    targets = cfg.get("target_modules") or list(DEFAULT_TARGETS)
-    settings = LoraSettings(r=int(cfg["r"]), alpha=float(cfg.get("lora_alpha", 2 * cfg["r"])),
-                            dropout=float(cfg.get("lora_dropout") or 0.0),
-                            target_modules=targets if isinstance(targets, str) else tuple(targets))
-    apply_lora(model, settings)
-    prefix = "base_model.model."
-    state = {k[len(prefix):] if k.startswith(prefix) else k: v for k, v in load_file(str(weights)).items()}
-    from peft import set_peft_model_state_dict
-
-    result = set_peft_model_state_dict(model, state)
-    missing = [k for k in getattr(result, "unexpected_keys", []) if "lora_" in k]
-    if missing:
-        raise ValueError(f"adapter {str(path)!r} does not fit its base {str(base_dir)!r}: unexpected {missing[:3]}")
-    merged = merged_copy(model)
-    merged.eval()
-    tok_src = path if any((path / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")) else base_dir
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(str(tok_src))
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return merged, tokenizer
-
-
-def _find_base(adapter: Path, base: str | Path | None) -> Path:
-    if not base:
-        raise FileNotFoundError(f"adapter {str(adapter)!r} does not name its base model (base_model_name_or_path); "
-                                "load it with grpolab.models.lora.load_adapter(path, base=BASE_DIR)")
-    base = Path(base)
-    tried = [base] if base.is_absolute() else [base, *(p / base for p in adapter.resolve().parents)]
-    for cand in tried:
-        if cand.exists():
-            return cand
-    raise FileNotFoundError(f"adapter {str(adapter)!r}: its base model {str(base)!r} was not found (tried "
-                            f"{[str(t) for t in tried[:3]]}...); run from the folder the training ran in, or "
-                            "load it with grpolab.models.lora.load_adapter(path, base=BASE_DIR)")
 
 
 #: Written next to a training checkpoint's weights when the policy holds LoRA adapters
