@@ -334,9 +334,9 @@ def _with_privileged(items, kind, task_cfg):
     """The same items with ``privileged`` rebuilt as ``kind`` (solution | hint | answer) by the task."""
     if kind is None:
         return items
-    from grpolab.train.setup import build_task_splits
-
     import dataclasses
+
+    from grpolab.train.setup import build_task_splits
 
     opts = {**task_cfg.options, "privileged": kind}
     train, _ = build_task_splits(dataclasses.replace(task_cfg, options=opts), seed=0)

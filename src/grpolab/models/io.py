@@ -18,7 +18,8 @@ import torch
 
 from grpolab.models.dtypes import resolve_dtype as _resolve_dtype
 
-__all__ = ["load_adapter", "load_model", "save_model", "stop_token_ids", "WEIGHT_FILES", "TOKENIZER_FILES"]
+__all__ = ["load_adapter", "load_lora_checkpoint", "load_model", "load_weights_into", "save_model", "stop_token_ids",
+           "WEIGHT_FILES", "TOKENIZER_FILES"]
 
 #: Any one of these marks a directory as holding model weights.
 WEIGHT_FILES: tuple[str, ...] = (
@@ -132,7 +133,7 @@ def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | N
     kwargs = {"dtype": torch_dtype if torch_dtype is not None else "auto"}
     if attn_implementation:
         kwargs["attn_implementation"] = attn_implementation
-    from grpolab.models.lora import LORA_CHECKPOINT_FILE, holds_injected_lora, load_lora_checkpoint
+    from grpolab.models.lora import LORA_CHECKPOINT_FILE, holds_injected_lora
 
     if (path / LORA_CHECKPOINT_FILE).is_file():  # a LoRA run's training checkpoint: adapters merged
         model = load_lora_checkpoint(path, dtype=torch_dtype, device=device)
@@ -311,3 +312,67 @@ def _find_base(adapter: Path, base: str | Path | None) -> Path:
     raise FileNotFoundError(f"adapter {str(adapter)!r}: its base model {str(base)!r} was not found (tried "
                             f"{[str(t) for t in tried[:3]]}...); run from the folder the training ran in, or "
                             "load it with grpolab.models.io.load_adapter(path, base=BASE_DIR)")
+
+
+def load_weights_into(model, model_dir: str | Path) -> None:
+    """Copy the safetensors weights saved in ``model_dir`` into ``model`` in place, one tensor at a
+    time: the same result as ``model.load_state_dict(load_weights(model_dir, model))`` without a
+    second full copy of the weights in memory (resuming a 538 MB model cost 1 GB of peak RSS and
+    kept 0.5 GB of freed heap resident for the rest of the run).
+
+    Raises:
+        RuntimeError: a saved tensor the model does not have, a shape that differs, or a missing
+            parameter other than a tied LM head (saved once, as the embedding).
+    """
+    from safetensors import safe_open
+
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    if not files:
+        raise RuntimeError(f"no *.safetensors file in {model_dir}")
+    target = model.state_dict()  # detached views of the live parameters and buffers
+    seen: set[str] = set()
+    with torch.no_grad():
+        for f in files:
+            with safe_open(str(f), framework="pt", device="cpu") as fh:
+                for k in fh.keys():
+                    if k not in target:
+                        raise RuntimeError(f"checkpoint {model_dir} holds {k!r}, which the model does not have")
+                    t = fh.get_tensor(k)
+                    if tuple(t.shape) != tuple(target[k].shape):
+                        raise RuntimeError(f"checkpoint {model_dir}: {k} has shape {tuple(t.shape)}, "
+                                           f"the model's is {tuple(target[k].shape)}")
+                    target[k].copy_(t)
+                    seen.add(k)
+                    del t
+    missing = set(target) - seen
+    if missing and not all("lm_head" in k for k in missing):
+        raise RuntimeError(f"checkpoint {model_dir} lacks parameters: {sorted(missing)[:5]} ...")
+
+
+def load_lora_checkpoint(path: str | Path, *, dtype=None, device="cpu"):
+    """A training checkpoint's model (``checkpoints/step_N/model`` of a LoRA run) with its adapters merged.
+
+    ``path`` holds ``config.json``, the weights of the adapted model (base layers and adapters) and
+    :data:`LORA_CHECKPOINT_FILE`. The model is built from its config, adapted with those settings,
+    filled with the saved tensors one at a time (:func:`load_weights_into`) and merged.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from grpolab.models.lora import LORA_CHECKPOINT_FILE, LoraSettings, apply_lora, merged_copy
+
+    path = Path(path)
+    settings = LoraSettings.from_dict(json.loads((path / LORA_CHECKPOINT_FILE).read_text()))
+    config = AutoConfig.from_pretrained(str(path))
+    if not isinstance(dtype, torch.dtype):  # None / "auto": the dtype the checkpoint was saved in
+        saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
+        if isinstance(saved, str):
+            saved = getattr(torch, saved, None)
+        dtype = saved if isinstance(saved, torch.dtype) else None
+    model = AutoModelForCausalLM.from_config(config, **({"dtype": dtype} if dtype is not None else {}))
+    apply_lora(model, settings)
+    load_weights_into(model, path)
+    if getattr(config, "tie_word_embeddings", False):
+        model.tie_weights()
+    merged = merged_copy(model).to(device)
+    merged.eval()
+    return merged

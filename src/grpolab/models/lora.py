@@ -41,7 +41,6 @@ __all__ = [
     "is_adapter_dir",
     "LORA_CHECKPOINT_FILE",
     "lora_checkpoint_settings",
-    "load_lora_checkpoint",
 ]
 
 #: The projections of Llama / Qwen2 / Mistral blocks: every linear layer but the LM head.
@@ -282,46 +281,6 @@ def holds_injected_lora(path: str | Path) -> bool:
     """The weights in ``path`` are those of a model with LoRA layers injected (``base_layer`` /
     ``lora_A`` names): a training checkpoint, which ``from_pretrained`` alone would load wrongly."""
     return any(".base_layer." in k or ".lora_A." in k for k in _weight_keys(Path(path)))
-
-
-def load_lora_checkpoint(path: str | Path, *, dtype=None, device="cpu"):
-    """A training checkpoint's model (``checkpoints/step_N/model`` of a LoRA run) with its adapters merged.
-
-    ``path`` holds ``config.json``, the weights of the adapted model (base layers and adapters) and
-    :data:`LORA_CHECKPOINT_FILE`. The model is built from its config, adapted with those settings,
-    filled with the saved tensors (every one must fit; only a tied LM head may be absent) and merged.
-    """
-    from safetensors import safe_open
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    path = Path(path)
-    settings = LoraSettings.from_dict(json.loads((path / LORA_CHECKPOINT_FILE).read_text()))
-    config = AutoConfig.from_pretrained(str(path))
-    if not isinstance(dtype, torch.dtype):  # None / "auto": the dtype the checkpoint was saved in
-        saved = getattr(config, "dtype", None) or getattr(config, "torch_dtype", None)
-        if isinstance(saved, str):
-            saved = getattr(torch, saved, None)
-        dtype = saved if isinstance(saved, torch.dtype) else None
-    model = AutoModelForCausalLM.from_config(config, **({"dtype": dtype} if dtype is not None else {}))
-    apply_lora(model, settings)
-    target = model.state_dict()
-    seen: set[str] = set()
-    with torch.no_grad():
-        for f in sorted(path.glob("*.safetensors")):
-            with safe_open(str(f), framework="pt", device="cpu") as fh:
-                for k in fh.keys():
-                    if k not in target or tuple(fh.get_slice(k).get_shape()) != tuple(target[k].shape):
-                        raise ValueError(f"checkpoint {str(path)!r}: {k!r} does not fit a {settings} LoRA model")
-                    target[k].copy_(fh.get_tensor(k))
-                    seen.add(k)
-    missing = sorted(set(target) - seen - ({"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()))
-    if missing:
-        raise ValueError(f"checkpoint {str(path)!r} lacks {missing[:3]} ({len(missing)} tensors)")
-    if getattr(config, "tie_word_embeddings", False):
-        model.tie_weights()
-    merged = merged_copy(model).to(device)
-    merged.eval()
-    return merged
 
 
 def settings_dict(settings: LoraSettings) -> dict[str, Any]:
