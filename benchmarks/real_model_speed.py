@@ -164,6 +164,26 @@ def time_hf(model, prompts, G, T, pad, seed) -> float:
     return dt
 
 
+def decode_matmuls_s(model, rows: int, reps: int = 5) -> float:
+    """Seconds for one decode step's weight matmuls alone: every 2-D weight of the model (each
+    projection of each layer and the LM head, the tied embedding once) applied to a ``[rows, in]``
+    activation, in model order; the median of ``reps`` passes. What a decode step cannot go below
+    at this batch with these GEMMs, whatever else it saves."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.dim() == 2]
+    xs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
+    times = []
+    with torch.inference_mode():
+        for rep in range(reps + 1):
+            _sync(model)
+            t = time.perf_counter()
+            for w in weights:
+                torch.nn.functional.linear(xs[w.shape[1]], w)
+            _sync(model)
+            if rep:  # the first pass warms up
+                times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
 def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
     prompts = chat_prompts(tok, a.prompts)
     G, T, pad = a.group_size, a.max_new_tokens, tok.pad_token_id
@@ -188,6 +208,15 @@ def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
     med = {k: statistics.median(v) for k, v in times.items()}
     g_tps, h_tps = B * T / med["grpolab"], B * T / med["hf_generate"]
     floor_tps = ceiling * 1e9 / flops_per_token
+    # the profile of a decode step: its weight matmuls alone at this batch, against the whole step
+    mm_s = decode_matmuls_s(model, B)
+    step_s = med["grpolab"] / T  # per generated token of every row (the prefill included)
+    mm_flops = 2 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) * B
+    profile = {"decode_step_ms": 1e3 * step_s, "weight_matmuls_ms": 1e3 * mm_s,
+               "weight_matmuls_share_of_step": mm_s / step_s,
+               "weight_matmuls_gflops": mm_flops / mm_s / 1e9,
+               "weight_matmuls_share_of_ceiling": mm_flops / mm_s / 1e9 / ceiling,
+               "matmul_bound_tokens_per_s": B / mm_s}
     return {
         "rows": B, "prompts": len(prompts), "group_size": G, "max_new_tokens": T, "mean_prompt_tokens": P_mean,
         "seconds": times, "median_seconds": med,
@@ -195,7 +224,8 @@ def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
         "grpolab_over_hf": g_tps / h_tps,
         "flops_per_generated_token": flops_per_token,
         "flop_floor_tokens_per_s": floor_tps, "grpolab_share_of_floor": g_tps / floor_tps,
-        "hf_share_of_floor": h_tps / floor_tps, "load_after": load(),
+        "hf_share_of_floor": h_tps / floor_tps, "decode_profile": profile,
+        "grpolab_share_of_matmul_bound": g_tps / profile["matmul_bound_tokens_per_s"], "load_after": load(),
     }
 
 
@@ -216,11 +246,13 @@ def sampled_batch(model, tok, a):
 def update_runner(model, lora: bool, lr: float):
     from grpolab.config import load_config
     from grpolab.models.lora import apply_lora
+    from grpolab.models.memory import lean_swiglu
     from grpolab.train import Experience, UpdateSpec, update
     from grpolab.train.optim import build_optimizer, build_scheduler
 
     if lora:
         apply_lora(model, {"r": 16, "alpha": 32})
+    lean_swiglu(model)  # as grpolab.train.setup.prepare_policy does
     cfg = load_config(overrides={"trainer.skip_zero_advantage": "false", "optim.lr": str(lr)})
     spec = UpdateSpec.from_config(cfg)
     opt = build_optimizer(model, lr=lr, weight_decay=0.0, betas=(0.9, 0.99))

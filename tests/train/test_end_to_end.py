@@ -175,8 +175,26 @@ def test_micro_batches_partition_rows_within_the_token_budget():
                 assert len(p) <= rows_per_micro
             elif len(p) > 1:
                 assert len(p) * int(L[p].max()) <= budget
+        if not rows_per_micro and parts:  # evened out: never more forwards than the greedy fill
+            greedy, start = 0, 0
+            lens = sorted((int(L[i]) for i in keep), reverse=True)
+            for i in range(1, len(lens) + 1):
+                if i == len(lens) or (i + 1 - start) * lens[start] > budget:
+                    greedy, start = greedy + 1, i
+            assert len(parts) <= greedy
 
     check()
+
+
+def test_micro_batches_are_evened_out_under_the_token_budget():
+    """24 equal rows of 196 tokens under 2,048: three micro-batches of 8, not 10 + 10 + 4 (the
+    largest micro-batch sets the update's peak activation memory)."""
+    parts = micro_batches(torch.arange(24), torch.full((24,), 196), 0, 2048)
+    assert [len(p) for p in parts] == [8, 8, 8]
+    # uneven lengths: evening out would need a fourth forward, so the greedy fill stays
+    L = torch.tensor([200] * 10 + [20] * 14)
+    parts = micro_batches(torch.arange(24), L, 0, 2000)
+    assert [len(p) for p in parts] == [10, 14]
 
 
 def test_trains_a_local_hf_model_of_another_family(tmp_path):

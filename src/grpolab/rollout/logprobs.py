@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from .batch import Rollout
+from ..models.memory import grouped_kv_attention
 from .cache import DynamicLayer, ForwardSignature, new_cache
 
 
@@ -136,16 +137,17 @@ def response_logprobs(
         raise ValueError(f"micro_batch_size must be >= 1, got {micro_batch_size}")
 
     logps, ents = [], []
-    for s in range(0, B, mb):  # loop over micro-batches, not over rows
-        lp, ent = _score(
-            model, sig,
-            prompt_ids[s : s + mb], prompt_mask[s : s + mb], response_ids[s : s + mb], response_mask[s : s + mb],
-            temperature=temperature, return_entropy=return_entropy,
-            response_attn_BT=None if response_attention is None else response_attention[s : s + mb],
-            share_prompts=share_prompts, head_chunk=head_chunk, head_keep_bytes=head_keep_bytes,
-        )
-        logps.append(lp)
-        ents.append(ent)
+    with grouped_kv_attention(model):  # SDPA saves the key/value heads, not repeated copies (CPU)
+        for s in range(0, B, mb):  # loop over micro-batches, not over rows
+            lp, ent = _score(
+                model, sig,
+                prompt_ids[s : s + mb], prompt_mask[s : s + mb], response_ids[s : s + mb], response_mask[s : s + mb],
+                temperature=temperature, return_entropy=return_entropy,
+                response_attn_BT=None if response_attention is None else response_attention[s : s + mb],
+                share_prompts=share_prompts, head_chunk=head_chunk, head_keep_bytes=head_keep_bytes,
+            )
+            logps.append(lp)
+            ents.append(ent)
     logp = logps[0] if len(logps) == 1 else torch.cat(logps, dim=0)
     entropy = None
     if return_entropy:

@@ -226,19 +226,32 @@ def micro_batches(keep: torch.Tensor, lengths: torch.Tensor, rows_per_micro: int
     Rows are sorted by length, so each micro-batch is padded only to its own longest row (the
     forward trims all-padding columns); that removes most padding FLOPs when lengths vary. With
     ``rows_per_micro > 0`` micro-batches have that many rows; otherwise they are filled greedily
-    up to ``token_budget`` padded tokens (at least one row each). The aggregation weights are
-    computed once per mini-batch, so the partition changes neither the loss nor the gradient.
+    up to ``token_budget`` padded tokens (at least one row each), then evened out: the rows are
+    refilled with at most ``ceil(rows / parts)`` each when that needs no more micro-batches than
+    the greedy fill (24 rows of 196 tokens under 2,048: 8 + 8 + 8 instead of 10 + 10 + 4, so the
+    largest micro-batch, which sets the peak memory of the update, holds 20% fewer activations for
+    the same number of forwards). The aggregation weights are computed once per mini-batch, so the
+    partition changes neither the loss nor the gradient.
     """
     if len(keep) == 0:
         return []
     order = keep[torch.argsort(lengths[keep], descending=True, stable=True)]
     if rows_per_micro > 0:
         return [order[i : i + rows_per_micro] for i in range(0, len(order), rows_per_micro)]
+    lens = lengths[order].tolist()
+    greedy = _fill(lens, token_budget, len(lens))
+    even = _fill(lens, token_budget, -(-len(lens) // len(greedy)))
+    bounds = even if len(even) <= len(greedy) else greedy
+    return [order[a:b] for a, b in bounds]
+
+
+def _fill(lens_desc: list[int], token_budget: int, max_rows: int) -> list[tuple[int, int]]:
+    """Greedy ``[start, end)`` runs over lengths sorted descending: each run holds at most
+    ``max_rows`` rows and, beyond its first row, at most ``token_budget`` padded tokens."""
     out, start = [], 0
-    for i in range(1, len(order) + 1):
-        longest = int(lengths[order[start]])  # sorted descending: the first row is the longest
-        if i == len(order) or (i + 1 - start) * longest > token_budget:
-            out.append(order[start:i])
+    for i in range(1, len(lens_desc) + 1):
+        if i == len(lens_desc) or i + 1 - start > max_rows or (i + 1 - start) * lens_desc[start] > token_budget:
+            out.append((start, i))
             start = i
     return out
 

@@ -71,15 +71,20 @@ def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
 
 
 def prepare_policy(cfg: ModelConfig, model):
-    """Add the configured LoRA adapters (``model.lora``) to the policy in place; returns it."""
-    if not cfg.lora:
-        return model
-    from grpolab.models.lora import apply_lora
+    """Add the configured LoRA adapters (``model.lora``) to the policy in place and route its SwiGLU
+    MLPs through the activation-lean product (:func:`grpolab.models.memory.lean_swiglu`: the same
+    function, one saved tensor fewer per token and layer); returns it."""
+    from grpolab.models.memory import lean_swiglu
 
-    try:
-        return apply_lora(model, cfg.lora)
-    except (ValueError, ImportError) as e:
-        raise ConfigError(f"model.lora: {e}") from None
+    if cfg.lora:
+        from grpolab.models.lora import apply_lora
+
+        try:
+            apply_lora(model, cfg.lora)
+        except (ValueError, ImportError) as e:
+            raise ConfigError(f"model.lora: {e}") from None
+    lean_swiglu(model)
+    return model
 
 
 def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str], None] = print):
