@@ -164,12 +164,12 @@ def time_hf(model, prompts, G, T, pad, seed) -> float:
     return dt
 
 
-def decode_matmuls_s(model, rows: int, reps: int = 5) -> float:
-    """Seconds for one decode step's weight matmuls alone: every 2-D weight of the model (each
-    projection of each layer and the LM head, the tied embedding once) applied to a ``[rows, in]``
-    activation, in model order; the median of ``reps`` passes. What a decode step cannot go below
-    at this batch with these GEMMs, whatever else it saves."""
-    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear) and m.weight.dim() == 2]
+def decode_matmuls(model, rows: int, reps: int = 5) -> tuple[float, int]:
+    """``(seconds, flops)`` of one decode step's weight matmuls alone: every linear weight of the
+    model (each projection of each layer and the LM head, the tied embedding once) applied to a
+    ``[rows, in]`` activation, in model order; the median of ``reps`` passes. What a decode step
+    cannot go below at this batch with these GEMMs, whatever else it saves."""
+    weights = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
     xs = {w.shape[1]: torch.randn(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights}
     times = []
     with torch.inference_mode():
@@ -181,7 +181,7 @@ def decode_matmuls_s(model, rows: int, reps: int = 5) -> float:
             _sync(model)
             if rep:  # the first pass warms up
                 times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    return statistics.median(times), 2 * rows * sum(w.numel() for w in weights)
 
 
 def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
@@ -209,9 +209,8 @@ def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
     g_tps, h_tps = B * T / med["grpolab"], B * T / med["hf_generate"]
     floor_tps = ceiling * 1e9 / flops_per_token
     # the profile of a decode step: its weight matmuls alone at this batch, against the whole step
-    mm_s = decode_matmuls_s(model, B)
+    mm_s, mm_flops = decode_matmuls(model, B)
     step_s = med["grpolab"] / T  # per generated token of every row (the prefill included)
-    mm_flops = 2 * sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear)) * B
     profile = {"decode_step_ms": 1e3 * step_s, "weight_matmuls_ms": 1e3 * mm_s,
                "weight_matmuls_share_of_step": mm_s / step_s,
                "weight_matmuls_gflops": mm_flops / mm_s / 1e9,

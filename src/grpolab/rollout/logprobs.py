@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .batch import Rollout
 from ..models.memory import grouped_kv_attention
+from .batch import Rollout
 from .cache import DynamicLayer, ForwardSignature, new_cache
 
 
