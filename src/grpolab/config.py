@@ -401,7 +401,7 @@ class TrainerConfig:
     epochs: int = 1  # passes over each rollout batch
     mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
     micro_batch_size: int = 0  # sequences per forward/backward; 0 = fill up to micro_batch_tokens
-    micro_batch_tokens: int = 2048  # padded tokens per forward/backward when micro_batch_size = 0
+    micro_batch_tokens: int = 1024  # padded tokens per forward/backward when micro_batch_size = 0 (bounds memory)
     policy_lag: int = 0  # rollouts come from the policy this many updates old
     skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
     share_prompts: bool = True  # the update forwards each distinct prompt of a micro-batch once

@@ -180,3 +180,36 @@ def test_repetition_penalty_survives_compaction():
     b = sample(model, prompts, generator=torch.Generator().manual_seed(0), compact=False, **kw)
     assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.response_mask, b.response_mask)
     assert 0 < int(a.finished.sum()) < len(a.finished)  # some rows finished early, some did not
+
+
+@pytest.mark.parametrize("greedy,top_p,temperature,penalised", [
+    (False, 1.0, 1.0, False), (False, 1.0, 0.6, False), (False, 0.9, 0.8, False), (True, 1.0, 0.7, False),
+    (False, 1.0, 0.7, True), (True, 1.0, 1.0, True),
+])
+def test_sample_logp_is_log_softmax_at_the_drawn_token(greedy, top_p, temperature, penalised):
+    """sample_logp is the policy's tempered log_softmax at the drawn token (float32, a real vocabulary
+    size), whatever logits the draw used (repetition penalty) and whatever truncation applied."""
+    g = torch.Generator().manual_seed(7)
+    B, V = 16, 49152
+    logits = torch.randn(B, V, generator=g) * 4
+    u = torch.rand(B, generator=g)
+    draw = logits.flip(-1) if penalised else None  # a different distribution to draw from
+    tok, logp = _next_tokens(logits, u, temperature=temperature, top_p=top_p, greedy=greedy, draw_logits_BV=draw)
+    want = torch.log_softmax(logits.double() / temperature, -1).gather(1, tok.unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(logp.double(), want, rtol=0, atol=2e-5)
+    if greedy:
+        assert torch.equal(tok, (draw if penalised else logits).argmax(-1))
+
+
+def test_zero_probability_tokens_are_never_drawn():
+    """Tokens whose logit is -inf (or whose probability underflows to 0 in float32) have a flat
+    step in the CDF; uniforms at the edges of [0, 1) still land on a token with mass."""
+    V = 1000
+    logits = torch.full((6, V), -float("inf"))
+    logits[:, [3, 500, 998]] = torch.tensor([0.0, 1.0, 2.0])
+    logits[:, 999] = -200.0  # exp underflows to 0 in float32 relative to the max
+    u = torch.tensor([0.0, 1e-12, 0.3, 0.7, 1 - 2**-24, 0.9999999])
+    tok, logp = _next_tokens(logits, u, temperature=1.0, top_p=1.0, greedy=False)
+    assert set(tok.tolist()) <= {3, 500, 998}
+    assert tok[0] == 3 and tok[-2] == 998
+    assert torch.isfinite(logp).all()

@@ -65,7 +65,7 @@ def test_micro_batch_size_changes_nothing_at_trainer_level(policy_and_experience
     policy, tok, exp = policy_and_experience
     runs = {mb: _step(policy, tok, exp, f"trainer.micro_batch_size={mb}", "trainer.share_prompts=false", *extra)[0]
             for mb in (1, 3, 0)}
-    for mb in (1, 3):  # 0 = fill up to micro_batch_tokens (2048): the whole batch in one forward
+    for mb in (1, 3):  # 0 = fill up to micro_batch_tokens (1024): the whole batch in one forward
         for a, b in zip(runs[mb], runs[0]):
             torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
     moved = max(float((a - p.detach()).abs().max()) for a, p in zip(runs[0], policy.parameters()))

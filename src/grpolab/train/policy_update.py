@@ -61,7 +61,7 @@ class UpdateSpec:
     epochs: int = 1
     mini_batches: int = 1
     micro_batch_size: int = 0  # rows per forward/backward; 0 = fill up to micro_batch_tokens
-    micro_batch_tokens: int = 2048
+    micro_batch_tokens: int = 1024
     skip_zero_advantage: bool = True
     grad_clip: float = 1.0  # 0 = no clipping (the norm is still measured)
     # forward each distinct prompt of a micro-batch once, the responses on its KV cache: the same
