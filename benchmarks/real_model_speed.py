@@ -267,6 +267,7 @@ def update_runner(model, lora: bool, lr: float):
 
 def part_update(model, tok, a, ceilings: list[float]) -> dict:
     from grpolab.rollout.logprobs import distinct_prompts
+    from grpolab.train.policy_update import auto_micro_batch_tokens
 
     r, adv = sampled_batch(model, tok, a)
     tokens = int(r.prompt_mask.sum() + r.response_mask.sum())
@@ -288,7 +289,8 @@ def part_update(model, tok, a, ceilings: list[float]) -> dict:
     ceiling = max(ceilings)
     out = {"rows": r.batch_size, "tokens": tokens, "forwarded_tokens_at_most": forwarded,
            "response_tokens": int(r.response_mask.sum()),
-           "micro_batch_tokens": runners["full"][1].micro_batch_tokens, "seconds": times,
+           "micro_batch_tokens": runners["full"][1].micro_batch_tokens or auto_micro_batch_tokens(model),
+           "seconds": times,
            "flops_per_token": {"full": 6 * N, "lora": 4 * N}}
     for k in times:
         med = statistics.median(times[k])

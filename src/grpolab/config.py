@@ -401,7 +401,9 @@ class TrainerConfig:
     epochs: int = 1  # passes over each rollout batch
     mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
     micro_batch_size: int = 0  # sequences per forward/backward; 0 = fill up to micro_batch_tokens
-    micro_batch_tokens: int = 1024  # padded tokens per forward/backward when micro_batch_size = 0 (bounds memory)
+    # padded tokens per forward/backward when micro_batch_size = 0; 0 = auto: sized from the model so
+    # the saved activations stay near 1 GiB on CPU (grpolab.train.policy_update.auto_micro_batch_tokens)
+    micro_batch_tokens: int = 0
     policy_lag: int = 0  # rollouts come from the policy this many updates old
     skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
     share_prompts: bool = True  # the update forwards each distinct prompt of a micro-batch once
@@ -423,8 +425,7 @@ class TrainerConfig:
                               "existing run directory")
         for k in ("steps", "epochs", "mini_batches", "eval_every", "save_every", "keep_checkpoints"):
             _positive(f"trainer.{k}", getattr(self, k))
-        _positive("trainer.micro_batch_tokens", self.micro_batch_tokens)
-        for k in ("micro_batch_size", "policy_lag"):
+        for k in ("micro_batch_size", "micro_batch_tokens", "policy_lag"):
             _positive(f"trainer.{k}", getattr(self, k), zero_ok=True)
         b = self.headroom_budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not b >= 0 or b == float("inf"):

@@ -88,7 +88,8 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "trainer.epochs": ("> 0", "passes over each rollout batch"),
     "trainer.mini_batches": ("> 0, <= prompts_per_step", "optimizer steps per pass (split along groups)"),
     "trainer.micro_batch_size": (">= 0", "sequences per forward/backward (0 = fill micro_batch_tokens)"),
-    "trainer.micro_batch_tokens": ("> 0", "padded tokens per forward/backward when micro_batch_size = 0"),
+    "trainer.micro_batch_tokens": (">= 0", "padded tokens per forward/backward when micro_batch_size = 0; "
+                                   "0 = auto (about 1 GiB of activations on CPU, 1/8 of GPU memory)"),
     "trainer.policy_lag": (">= 0", "rollouts come from the policy this many updates old"),
     "trainer.skip_zero_advantage": ("", "no forward/backward for rows whose loss is exactly 0"),
     "trainer.share_prompts": ("", "the update forwards each distinct prompt of a micro-batch once"),

@@ -197,6 +197,70 @@ def test_micro_batches_are_evened_out_under_the_token_budget():
     assert [len(p) for p in parts] == [10, 14]
 
 
+class _Sized(torch.nn.Module):
+    """Only what auto_micro_batch_tokens reads: a config with the sizes and one parameter."""
+
+    def __init__(self, hidden, layers, inter, dtype=torch.float32, **extra):
+        super().__init__()
+        from types import SimpleNamespace
+
+        self.config = SimpleNamespace(hidden_size=hidden, num_hidden_layers=layers, intermediate_size=inter, **extra)
+        self.w = torch.nn.Parameter(torch.zeros(1, dtype=dtype))
+
+
+def test_auto_micro_batch_tokens_sizes_the_budget_from_the_model():
+    from grpolab.train.policy_update import auto_micro_batch_tokens
+
+    # SmolLM2-135M (30 layers, hidden 576, MLP 1536): 1.29 MB of activations per token -> 832 -> 1,024
+    assert auto_micro_batch_tokens(_Sized(576, 30, 1536)) == 1024
+    # the tiny default model: 57 KB per token -> 18,700, capped at 4,096 on CPU
+    assert auto_micro_batch_tokens(_Sized(192, 4, 512)) == 4096
+    # a 0.5B-class model (24 x 896, MLP 4864): 2.55 MB -> 420 -> 512; bf16 halves the bytes -> 1,024
+    assert auto_micro_batch_tokens(_Sized(896, 24, 4864)) == 512
+    assert auto_micro_batch_tokens(_Sized(896, 24, 4864, dtype=torch.bfloat16)) == 1024
+    # a 7B-class model in float32 on CPU: floor of 256 tokens
+    assert auto_micro_batch_tokens(_Sized(4096, 32, 11008)) == 256
+    # the budget scales it: 8 GiB for the SmolLM2 shape -> 6,658 -> 8,192, capped at 4,096 on CPU
+    assert auto_micro_batch_tokens(_Sized(576, 30, 1536), budget_bytes=8 << 30) == 4096
+    assert auto_micro_batch_tokens(_Sized(576, 30, 1536), budget_bytes=256 << 20) == 256
+    # no intermediate size: 4 x hidden; no sizes at all: the fallback
+    assert auto_micro_batch_tokens(_Sized(576, 30, None)) == auto_micro_batch_tokens(_Sized(576, 30, 2304))
+    assert auto_micro_batch_tokens(torch.nn.Linear(2, 2)) == 1024
+
+
+def test_update_resolves_the_auto_budget_from_the_policy(monkeypatch):
+    """trainer.micro_batch_tokens=0 (the default) reaches micro_batches as the model's auto budget;
+    an explicit budget is passed through unchanged."""
+    import grpolab.train.policy_update as pu
+
+    assert load_config().trainer.micro_batch_tokens == 0
+    seen = []
+    real = pu.micro_batches
+    monkeypatch.setattr(pu, "micro_batches", lambda *a: seen.append(a[3]) or real(*a))
+    monkeypatch.setattr(pu, "auto_micro_batch_tokens", lambda model: 77)
+    from grpolab.models import build_tokenizer
+    from grpolab.models.tiny import build_tiny_model
+    from grpolab.rollout import sample
+
+    tok = build_tokenizer()
+    policy = build_tiny_model(tok)
+
+    r = sample(policy, [[tok.bos_token_id, 5, 6]], group_size=4, max_new_tokens=4, eos_token_id=None,
+               pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(0))
+    exp = Experience.from_rollout(r, torch.tensor([1.0, -1.0, 0.5, -0.5]))
+    opt = torch.optim.SGD(policy.parameters(), lr=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    for tokens, want in ((0, 77), (300, 300)):
+        spec = UpdateSpec.from_config(load_config(overrides=[f"trainer.micro_batch_tokens={tokens}"]))
+        seen.clear()
+        update(policy, opt, sched, exp, spec)
+        assert seen and set(seen) == {want}
+    from grpolab.config import ConfigError
+
+    with pytest.raises(ConfigError, match="trainer.micro_batch_tokens"):
+        load_config(overrides=["trainer.micro_batch_tokens=-1"])
+
+
 def test_trains_a_local_hf_model_of_another_family(tmp_path):
     """model.path: any AutoModelForCausalLM directory (here a tiny Qwen2 built from a config)."""
     from transformers import Qwen2Config, Qwen2ForCausalLM

@@ -54,7 +54,7 @@ from grpolab.train.setup import (
 from grpolab.train.state import TrainState
 from grpolab.train.step_metrics import metric_schema, step_metrics
 from grpolab.train.warm_start import warm_start, warm_start_status
-from grpolab.train.policy_update import UpdateSpec, update
+from grpolab.train.policy_update import UpdateSpec, auto_micro_batch_tokens, update
 from grpolab.utils.heap import bound_heap
 
 
@@ -126,6 +126,9 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
                              schema=metric_schema(cfg))
     progress = _progress(cfg, initial=state.step, log=log)
     spec = UpdateSpec.from_config(cfg)
+    if spec.micro_batch_size == 0 and spec.micro_batch_tokens == 0:
+        log(f"update micro-batches: up to {auto_micro_batch_tokens(state.policy)} padded tokens "
+            "(trainer.micro_batch_tokens=0: auto, about 1 GiB of activations on CPU; set it to override)")
     advantage_fn = obj.get_advantage_estimator(cfg.objective.advantage)
     tr = cfg.trainer
     watch = TrainingWatch(no_signal_steps=cfg.log.warn_no_signal_steps, truncated_frac=cfg.log.warn_truncated_frac,

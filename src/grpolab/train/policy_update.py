@@ -13,6 +13,7 @@ built once per run from the config.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,15 @@ from grpolab.rollout import response_logprobs
 if TYPE_CHECKING:
     from grpolab.train.experience import Experience
 
-__all__ = ["LossSpec", "MetricMeans", "UpdateSpec", "micro_batches", "nonzero_rows", "update"]
+__all__ = ["LossSpec", "MetricMeans", "UpdateSpec", "auto_micro_batch_tokens", "micro_batches", "nonzero_rows",
+           "update"]
+
+#: activation bytes one micro-batch may hold on CPU when ``trainer.micro_batch_tokens`` is 0 (auto)
+CPU_ACTIVATION_BYTES = 1 << 30
+#: auto budgets stay within these (tokens); CPU above 4,096 falls out of cache (docs/performance.md)
+AUTO_TOKENS_MIN, AUTO_TOKENS_MAX_CPU, AUTO_TOKENS_MAX_GPU = 256, 4096, 32768
+#: used when the model does not say its sizes (no ``config.hidden_size`` / ``num_hidden_layers``)
+AUTO_TOKENS_FALLBACK = 1024
 
 
 @dataclass(frozen=True)
@@ -61,7 +70,7 @@ class UpdateSpec:
     epochs: int = 1
     mini_batches: int = 1
     micro_batch_size: int = 0  # rows per forward/backward; 0 = fill up to micro_batch_tokens
-    micro_batch_tokens: int = 1024
+    micro_batch_tokens: int = 0  # 0 = auto_micro_batch_tokens(policy), resolved in update()
     skip_zero_advantage: bool = True
     grad_clip: float = 1.0  # 0 = no clipping (the norm is still measured)
     # forward each distinct prompt of a micro-batch once, the responses on its KV cache: the same
@@ -139,6 +148,7 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
     grad_norms = []
     skipped = total_rows = 0
     lengths = rollout.attention_mask.sum(-1).long().cpu()  # tokens each row's forward sees (observations too)
+    budget = spec.micro_batch_tokens or auto_micro_batch_tokens(policy)
     for _ in range(spec.epochs):
         group_order = torch.randperm(len(group_rows)).tolist()
         for mb_groups in np.array_split(group_order, spec.mini_batches):
@@ -157,7 +167,7 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
             total_rows += len(rows)
             optimizer.zero_grad(set_to_none=False)  # zeros, not None: AdamW steps every parameter
             mb_losses: dict[str, float] = {}
-            for idx in micro_batches(keep, lengths[rows], spec.micro_batch_size, spec.micro_batch_tokens):
+            for idx in micro_batches(keep, lengths[rows], spec.micro_batch_size, budget):
                 sub = rows[idx]
                 m, n_tok = _forward_backward(policy, rollout.select(sub), advantages[sub],
                                              None if old_logp is None else old_logp[sub],
@@ -217,6 +227,33 @@ def _optimizer_step(policy, optimizer, scheduler, grad_clip: float) -> float:
     optimizer.step()
     scheduler.step()
     return float(gn)
+
+
+def auto_micro_batch_tokens(model: torch.nn.Module, budget_bytes: int | None = None) -> int:
+    """The micro-batch token budget ``trainer.micro_batch_tokens = 0`` stands for.
+
+    The update's saved activations grow linearly with the tokens of a micro-batch: per token and
+    layer about ``4 x intermediate + 8 x hidden`` values (the MLP's wide tensors, the norms' and
+    attention's hidden-wide ones; measured on SmolLM2-135M: about 11,000 floats for 4 x 1,536 + 8 x 576
+    = 10,752; docs/performance.md, "Memory"). The budget is ``budget_bytes`` (default: 1 GiB on CPU,
+    an eighth of the device's memory on a GPU) over that, rounded to the nearest power of two and
+    kept within [256, 4,096] tokens on CPU ([256, 32,768] on a GPU). SmolLM2-135M gets 1,024; the
+    tiny default model 4,096 (where larger micro-batches are faster: fewer small forwards).
+    """
+    cfg = getattr(model, "config", None)
+    hidden = getattr(cfg, "hidden_size", None)
+    layers = getattr(cfg, "num_hidden_layers", None)
+    param = next(iter(model.parameters()), None)
+    if not isinstance(hidden, int) or not isinstance(layers, int) or param is None:
+        return AUTO_TOKENS_FALLBACK
+    inter = getattr(cfg, "intermediate_size", None)
+    inter = inter if isinstance(inter, int) and inter > 0 else 4 * hidden
+    per_token = param.element_size() * layers * (4 * inter + 8 * hidden)
+    gpu = param.device.type == "cuda"
+    if budget_bytes is None:
+        budget_bytes = torch.cuda.get_device_properties(param.device).total_memory // 8 if gpu else CPU_ACTIVATION_BYTES
+    tokens = 2 ** round(math.log2(max(budget_bytes / per_token, 1.0)))
+    return int(min(AUTO_TOKENS_MAX_GPU if gpu else AUTO_TOKENS_MAX_CPU, max(AUTO_TOKENS_MIN, tokens)))
 
 
 def micro_batches(keep: torch.Tensor, lengths: torch.Tensor, rows_per_micro: int,
