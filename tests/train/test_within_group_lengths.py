@@ -38,3 +38,25 @@ def test_no_mixed_group_is_nan():
     m = within_group_lengths(torch.tensor([3., 4.]), torch.tensor([True, False]), torch.tensor([0, 1]), 2)
     assert math.isnan(m["length/mixed_ratio"]) and math.isnan(m["length/mixed_correct"])
     assert m["groups/mixed_frac"] == 0.0
+
+
+def test_per_token_advantages_equal_per_row_report_the_sequence_values():
+    """step_metrics reports per-token advantages as each row's token mean; a row whose tokens all
+    carry the same advantage (RLSD at lam = 0) must report exactly that value, as the sequence
+    advantages do (a float32 mean of 37 copies of 0.7 is one ulp off)."""
+    from grpolab.rollout.batch import Rollout
+    from grpolab.train.experience import Experience
+    from grpolab.train.step_metrics import step_metrics
+
+    B, T = 4, 37
+    mask = torch.ones(B, T)
+    mask[1, 20:] = 0
+    r = Rollout(prompt_ids=torch.ones(B, 2, dtype=torch.long), prompt_mask=torch.ones(B, 2, dtype=torch.long),
+                response_ids=torch.ones(B, T, dtype=torch.long), response_mask=mask, sample_logp=torch.zeros(B, T),
+                group_ids=torch.tensor([0, 0, 1, 1]), finished=torch.ones(B, dtype=torch.bool))
+    seq = torch.tensor([0.7, -0.7, 1 / 3, -1 / 3])
+    per_row = step_metrics(Experience.from_rollout(r, seq), {})
+    per_token = step_metrics(Experience.from_rollout(r, seq[:, None] * mask), {})
+    for k in ("advantages/mean", "advantages/max", "advantages/min"):
+        assert per_token[k] == per_row[k], k
+    assert float((seq[:, None].expand(B, T) * mask)[0].float().mean()) != float(seq[0])  # what a float32 mean gives

@@ -44,9 +44,9 @@ def step_metrics(exp: Experience, update_stats: dict[str, float]) -> dict[str, f
     }
     if exp.advantages is not None:  # sequence advantages, or the token mean of per-token ones
         adv = exp.advantages.detach().float().cpu()
-        if adv.dim() == 2:
-            m = rollout.response_mask.cpu().float()
-            adv = (adv * m).sum(-1) / m.sum(-1).clamp_min(1)
+        if adv.dim() == 2:  # in float64: a row of equal advantages then averages to exactly that value
+            m = rollout.response_mask.cpu().double()
+            adv = (adv.double() * m).sum(-1) / m.sum(-1).clamp_min(1)
         row.update({"advantages/mean": float(adv.mean()), "advantages/max": float(adv.max()),
                     "advantages/min": float(adv.min())})
     # aggregation diagnostics: length of right vs wrong answers, and the sign-length gap
