@@ -1,6 +1,8 @@
 """response_logprobs(): slow per-row float64 reference, entropy, poisoned padding, micro-batching
 (values and gradients), tuple input, teacher prompts."""
 
+import warnings
+
 import pytest
 import torch
 
@@ -248,3 +250,32 @@ def test_shared_prompts_falls_back_to_the_joint_forward():
     first, inverse = distinct_prompts(r2.prompt_ids, r2.prompt_mask)
     assert sorted(first.tolist()) == [0, 2, 4, 6] and (inverse[first] == torch.arange(4)).all()
     assert torch.equal(inverse[0::2], inverse[1::2]) and len(set(inverse.tolist())) == 4
+
+
+def test_shared_prompts_through_a_peft_wrapper():
+    """A peft ``PeftModel`` passes ``**kwargs`` to the model it wraps: ForwardSignature reads through it
+    (it used to see no ``logits_to_keep`` and send such wrappers to the joint forward and full logits),
+    and the shared-prompt forward gives the joint forward's values and LoRA gradients."""
+    peft = pytest.importorskip("peft")
+    from grpolab.rollout.cache import ForwardSignature
+
+    pm = peft.get_peft_model(make_llama(2), peft.LoraConfig(r=4, lora_alpha=8, init_lora_weights=False,
+                                                            target_modules=["q_proj", "v_proj", "up_proj"]))
+    inner = pm.get_base_model()
+    assert ForwardSignature.of(pm) == ForwardSignature.of(inner) and ForwardSignature.of(pm).logits_to_keep
+    r = _rollout(pm, G=3, seed=3)
+    w = torch.randn(r.response_ids.shape, generator=torch.Generator().manual_seed(1))
+    joint, g_joint = _values_and_grads(pm, r, w)
+    seen, handle = _shapes_seen(inner)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            shared, g_shared = _values_and_grads(pm, r, w, share_prompts=True)
+    finally:
+        handle.remove()
+    # the checkpointing probe asks the wrapped model by the current name (no deprecation warning)
+    assert not [c for c in caught if "is_gradient_checkpointing" in str(c.message)]
+    B, T = r.response_ids.shape
+    assert seen == [(len(PROMPTS), r.prompt_ids.shape[1]), (B, T - 1)]
+    assert any("lora_" in k for k in g_joint)
+    _assert_same(shared, joint, g_shared, g_joint)

@@ -119,10 +119,18 @@ class ForwardSignature:
 
     @staticmethod
     def of(model: torch.nn.Module) -> "ForwardSignature":
+        """Read ``model.forward``'s parameters; a wrapper that passes ``**kwargs`` through to the model
+        it wraps (peft's ``PeftModel``: ``get_base_model()``) is read through to that model."""
         try:
             params = inspect.signature(model.forward).parameters
         except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
             params = {}
+        passes_kwargs = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        base = getattr(model, "get_base_model", None)
+        if passes_kwargs and callable(base) and "logits_to_keep" not in params:
+            inner = base()
+            if inner is not model and isinstance(inner, torch.nn.Module):
+                return ForwardSignature.of(inner)
         cache_kw = "cache" if "cache" in params else "past_key_values"
         return ForwardSignature(cache_kw=cache_kw, logits_to_keep="logits_to_keep" in params)
 
