@@ -43,6 +43,7 @@ import sys
 import time
 from pathlib import Path
 
+import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
 #: Dense bf16 tensor-core peaks (FLOP/s), by a substring of ``torch.cuda.get_device_name()``.

@@ -71,6 +71,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
 HERE = Path(__file__).resolve().parent

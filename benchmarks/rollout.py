@@ -28,6 +28,7 @@ import statistics
 import time
 from pathlib import Path
 
+import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 

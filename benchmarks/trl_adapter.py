@@ -6,6 +6,7 @@ relative to TRL's own token-level loss, on the CPU with a tiny model; only ratio
     python benchmarks/trl_adapter.py [STEPS=6] [ROUNDS=2]
 """
 import dataclasses, statistics, sys, tempfile, time
+import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 from datasets import Dataset
 from transformers import TrainerCallback

@@ -74,6 +74,7 @@ import time
 import traceback
 from pathlib import Path
 
+import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
 from grpolab.utils.io import atomic_write_json

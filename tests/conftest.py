@@ -1,6 +1,45 @@
 """Shared test fixtures."""
 
+import ipaddress
+import socket
+
 import pytest
+
+# Nothing leaves the machine: no Hub lookups or telemetry from the Hugging Face libraries (set before
+# any test module imports them)
+import grpolab.utils.offline  # noqa: F401
+
+# ... and this process resolves no other host than loopback: a lookup of anything else is refused and
+# recorded, and the test during which it happened fails (sandboxed programs and browsers run in their
+# own processes; their isolation is tested where they are).
+_real_getaddrinfo = socket.getaddrinfo
+_OFF_MACHINE: list[str] = []
+
+
+def _loopback(host) -> bool:
+    if host in (None, "", "localhost") or (isinstance(host, (str, bytes)) and str(host).endswith(".localhost")):
+        return True
+    try:
+        return ipaddress.ip_address(host.decode() if isinstance(host, bytes) else host).is_loopback
+    except ValueError:
+        return False
+
+
+def _guarded_getaddrinfo(host, *args, **kwargs):
+    if not _loopback(host):
+        _OFF_MACHINE.append(str(host))
+        raise OSError(f"tests may not reach {host!r}: only loopback (tests/conftest.py)")
+    return _real_getaddrinfo(host, *args, **kwargs)
+
+
+socket.getaddrinfo = _guarded_getaddrinfo
+
+
+@pytest.fixture(autouse=True)
+def _no_off_machine_lookups():
+    before = len(_OFF_MACHINE)
+    yield
+    assert _OFF_MACHINE[before:] == [], f"this test looked up hosts off the machine: {_OFF_MACHINE[before:]}"
 
 
 @pytest.fixture

@@ -226,3 +226,19 @@ def test_credit_follows_the_shared_settings(tmp_path):
     assert tr._teacher() is teacher and not torch.equal(next(teacher.parameters()), next(policy.parameters()))
     tr.state.global_step = 2                                  # due: re-synced to the policy
     assert torch.equal(next(tr._teacher().parameters()), next(policy.parameters()))
+
+
+def test_adapter_sends_no_telemetry(tmp_path, monkeypatch):
+    """TRL's trainer reports its use to the Hugging Face Hub when built (huggingface_hub's
+    send_telemetry, skipped only offline or under CI); grpolab's trainer sends nothing, whatever the
+    environment says."""
+    import trl.trainer.base_trainer as base
+
+    calls = []
+    monkeypatch.setattr(base, "send_telemetry", lambda *a, **k: calls.append((a, k)))
+    monkeypatch.delenv("CI", raising=False)
+    _trainer(tmp_path)
+    assert calls == []
+    # the hook is live: TRL's own method would have called it
+    base._BaseTrainer._send_telemetry(_trainer(tmp_path / "b"))
+    assert len(calls) == 1

@@ -293,6 +293,10 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         self._teacher_synced_at = -1
         self._credit_tokens: CreditTokens | None = None
 
+    def _send_telemetry(self):
+        """TRL's trainer reports its use to the Hugging Face Hub from a background thread at
+        construction (``huggingface_hub.send_telemetry``); grpolab sends nothing off the machine."""
+
     # ------------------------------------------------------------------ generation batch
     def _generate_and_score_completions(self, inputs):
         out = super()._generate_and_score_completions(inputs)

@@ -17,7 +17,8 @@ raise): freed tensors go back to the system at once. The price is a fresh, zero-
 per large allocation (page faults) and an unmap per free. With one torch thread that cost 0.5 s of
 system time per 12 s LoRA update at 16 new tokens, but 53-57 s against 38 s per update at 128
 (the kernel zero-filling fresh pages; docs/performance.md); with two threads, where every unmap
-also interrupts the other thread's core, a 128-token LoRA update took 36.2 s instead of 24.2 s (system time 20.8 vs 5.0 s).
+also interrupts the other thread's core, a 128-token LoRA update took 36.2 s instead of 24.2 s
+(system time 20.8 vs 5.0 s).
 So by default the threshold is fixed only when torch runs one thread (the setting of a 2-core
 machine shared with other work, where memory matters most). ``GRPOLAB_MMAP_THRESHOLD`` (bytes)
 sets a threshold whatever the thread count; ``0`` keeps glibc's dynamic behaviour. A threshold the user gave glibc itself (``MALLOC_MMAP_THRESHOLD_``,
