@@ -18,15 +18,12 @@ from typing import Any, Callable, Sequence
 
 import yaml
 
+from grpolab.errors import ConfigError  # re-exported: the leaf module is its home
 from grpolab.utils.teacher_templates import (
     DEFAULT_CHAT_TEACHER_TEMPLATE,
     DEFAULT_SYSTEM_TEACHER_TEMPLATE,
     DEFAULT_TEACHER_TEMPLATE,
 )
-
-
-class ConfigError(ValueError):
-    """A configuration problem, reported before any work starts."""
 
 
 def _registry(name: str) -> Callable[[], list[str]]:
@@ -60,6 +57,7 @@ CHOICES: dict[str, Callable[[], Sequence[str]]] = {
     "task.name": _tasks,
     "task.chat_template": lambda: ("auto", "on", "off"),
     "sft.enabled": lambda: ("auto", "yes", "no", "true", "false"),
+    "rollout.prompt_truncation": lambda: ("error", "left", "right"),
     "sft.select_on": lambda: ("validation", "heldout"),
     "sft.schedule": lambda: ("constant", "linear", "cosine"),
     "objective.advantage": _registry("ADVANTAGE_ESTIMATORS"),
@@ -296,13 +294,35 @@ class RolloutConfig:
     dynamic_sampling: bool = False
     dynamic_sampling_rounds: int = 4
     dynamic_sampling_oversample: float = 1.0
+    # The longest prompt, in tokens (TRL max_prompt_length, verl data.max_prompt_length); 0 = the
+    # model's context (max_position_embeddings) less rollout.max_new_tokens. Checked for every
+    # training and held-out item before any work. A longer prompt is an error naming the item
+    # (prompt_truncation=error, default), or keeps its last (left: the question's end and the chat
+    # template's generation prompt stay) or first (right) max_prompt_tokens tokens, as verl's
+    # data.truncation does.
+    max_prompt_tokens: int = 0
+    prompt_truncation: str = "error"
+
+    #: Bounds of dynamic sampling: beyond them one step samples for minutes (rounds x oversample x
+    #: prompts_per_step x group_size responses at most).
+    MAX_ROUNDS: typing.ClassVar[int] = 64
+    MAX_OVERSAMPLE: typing.ClassVar[float] = 16.0
 
     def validate(self) -> None:
         _positive("rollout.reward_workers", self.reward_workers)
         _positive("rollout.dynamic_sampling_rounds", self.dynamic_sampling_rounds)
-        if self.dynamic_sampling_oversample < 1:
+        if self.dynamic_sampling_rounds > self.MAX_ROUNDS:
+            raise ConfigError(f"rollout.dynamic_sampling_rounds={self.dynamic_sampling_rounds} must be <= "
+                              f"{self.MAX_ROUNDS} (each round samples a new batch; verl's max_num_gen_batches "
+                              "is 10; e.g. 4)")
+        if not 1 <= self.dynamic_sampling_oversample <= self.MAX_OVERSAMPLE:
             raise ConfigError(f"rollout.dynamic_sampling_oversample={self.dynamic_sampling_oversample} must be "
-                              ">= 1 (1 = sample exactly the missing groups each round; e.g. 1.5)")
+                              f"in [1, {self.MAX_OVERSAMPLE:g}] (1 = sample exactly the missing groups each round; "
+                              "e.g. 1.5)")
+        if isinstance(self.max_prompt_tokens, bool) or self.max_prompt_tokens < 0:
+            raise ConfigError(f"rollout.max_prompt_tokens={self.max_prompt_tokens!r} must be >= 0 (0 = the "
+                              "model's context less rollout.max_new_tokens; e.g. 512)")
+        _choice("rollout.prompt_truncation", self.prompt_truncation)
         _positive("rollout.prompts_per_step", self.prompts_per_step)
         _positive("rollout.group_size", self.group_size)
         _positive("rollout.max_new_tokens", self.max_new_tokens)
@@ -769,7 +789,7 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         raise ConfigError(f"{key}={value!r} must be a boolean (true/false)")
     if tp in (int, float):
         if isinstance(value, bool):
-            raise ConfigError(f"{key}={value!r} must be a number")
+            raise ConfigError(f"{key}: {_yaml_bool(value)} must be a number")
         try:
             out = tp(value) if not isinstance(value, str) else tp(float(value) if tp is float else int(value))
         except (TypeError, ValueError):
@@ -782,8 +802,8 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             # YAML 1.1 reads an unquoted yes/no/on/off/true/false as a boolean
             return _BOOLEAN_WORDS[key][0 if value else 1]
         if isinstance(value, bool):
-            raise ConfigError(f"{key}={value!r} must be a string; YAML reads an unquoted yes/no/on/off/"
-                              f"true/false as a boolean, so quote the value (e.g. {key.split('.')[-1]}: 'text')")
+            raise ConfigError(f"{key}: {_yaml_bool(value)} must be a string; quote the value "
+                              f"(e.g. {key.split('.')[-1]}: 'text')")
         if not isinstance(value, (str, int, float)):
             raise ConfigError(f"{key}={value!r} must be a string")
         return str(value)
@@ -794,6 +814,13 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{key} must be a mapping, got {value!r}")
         return value
     return value
+
+
+def _yaml_bool(value: bool) -> str:
+    """How to name a boolean that reached a number or text setting: the user wrote yes/no/on/off
+    (or true/false) unquoted in YAML, not the ``True`` Python prints."""
+    words = "yes/on/true" if value else "no/off/false"
+    return f"the value {words} (YAML reads an unquoted {words} as a boolean)"
 
 
 # String settings with a yes/no (on/off) choice, and the words a YAML boolean there stands for:
@@ -870,11 +897,19 @@ def load_config(
         _choice("preset", preset, list(PRESETS))
         for k, v in PRESETS[preset].items():
             _set(cfg, k, v)
-    for k, v in _flatten(data).items():
-        _set(cfg, k, v)
+    _set_from_file(cfg, path, _flatten(data))
     for k, v in items.items():
         _set(cfg, k, v)
     return cfg.validate()
+
+
+def _set_from_file(cfg: Config, path: str | Path | None, values: dict[str, Any]) -> None:
+    """``_set`` each key of a YAML file; an unknown section or key, or a bad value, names the file."""
+    for k, v in values.items():
+        try:
+            _set(cfg, k, v)
+        except ConfigError as e:
+            raise ConfigError(f"config file {str(path)!r}: {e}") from None
 
 
 def merge_config(
@@ -892,6 +927,7 @@ def merge_config(
     if preset is not None:
         _choice("preset", preset, list(PRESETS))
         merged.update(PRESETS[preset])
+    _set_from_file(Config(), path, _flatten(data))  # a file's unknown key names the file
     merged.update(_flatten(data))
     merged.update(items)
     return load_config(overrides={**_flatten(base.to_dict()), **merged})
