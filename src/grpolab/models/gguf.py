@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from grpolab.config import ConfigError
+from grpolab.errors import ConfigError
 
 __all__ = [
     "GGUF_EXTRA",

@@ -79,7 +79,7 @@ def bound_heap(threshold: int | None = None) -> int | None:
         try:
             threshold = int(raw) if raw else DEFAULT_MMAP_THRESHOLD
         except ValueError:
-            from grpolab.config import ConfigError
+            from grpolab.errors import ConfigError
 
             raise ConfigError(f"{ENV}={raw!r} is not a number of bytes; set it to e.g. 131072, or 0 to keep "
                               "glibc's dynamic mmap threshold") from None

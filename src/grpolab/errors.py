@@ -1,0 +1,15 @@
+"""The error a user can fix: a leaf module (imports nothing of grpolab), so any room can raise it.
+
+:class:`ConfigError` is raised by library code for a bad setting, input or environment, with a
+message that names the problem and the fix; only the CLI turns it into one ``error: ...`` line and
+exit code 2 (``grpolab.cli``). :mod:`grpolab.config` re-exports it, so
+``from grpolab.config import ConfigError`` keeps working.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError"]
+
+
+class ConfigError(ValueError):
+    """A configuration problem, reported before any work starts."""
