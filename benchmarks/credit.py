@@ -37,8 +37,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from grpolab.diagnostics.readability import accepted_targets, auc, first_wrong_token, localisation
 
+__all__ = ["accepted_targets", "first_wrong_token", "localisation", "measure_signal", "choose_warm_start"]
 
 RESULTS = Path(__file__).parent / "results"
 SPEED_METHODS = {
@@ -195,74 +196,9 @@ def quality(args) -> None:
     print(f"wrote {out}")
 
 
-def _auc(pos: list[float], neg: list[float]) -> float | None:
-    """P(score of a random positive > a random negative), ties count half (Mann-Whitney)."""
-    if not pos or not neg:
-        return None
-    wins = sum((p > n) + 0.5 * (p == n) for p in pos for n in neg)
-    return wins / (len(pos) * len(neg))
-
-
-def first_wrong_token(tokenizer, ids: list[int], target: str | Sequence[str]) -> int | None:
-    """Index of the first response token at which ``ids`` departs from the reference ``target``.
-
-    Token ``k`` is wrong when the decoded prefix ``ids[:k+1]`` is no longer a prefix of ``target``
-    (or, for EOS, when the response stops before it has written all of ``target``). None when the
-    response is ``target`` exactly, or is cut before it departs. For arith the worked solution is
-    the only correct scratchpad, so this is the first wrong character of the first wrong step.
-    Several accepted targets (e.g. ``["18", "3 + 15 = 18", "Answer: 18"]``): the one the response
-    follows longest is the reference (a response that writes ``3 + 15 = 18`` and goes on departs
-    at the token after ``18``).
-    """
-    targets = [target] if isinstance(target, str) else list(target)
-    eos = tokenizer.eos_token_id
-    alive = list(targets)
-    for k, t in enumerate(ids):
-        prefix = tokenizer.decode(ids[: k + 1], skip_special_tokens=True)
-        if t == eos:
-            return None if prefix in alive else k
-        alive = [g for g in alive if g.startswith(prefix)]
-        if not alive:
-            return k
-    return None
-
-
-def accepted_targets(item) -> list[str]:
-    """The correct responses an item's verifier accepts, for :func:`first_wrong_token`: its
-    demonstration, and for the ``final_line`` verifier also ``Answer: N`` and ``A + B = N``."""
-    out = [item.demonstration or item.reference]
-    if item.reward == "final_line":
-        out.append(f"Answer: {item.reference}")
-        expr = (item.reward_options or {}).get("expression")
-        if expr:
-            out.append(f"{expr} = {item.reference}")
-    return list(dict.fromkeys(out))
-
-
-def localisation(tokenizer, response_ids, response_mask, delta, items, group_size: int, wrong) -> dict:
-    """Mean per-token ``delta [B, T]`` before the first wrong token, at it, and after it, over the
-    wrong responses ``wrong [B]`` (bool) whose departure from the item's accepted answers
-    (:func:`accepted_targets`) is found; ``auc_first_wrong``: P(a token before the first wrong
-    token has a higher delta than a first wrong token), pooled over responses (Mann-Whitney, ties
-    half) -- the teacher signal issue 33 asks for (0.5: no signal)."""
-    before, at, after, n = [], [], [], 0
-    for i in range(response_ids.shape[0]):
-        if not bool(wrong[i]):
-            continue
-        m = int(response_mask[i].sum())
-        ids = response_ids[i, :m].tolist()
-        k = first_wrong_token(tokenizer, ids, accepted_targets(items[i // group_size]))
-        if k is None:
-            continue
-        n += 1
-        before += delta[i, :k].tolist()
-        at.append(float(delta[i, k]))
-        after += delta[i, k + 1 : m].tolist()
-    mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
-    return {"wrong_responses_localised": n, "tokens_before": len(before), "delta_before_first_wrong": mean(before),
-            "delta_at_first_wrong": mean(at), "delta_after_first_wrong": mean(after),
-            "auc_first_wrong": _auc(before, at),
-            "frac_at_below_before_mean": (sum(a < mean(before) for a in at) / len(at)) if at and before else None}
+# the pure readability measures live in the package (grpolab.diagnostics.readability); these names
+# stay importable from this script for the studies that used them
+_auc = auc
 
 
 def signal(args) -> None:
@@ -345,48 +281,33 @@ def _with_privileged(items, kind, task_cfg):
 
 
 def measure_signal(warm_start, args) -> dict:
-    """``{"group_size", "prompt_format", "rows"}`` of :func:`signal` for one model directory (a row per variant)."""
-    import torch
+    """``{"group_size", "prompt_format", "rows"}`` of :func:`signal` for one model directory (a row per variant).
 
+    Each row is :func:`grpolab.train.readability.measure_readability` of the variant on one shared
+    sampled batch, plus the share of RLSD weights clipped at ``eps_w = 0.2``."""
     from grpolab import objectives as obj
-    from grpolab.rollout import credit_logprobs
     from grpolab.runs import open_run
-    from grpolab.train.credit import CreditStep
+    from grpolab.train.readability import readability_row, sample_responses, teacher_delta
 
     opened = open_run(warm_start, config=args.config, overrides=args.set, train_items=True)
     cfg, model, tok = opened.config, opened.model, opened.tokenizer
     items = opened.train_items[: args.prompts]
     G, T = cfg.rollout.group_size, cfg.rollout.temperature
-    exp = opened.collector.collect(model, items, group_size=G, temperature=T,
-                                   generator=torch.Generator().manual_seed(args.seed))
-    r, rewards, comp = exp.rollout, exp.rewards, exp.texts
-    adv = obj.group_advantages(rewards, r.group_ids)
-    correct = rewards >= 1.0
+    exp = sample_responses(opened.collector, model, items, group_size=G, temperature=T, seed=args.seed)
+    r = exp.rollout
+    adv = obj.group_advantages(exp.rewards, r.group_ids)
     mask = r.response_mask.bool()
     rows = []
     for name, (credit, kind) in _variants(cfg, opened, args.templates).items():
         shown = _with_privileged(items, kind, cfg.task)
-        step = CreditStep(credit, model, tok, opened.prompt_format, temperature=T)
-        t_ids, t_mask = step.teacher_prompts(shown, r.response_ids.device)
-        res = credit_logprobs(model, model, t_ids, t_mask, r, temperature=T, return_kl=True,
-                              prompt_index=r.group_ids)
-        delta = torch.where(mask, res.logp - res.student_logp, torch.zeros_like(res.logp))
-        mean_d = delta.sum(-1) / mask.sum(-1).clamp_min(1)
-        lam1 = obj.rlsd_advantages(adv, res.student_logp, res.logp, r.response_mask, lam=1.0, eps_w=0.2)
+        d = teacher_delta(model, tok, opened.prompt_format, credit, exp, temperature=T, items=shown)
+        m = readability_row(tok, exp, d)
+        # RLSD at lam = 1: the multiplier is the clipped weight itself; at a bound = clipped
+        lam1 = obj.rlsd_advantages(adv, d["student_logp"], d["teacher_logp"], r.response_mask, lam=1.0, eps_w=0.2)
         mult = (lam1 / adv[:, None])[mask & (adv[:, None] != 0)]
-        row = {
-            "template": name, "template_text": tok.decode(t_ids[0][t_mask[0].bool()].tolist()),
-            "placement": credit.privileged_placement if step.uses_chat() else "plain", "privileged": kind or "task",
-            "responses": len(comp), "correct_frac": float(correct.float().mean()),
-            "mean_delta_correct": float(mean_d[correct].mean()) if correct.any() else None,
-            "mean_delta_wrong": float(mean_d[~correct].mean()) if (~correct).any() else None,
-            "auc_mean_delta": _auc(mean_d[correct].tolist(), mean_d[~correct].tolist()),
-            "auc_sum_delta": _auc(delta.sum(-1)[correct].tolist(), delta.sum(-1)[~correct].tolist()),
-            "mean_kl": float(res.kl[mask].mean()),
-            # lam = 1: the multiplier is the clipped weight itself; at a bound = clipped
-            "clip_frac_eps_0.2": float(((mult <= 0.8 + 1e-6) | (mult >= 1.2 - 1e-6)).float().mean()) if mult.numel() else None,
-            **localisation(tok, r.response_ids, r.response_mask, delta, items, G, ~correct),
-        }
+        row = {"template": name, "privileged": kind or "task", **m,
+               "clip_frac_eps_0.2": float(((mult <= 0.8 + 1e-6) | (mult >= 1.2 - 1e-6)).float().mean())
+               if mult.numel() else None}
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "template_text"}), flush=True)
     return {"group_size": G, "prompt_format": opened.prompt_format.chat_template, "rows": rows}

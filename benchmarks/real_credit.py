@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 from pathlib import Path
 
+from grpolab.diagnostics.readability import READABLE_AUC
+from grpolab.diagnostics.stats import wilson_interval
 from grpolab.sweep.study import collect, fmt_diff, paired
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
@@ -41,15 +42,8 @@ METRICS = ["time/step", "time/rollout", "time/update", "credit/segment_token_fra
 METHODS = ("grpo", "rlsd", "gear", "opsd")
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion ``k / n``."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    den = 1 + z * z / n
-    mid = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return (mid - half, mid + half)
+#: 95% Wilson interval of one accuracy (the package's; kept under this name for the report's callers)
+wilson = wilson_interval
 
 
 def teacher_seconds(rows: list[dict]) -> float | None:
@@ -68,7 +62,7 @@ def precondition(signal: dict, variant: str) -> dict:
             "wrong_responses_localised", "tokens_before", "correct_frac", "template_text")
     return {
         "teacher_auc": pick["auc_first_wrong"], "response_auc": pick["auc_sum_delta"], "variant": variant,
-        "needs": 0.8, "met": pick["auc_first_wrong"] >= 0.8,
+        "needs": READABLE_AUC, "met": pick["auc_first_wrong"] is not None and pick["auc_first_wrong"] >= READABLE_AUC,
         "responses": pick["responses"], "prompts": signal.get("prompts"), "sampling_seed": signal.get("seed"),
         "by_variant": {name: {k: r.get(k) for k in keep if k in r} for name, r in rows.items()},
     }

@@ -7,6 +7,10 @@
   revert / transplant ablations, :func:`parameter_state`
 * rank -- :func:`effective_rank` (Roy & Vetterli), :func:`hidden_state_effective_ranks`
 * collapse -- :func:`detect_collapse` on success and entropy curves
+* readability -- can the privileged teacher read? :func:`first_wrong_token`, :func:`localisation`
+  (first-wrong-token AUC), :func:`readability` (with the response AUC); the teacher forward is
+  :func:`grpolab.train.readability.measure_readability`
+* :func:`wilson_interval` -- the item-sampling interval of one accuracy
 
 Nothing here imports the trainer; the commands that run models (``grpolab headroom``,
 ``diagnose``) live in :mod:`grpolab.commands.models` and :mod:`grpolab.commands.diagnose`
@@ -23,10 +27,20 @@ from grpolab.diagnostics.headroom import (
 )
 from grpolab.diagnostics.params import GroupDrift, parameter_drift, parameter_state, swap_in, swapped
 from grpolab.diagnostics.rank import effective_rank, hidden_state_effective_ranks
-from grpolab.diagnostics.stats import CI, bootstrap_ci, mcnemar_exact, mean_ci, paired_bootstrap_ci, pass_at_k
+from grpolab.diagnostics.readability import READABLE_AUC, first_wrong_token, localisation, readability
+from grpolab.diagnostics.stats import (
+    CI,
+    bootstrap_ci,
+    mcnemar_exact,
+    mean_ci,
+    paired_bootstrap_ci,
+    pass_at_k,
+    wilson_interval,
+)
 
 __all__ = [
     "CI",
+    "READABLE_AUC",
     "CollapseVerdict",
     "GroupDrift",
     "HeadroomResult",
@@ -36,14 +50,18 @@ __all__ = [
     "detect_collapse",
     "effective_rank",
     "family_of",
+    "first_wrong_token",
     "headroom_from_outcomes",
     "headroom_markdown",
     "hidden_state_effective_ranks",
+    "localisation",
     "mean_ci",
     "paired_bootstrap_ci",
     "parameter_drift",
     "parameter_state",
     "pass_at_k",
+    "readability",
     "swap_in",
     "swapped",
+    "wilson_interval",
 ]

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["CI", "bootstrap_ci", "mcnemar_exact", "mean_ci", "paired_bootstrap_ci", "pass_at_k"]
+__all__ = ["CI", "bootstrap_ci", "mcnemar_exact", "mean_ci", "paired_bootstrap_ci", "pass_at_k", "wilson_interval"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -112,3 +112,17 @@ def mcnemar_exact(gained: int, lost: int) -> float:
     k = min(gained, lost)
     tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2 * tail)
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``k / n`` (95% at ``z = 1.96``); ``(0, 1)`` when ``n = 0``.
+
+    The item-sampling error of one accuracy measured on ``n`` items (e.g. one run's held-out accuracy).
+    """
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    den = 1 + z * z / n
+    mid = (p + z * z / (2 * n)) / den
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
+    return (max(0.0, mid - half), min(1.0, mid + half))
