@@ -565,7 +565,7 @@ class CreditConfig:
         ``grpolab_credit_lam``, ``grpolab.credit.lam``) and the fix; read the earlier spellings of
         :data:`CREDIT_VALUE_ALIASES` as the current ones (with a ``FutureWarning``). Returns ``self``."""
         from grpolab import objectives as obj
-        from grpolab.rollout.teacher import check_template
+        from grpolab.teacher_text import check_template
 
         self._read_aliases(prefix)
         for f in ("name", "lam_schedule", "teacher", "privileged_placement", "divergence", "gear_threshold"):
@@ -622,8 +622,8 @@ class CreditConfig:
         return lam_schedule(step, start=self.lam, end=self.lam_end, steps=self.lam_steps, kind=self.lam_schedule)
 
     def teacher_prompt(self):
-        """The teacher prompt's settings (:class:`grpolab.rollout.teacher.TeacherPrompt`)."""
-        from grpolab.rollout.teacher import TeacherPrompt
+        """The teacher prompt's settings (:class:`grpolab.teacher_text.TeacherPrompt`)."""
+        from grpolab.teacher_text import TeacherPrompt
 
         return TeacherPrompt(template=self.template, chat_template=self.chat_template,
                              system_template=self.system_template, placement=self.privileged_placement)

@@ -236,3 +236,24 @@ def test_kl_stays_finite_when_probabilities_underflow(llama):
     res = teacher_logprobs(llama, t_ids, t_mask, r, return_kl=True, temperature=1e-3)
     assert torch.isfinite(res.kl).all() and (res.kl >= 0).all()
     assert math.isfinite(float(res.logp.sum())) and res.kl.max() > 0
+
+
+def test_the_teacher_and_the_update_share_one_head_rule(llama, monkeypatch):
+    # a head module that reproduces the logits but is not a plain bias-free nn.Linear: the update
+    # forward (rollout/logprobs.py) takes the model's own logits then, and so does the teacher
+    # (the same values, through the fallback), joint and shared-prefix paths alike
+    from grpolab.rollout.logprobs import _head_weight
+
+    r = _rollout(llama, seed=6)
+    t_ids, t_mask = _teacher_batch()
+    base = teacher_logprobs(llama, t_ids, t_mask, r, return_kl=True)
+    real = llama.get_output_embeddings()
+    wrapped = torch.nn.Sequential(real)
+    monkeypatch.setattr(llama, "get_output_embeddings", lambda: wrapped)
+    assert _head_weight(llama) is None
+    res = teacher_logprobs(llama, t_ids, t_mask, r, return_kl=True)
+    torch.testing.assert_close(res.logp, base.logp, atol=1e-5, rtol=0)
+    torch.testing.assert_close(res.kl, base.kl, atol=1e-5, rtol=0)
+    u_ids, u_mask = left_pad(TEACHER_PROMPTS, PAD)
+    res = teacher_logprobs(llama, u_ids, u_mask, r, return_kl=True, prompt_index=torch.arange(r.batch_size) // G)
+    torch.testing.assert_close(res.logp, base.logp, atol=1e-5, rtol=0)

@@ -30,7 +30,7 @@ Usage::
 
 Conversational datasets (TRL's ``prompt`` as a list of ``{role, content}`` messages) work with
 credit: the teacher's privileged prompt is built at the message level
-(:func:`grpolab.rollout.teacher.teacher_messages`; ``grpolab_credit_privileged_placement`` ``user``:
+(:func:`grpolab.teacher_text.teacher_messages`; ``grpolab_credit_privileged_placement`` ``user``:
 the last user turn becomes ``grpolab_credit_chat_template``; ``system``:
 ``grpolab_credit_system_template`` joins the system message) and rendered by TRL's own chat-template call (same ``chat_template``
 and ``chat_template_kwargs``), so the completion tokens follow both prompts identically.
@@ -78,12 +78,8 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without trl
     raise ImportError("grpolab.integrations.trl needs trl: pip install 'grpolab[trl]'") from e
 
-from grpolab.rollout.teacher import (
-    CreditTokens,
-    credit_logprobs,
-    encode_teacher_prompts,
-    teacher_messages,
-)
+from grpolab.rollout.teacher import credit_logprobs, encode_teacher_prompts
+from grpolab.teacher_text import CreditTokens, teacher_messages
 
 #: The credit settings are grpolab's one schema (:class:`grpolab.config.CreditConfig`): field
 #: ``X`` of it is this adapter's argument ``grpolab_credit_X``, with the same default.
@@ -343,7 +339,7 @@ class GrpolabGRPOTrainer(GRPOTrainer):
         """Left-padded privileged teacher prompts ``([B, P'], [B, P'])``, one per input row.
 
         Text prompts: ``grpolab_credit_template`` around the prompt. Conversations: the privileged
-        context joins the conversation (:func:`~grpolab.rollout.teacher.teacher_messages`), rendered
+        context joins the conversation (:func:`~grpolab.teacher_text.teacher_messages`), rendered
         with TRL's chat-template call and the generation prompt, like the student's prompt.
         """
         from types import SimpleNamespace

@@ -10,7 +10,7 @@ verl has computed ``advantages`` (any estimator: ``grpo``, ``grpolab_balanced``,
 1. reads the rows' ``responses``, ``response_mask``, ``old_log_probs``, ``advantages``,
    ``raw_prompt`` and ``extra_info`` from verl's TransferQueue;
 2. keeps the rows whose advantage is not 0 (a zero advantage stays zero whatever the weight);
-3. builds each kept row's teacher prompt with :func:`grpolab.rollout.teacher.teacher_messages`
+3. builds each kept row's teacher prompt with :func:`grpolab.teacher_text.teacher_messages`
    (the row's chat with the privileged text, taken from ``extra_info[privileged_key]``, in its
    last user message through ``chat_template`` or in a system note through ``system_template``,
    as ``privileged_placement`` says) and tokenises it with verl's own chat-template builder, the
@@ -50,7 +50,8 @@ import torch
 
 from grpolab import objectives as obj
 from grpolab.config import ConfigError, CreditConfig
-from grpolab.rollout.teacher import CreditTokens, credit_step_metrics, teacher_messages
+from grpolab.objectives.credit_metrics import credit_step_metrics
+from grpolab.teacher_text import CreditTokens, teacher_messages
 from grpolab.utils.teacher_templates import DEFAULT_CHAT_TEACHER_TEMPLATE
 
 #: The verl releases this extension is written against (it overrides v1-trainer internals).

@@ -7,7 +7,8 @@
   :class:`EpisodeBatch` (a Rollout whose observation tokens have mask 0, plus rewards and
   per-turn counts).
 - :func:`teacher_logprobs` -- the privileged self-teacher forward (RLSD/GEAR/OPSD): teacher
-  log-probs of the sampled tokens and, optionally, the full-vocabulary KL to the student.
+  log-probs of the sampled tokens and, optionally, the full-vocabulary KL to the student. Its
+  prompt text and the credit token masks are :mod:`grpolab.teacher_text`.
 """
 
 from .batch import Rollout
@@ -15,15 +16,14 @@ from .episodes import EpisodeBatch, run_episodes
 from .logprobs import LogprobResult, response_logprobs
 from .prompts import encode_prompt, encode_prompts
 from .sampler import left_pad, sample
-from .teacher import (
+from .teacher import TeacherResult, credit_logprobs, encode_teacher_prompts, teacher_logprobs
+
+# the teacher's text and tokens live in grpolab.teacher_text (torch-free); kept here for callers
+from grpolab.teacher_text import (
     DEFAULT_TEACHER_TEMPLATE,
     CreditTokens,
-    TeacherResult,
     build_teacher_prompts,
     check_template,
-    credit_logprobs,
-    encode_teacher_prompts,
-    teacher_logprobs,
     teacher_messages,
 )
 

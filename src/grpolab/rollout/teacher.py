@@ -28,6 +28,13 @@ lands inside the user turn (or a system note), never inside the assistant turn.
 
 Temperature: both distributions are ``softmax(logits / temperature)``; pass the sampling
 temperature so the teacher's log-probs compare like with like with the sampling log-probs.
+
+Where the rest lives: the prompt text and the credit token masks (``check_template``,
+``build_teacher_prompts``, ``teacher_messages``, ``TeacherPrompt``, ``CreditTokens``) in
+:mod:`grpolab.teacher_text`, the credit step's metrics in :mod:`grpolab.objectives.credit_metrics`
+(both re-exported here for one release). The hidden states and the head rule (a plain bias-free
+linear head that reproduces the model's logits, else the model's own logits) are the update
+forward's (:func:`grpolab.rollout.logprobs.joint_hidden`, ``_head_reproduces``).
 """
 
 from __future__ import annotations
@@ -39,17 +46,44 @@ import torch
 
 from .batch import Rollout
 from .cache import ForwardSignature, new_cache
-from .logprobs import joint_forward, response_logprobs
+from .logprobs import _head_reproduces, joint_forward, joint_hidden, response_logprobs
 from .prompts import encode_prompts
 from .sampler import left_pad
 
-from grpolab.utils.teacher_templates import (  # the template text lives there
+# The text-and-tokens half moved to grpolab.teacher_text (torch-free, what the config imports) and
+# the credit step's metrics to grpolab.objectives.credit_metrics. Deprecated: these re-exports keep
+# ``from grpolab.rollout.teacher import ...`` working for one release; import from the new homes.
+from grpolab.objectives.credit_metrics import credit_step_metrics  # noqa: F401  (re-export)
+from grpolab.teacher_text import (  # noqa: F401  (re-exports)
     DEFAULT_CHAT_TEACHER_TEMPLATE,
     DEFAULT_SYSTEM_TEACHER_TEMPLATE,
     DEFAULT_TEACHER_TEMPLATE,
+    PLACEMENTS,
+    TEMPLATE_FIELDS,
+    CreditTokens,
+    TeacherPrompt,
+    build_teacher_prompts,
+    check_template,
+    teacher_messages,
+    token_ids_containing,
 )
 
-TEMPLATE_FIELDS = ("prompt", "privileged", "reference")
+__all__ = [
+    "TeacherResult",
+    "credit_logprobs",
+    "encode_teacher_prompts",
+    "teacher_logprobs",
+    # deprecated re-exports (one release): grpolab.teacher_text, grpolab.objectives.credit_metrics
+    "CreditTokens",
+    "DEFAULT_TEACHER_TEMPLATE",
+    "PLACEMENTS",
+    "TeacherPrompt",
+    "build_teacher_prompts",
+    "check_template",
+    "credit_step_metrics",
+    "teacher_messages",
+    "token_ids_containing",
+]
 
 
 @dataclass
@@ -67,212 +101,6 @@ class TeacherResult:
     logp: torch.Tensor
     kl: torch.Tensor | None = None
     student_logp: torch.Tensor | None = None
-
-
-def check_template(template: str, *, need_prompt: bool = True) -> None:
-    """Raise ``ValueError`` unless ``template`` has ``{privileged}`` or ``{reference}`` and (with
-    ``need_prompt``, for templates that replace the question) ``{prompt}``."""
-    import string
-
-    try:
-        names = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
-    except ValueError as e:
-        raise ValueError(f"teacher template is not a valid format string ({e}); escape braces as '{{{{' / '}}}}'") from None
-    unknown = names - set(TEMPLATE_FIELDS)
-    if unknown:
-        raise ValueError(
-            f"teacher template uses unknown fields {sorted(unknown)}; allowed: "
-            + ", ".join("{" + f + "}" for f in TEMPLATE_FIELDS)
-        )
-    if (need_prompt and "prompt" not in names) or not names & {"privileged", "reference"}:
-        need = "{prompt} and {privileged}" if need_prompt else "{privileged}"
-        raise ValueError(f"teacher template must contain {need} (or {{reference}}); got {template!r}")
-
-
-def build_teacher_prompts(items: Sequence, template: str = DEFAULT_TEACHER_TEMPLATE) -> list[str]:
-    """One teacher prompt text per task item (``prompt``, ``privileged``, ``reference`` attributes).
-
-    ``{privileged}`` is the item's privileged context, or its reference answer when that is empty.
-    """
-    check_template(template)
-    out = []
-    for it in items:
-        priv = it.privileged or it.reference
-        out.append(template.format(prompt=it.prompt, privileged=priv, reference=it.reference))
-    return out
-
-
-PLACEMENTS = ("user", "system")
-
-
-def teacher_messages(messages: Sequence[dict], item, *, placement: str = "user",
-                     template: str = DEFAULT_CHAT_TEACHER_TEMPLATE,
-                     system_template: str = "{privileged}") -> list[dict]:
-    """The privileged teacher conversation for a chat-template prompt, built at the message level.
-
-    The student's conversation ``messages`` (as the policy sees it, system prompt included) is
-    copied and the item's privileged context (or its reference answer) is added *inside* it, so
-    that rendering it with the same chat template and ``add_generation_prompt=True`` ends with the
-    same assistant header as the student's prompt: the sampled response tokens follow both
-    prompts identically. Nothing is added after the last user turn, and nothing is repeated.
-
-    Args:
-        messages: ``[{"role", "content"}, ...]`` the student's prompt conversation.
-        item: has ``privileged``, ``reference`` (a :class:`grpolab.tasks.TaskItem`).
-        placement: ``"user"``: the last user turn becomes ``template`` with ``{prompt}`` = that
-            turn's content; ``"system"``: ``system_template`` is appended to the first system
-            message (after a blank line) or inserted as a new first system message.
-        template, system_template: format strings over ``{prompt}``, ``{privileged}``, ``{reference}``.
-
-    Returns:
-        a new message list (the input is not modified).
-    """
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement={placement!r}; choose one of {PLACEMENTS}")
-    msgs = [dict(m) for m in messages]
-    users = [i for i, m in enumerate(msgs) if m.get("role") == "user"]
-    if not users:
-        raise ValueError("the teacher conversation needs a user message to attach the privileged context to")
-    priv = item.privileged or item.reference
-    last = users[-1]
-    if not isinstance(msgs[last].get("content"), str):
-        raise ValueError(f"the last user message's content is {type(msgs[last].get('content')).__name__}, not "
-                         "text: the teacher prompt supports text messages only (no multimodal content parts)")
-    fields = dict(privileged=priv, reference=item.reference)
-    if placement == "user":
-        check_template(template)
-        msgs[last]["content"] = template.format(prompt=msgs[last]["content"], **fields)
-    else:
-        check_template(system_template, need_prompt=False)
-        note = system_template.format(prompt=msgs[last]["content"], **fields)
-        if msgs[0].get("role") == "system":
-            msgs[0]["content"] = (msgs[0]["content"] + "\n\n" + note) if msgs[0]["content"] else note
-        else:
-            msgs.insert(0, {"role": "system", "content": note})
-    return msgs
-
-
-@dataclass(frozen=True)
-class TeacherPrompt:
-    """How the privileged teacher's prompt is written: grpolab's credit step and the warm start's
-    privileged rows both encode it here (``credit.template``, ``credit.chat_template``,
-    ``credit.system_template``, ``credit.privileged_placement``:
-    :meth:`grpolab.config.CreditConfig.teacher_prompt`).
-
-    With a chat-template :class:`grpolab.tasks.PromptFormat` the privileged context goes into the
-    student's conversation (:func:`teacher_messages`) and is rendered by the same template, so both
-    prompts end with the same assistant header; with a plain-text format ``template`` wraps the
-    prompt as the student saw it (system line, prompt template); with no format, ``template``
-    wraps ``item.prompt``.
-    """
-
-    template: str = DEFAULT_TEACHER_TEMPLATE
-    chat_template: str = DEFAULT_CHAT_TEACHER_TEMPLATE
-    system_template: str = DEFAULT_SYSTEM_TEACHER_TEMPLATE
-    placement: str = "user"
-
-    def encode(self, items: Sequence, tokenizer, prompt_format=None) -> list[list[int]]:
-        """Token ids of each item's privileged prompt (unpadded)."""
-        fmt = prompt_format
-        if fmt is None:
-            return encode_prompts(tokenizer, build_teacher_prompts(items, self.template))
-        if fmt.use_chat:
-            return [fmt.encode_messages(teacher_messages(fmt.messages(it), it, placement=self.placement,
-                                                         template=self.chat_template,
-                                                         system_template=self.system_template), tokenizer)
-                    for it in items]
-        from types import SimpleNamespace
-
-        shown = [SimpleNamespace(prompt=fmt.render(it, tokenizer), privileged=it.privileged, reference=it.reference)
-                 for it in items]  # the plain prompt as the student saw it (template, system line)
-        return encode_prompts(tokenizer, build_teacher_prompts(shown, self.template))
-
-    def text(self, prompt_format=None) -> str:
-        """The template in use for ``prompt_format`` (its fixed lines are what a leak repeats)."""
-        if prompt_format is None or not prompt_format.use_chat:
-            return self.template
-        return self.chat_template if self.placement == "user" else self.system_template
-
-
-def token_ids_containing(tokenizer, chars: str) -> torch.Tensor:
-    """``[K]`` ids of every vocabulary token whose text contains one of ``chars`` (empty: none)."""
-    if not chars:
-        return torch.zeros(0, dtype=torch.long)
-    ids = [i for i in range(len(tokenizer)) if any(c in tokenizer.decode([i]) for c in chars)]
-    return torch.tensor(ids, dtype=torch.long)
-
-
-class CreditTokens:
-    """The tokens a credit method looks for in the responses, found once per tokenizer.
-
-    ``boundaries``: characters whose tokens end a GEAR segment (``credit.gear_boundaries``);
-    ``span_end``: the text whose first token ends the reweighted span (``credit.span_end``).
-    grpolab's trainer, the TRL adapter and the verl extension all build their masks here.
-    """
-
-    def __init__(self, tokenizer, *, boundaries: str, span_end: str = "") -> None:
-        self.boundary_ids = token_ids_containing(tokenizer, boundaries)
-        self.span_end_ids = token_ids_containing(tokenizer, span_end)
-
-    def masks(self, response_ids: torch.Tensor,
-              response_mask: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        """``(boundary_mask, span_mask)``, each ``[B,T]`` bool or None when its setting is empty.
-
-        ``boundary_mask``: the response token ends a GEAR segment. ``span_mask``: the token comes
-        before the first valid token containing ``span_end`` (the span that is reweighted).
-        """
-        device = response_ids.device
-        boundary = span = None
-        if len(self.boundary_ids):
-            boundary = torch.isin(response_ids, self.boundary_ids.to(device))
-        if len(self.span_end_ids):
-            hit = torch.isin(response_ids, self.span_end_ids.to(device)) & response_mask.bool()
-            span = hit.long().cumsum(-1) == 0
-        return boundary, span
-
-
-def credit_step_metrics(result, lam: float, student_logp: torch.Tensor, teacher_logp: torch.Tensor,
-                        mask: torch.Tensor, scored: torch.Tensor,
-                        divergence: torch.Tensor | None = None) -> dict[str, float]:
-    """The ``credit/...`` metrics of one credit step, as grpolab's trainer and the verl extension log them.
-
-    Args:
-        result: the :class:`grpolab.objectives.CreditResult` of the step (``multiplier``,
-            ``segment_ids``, ``metrics``).
-        lam: the mixing weight used.
-        student_logp, teacher_logp: ``[B,T]`` log-probs of the sampled tokens (0 on rows not scored).
-        mask: ``[B,T]`` response tokens; scored: ``[B]`` rows sent to the teacher.
-        divergence: ``[B,T]`` full-vocabulary KL when it was computed, else None.
-
-    ``kl_sampled`` is KL(student || teacher) on the student's own samples (the k1 estimate from
-    the sampled tokens; ``kl``: the exact value when computed); ``delta_*`` and GEAR's segment
-    statistics are over the scored rows only (unscored rows have delta 0).
-    """
-    from grpolab import objectives as obj
-
-    row: dict[str, float] = {"credit/lam": float(lam),
-                             "credit/scored_rows_frac": float(scored.float().mean()) if len(scored) else 0.0}
-    valid = mask.bool() & scored.unsqueeze(-1)
-    n = max(int(valid.sum()), 1)
-    row["credit/kl_sampled"] = float(torch.where(valid, student_logp - teacher_logp,
-                                                 torch.zeros_like(student_logp)).sum()) / n
-    if divergence is not None:
-        row["credit/kl"] = float(torch.where(valid, divergence, torch.zeros_like(divergence)).sum()) / n
-    if bool(valid.any()):
-        seg = result.segment_ids
-        if seg is not None:
-            seg = torch.where(valid, seg, torch.zeros_like(seg))
-        delta = torch.where(valid, teacher_logp - student_logp, torch.zeros_like(student_logp)).double()
-        for k, v in obj.credit_metrics(delta, torch.zeros_like(valid), valid, valid.double(), seg).items():
-            if k not in ("clip_frac", "reweighted_frac"):
-                row[f"credit/{k}"] = float(v)
-    if "clip_frac" in result.metrics:
-        row["credit/clip_frac"] = float(result.metrics["clip_frac"])
-    mult = result.multiplier[valid]
-    if mult.numel():
-        row["credit/multiplier_min"] = float(mult.min())
-        row["credit/multiplier_max"] = float(mult.max())
-    return row
 
 
 def encode_teacher_prompts(tokenizer, texts: Sequence[str], *, group_size: int = 1,
@@ -302,22 +130,11 @@ def _split(rollout):
 @torch.no_grad()
 def _response_hidden(model, prompt_ids, prompt_mask, response_ids, response_attn):
     """Final hidden states ``[B, T, H]`` at the positions whose logits predict the response tokens,
-    plus ``(head, ok)``: ``ok`` says ``head(hidden)`` reproduces the model's own logits."""
-    sig = ForwardSignature.of(model)
-    P = prompt_ids.shape[1]
-    T = response_ids.shape[1]
-    kwargs = {"logits_to_keep": 2} if sig.logits_to_keep else {}
-    out = joint_forward(model, prompt_ids, prompt_mask, response_ids, response_attn, output_hidden_states=True,
-                        **kwargs)
-    hidden = out.hidden_states[-1]
-    head = model.get_output_embeddings()
-    # consistency check on the last two positions: some models scale or soft-cap after the head
-    ok = head is not None
-    if ok:
-        probe = head(hidden[:, -2:]).float()
-        ref = out.logits[:, -2:].float()
-        ok = probe.shape == ref.shape and torch.allclose(probe, ref, atol=1e-4, rtol=1e-4)
-    return hidden[:, P - 1 : P + T - 1], head, ok
+    plus the LM head; ``(None, None)`` when the head cannot score them (the update forward's one
+    rule, :func:`grpolab.rollout.logprobs.joint_hidden`: a plain bias-free linear head that
+    reproduces the model's logits; otherwise the caller takes the model's own logits)."""
+    hidden = joint_hidden(model, ForwardSignature.of(model), prompt_ids, prompt_mask, response_ids, response_attn)
+    return (None, None) if hidden is None else (hidden, model.get_output_embeddings())
 
 
 def _full_logits(model, prompt_ids, prompt_mask, response_ids, response_attn):
@@ -330,7 +147,8 @@ def _full_logits(model, prompt_ids, prompt_mask, response_ids, response_attn):
 def _hidden_shared(model, t_ids, t_mask, row_prompt, r_ids, r_attn):
     """Like :func:`_response_hidden`, but each distinct teacher prompt is run once: prefill the
     ``n`` prompts ``[n, P']`` with a KV cache, gather the cache rows per response row
-    (``row_prompt [b]`` indexes the prompts), then run the responses on top of it."""
+    (``row_prompt [b]`` indexes the prompts), then run the responses on top of it. Returns
+    ``(hidden [b, T, H], head, ok)``; ``ok`` is the update forward's head rule (``_head_reproduces``)."""
     sig = ForwardSignature.of(model)
     t_ids, t_mask = _trim_left(t_ids, t_mask)
     P = t_ids.shape[1]
@@ -346,13 +164,8 @@ def _hidden_shared(model, t_ids, t_mask, row_prompt, r_ids, r_attn):
     out = model(input_ids=r_ids, attention_mask=attn, position_ids=r_pos, use_cache=True,
                 output_hidden_states=True, **{sig.cache_kw: cache}, **keep)
     h = out.hidden_states[-1]
-    head = model.get_output_embeddings()
-    ok = head is not None
-    if ok:
-        probe = head(h[:, -1:]).float()
-        ok = probe.shape == out.logits[:, -1:].shape and torch.allclose(probe, out.logits[:, -1:].float(),
-                                                                        atol=1e-4, rtol=1e-4)
-    return torch.cat([last_h.unsqueeze(1), h[:, :-1]], dim=1), head, ok
+    ok = _head_reproduces(model, h[:, -1], out.logits[:, -1])  # the update forward's rule (logprobs.py)
+    return torch.cat([last_h.unsqueeze(1), h[:, :-1]], dim=1), model.get_output_embeddings(), ok
 
 
 @torch.no_grad()
@@ -476,12 +289,13 @@ def _score_rows(teacher, student, t_rows, shared, s_rows, r_ids, r_mask, r_attn,
             t_ids, t_mask = t_ids[shared], t_mask[shared]
     if not ok:
         t_ids, t_mask = _trim_left(t_ids, t_mask)
-        h_t, head_t, ok = _response_hidden(teacher, t_ids, t_mask, r_ids, r_attn)
+        h_t, head_t = _response_hidden(teacher, t_ids, t_mask, r_ids, r_attn)
+        ok = h_t is not None
     h_s = head_s = None
     if student is not None:
         s_ids, s_mask = _trim_left(*s_rows)
-        h_s, head_s, ok_s = _response_hidden(student, s_ids, s_mask, r_ids, r_attn)
-        if not ok_s:
+        h_s, head_s = _response_hidden(student, s_ids, s_mask, r_ids, r_attn)
+        if h_s is None:
             h_s, head_s = _full_logits(student, s_ids, s_mask, r_ids, r_attn), torch.nn.Identity()
     if not ok:  # the head does not reproduce the logits: use the model's own logits
         if shared is not None:
@@ -503,22 +317,6 @@ def _score_rows(teacher, student, t_rows, shared, s_rows, r_ids, r_mask, r_attn,
         term = torch.where(p_s > 0, p_s * (ls - lt), torch.zeros_like(p_s))  # 0 log 0 = 0
         out[2][rows, cols] = term.sum(-1).clamp_min(0.0)
     return tuple(out)
-
-
-__all__ = [
-    "CreditTokens",
-    "DEFAULT_TEACHER_TEMPLATE",
-    "TeacherPrompt",
-    "TeacherResult",
-    "build_teacher_prompts",
-    "PLACEMENTS",
-    "check_template",
-    "credit_step_metrics",
-    "encode_teacher_prompts",
-    "teacher_logprobs",
-    "teacher_messages",
-    "token_ids_containing",
-]
 
 
 def credit_logprobs(

@@ -9,7 +9,7 @@ the rendered conversation, ending with the template's end of turn such as ``<|im
 warm start teaches what RL then samples from.
 
 With ``privileged_share`` > 0, that share of every batch is shown in the *teacher's prompt*
-(``privileged prompt -> the same demonstration``, :class:`grpolab.rollout.teacher.TeacherPrompt`,
+(``privileged prompt -> the same demonstration``, :class:`grpolab.teacher_text.TeacherPrompt`,
 in the run's format), so the model also learns to continue correctly when a reference solution is
 in its context: the self-teacher of RLSD / GEAR / OPSD (docs/credit.md) then reads the reference
 instead of ignoring it. The student never sees it: rollouts and the stopping check use the
@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from grpolab.rollout.teacher import TeacherPrompt, check_template
+from grpolab.teacher_text import TeacherPrompt, check_template
 from grpolab.train.checkpoint import rng_state, set_rng_state
 from grpolab.train.evaluate import evaluate
 from grpolab.train.optim import build_scheduler
@@ -129,7 +129,7 @@ def sft_batch(tokenizer, items, device, *, teacher_rows: int = 0, teacher: Teach
     Each prompt is encoded as the run prompts the policy: ``prompt_format`` (the run's resolved
     :class:`grpolab.tasks.PromptFormat`: chat template, system prompt, prompt template); None:
     ``item.prompt`` as plain text. The first ``teacher_rows`` rows use the privileged teacher's
-    prompt instead (``teacher``, :class:`grpolab.rollout.teacher.TeacherPrompt`, in the same
+    prompt instead (``teacher``, :class:`grpolab.teacher_text.TeacherPrompt`, in the same
     format, as the credit step's teacher sees it); the completion (and so the loss) is the same
     demonstration either way, followed by EOS (on a chat template: the template's end of an
     assistant turn, :func:`grpolab.train.text.assistant_turn_end`).
