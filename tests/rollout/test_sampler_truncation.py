@@ -85,7 +85,7 @@ def test_the_training_collector_passes_top_k_through():
     from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
     from grpolab.tasks import get_task
     from grpolab.train.collector import make_collector
-    from grpolab.train.dapo import collect_step
+    from grpolab.train.step_batch import collect_step
 
     tok = build_tokenizer()
     model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

@@ -26,7 +26,7 @@ from grpolab.objectives.credit import (
     opsd_loss,
     rlsd_advantages,
 )
-from grpolab.objectives.dapo import group_has_signal, overlong_penalty, truncation_mask
+from grpolab.objectives.shaping import group_has_signal, overlong_penalty, truncation_mask
 from grpolab.objectives.kl import KL_ESTIMATORS, kl_penalty
 from grpolab.objectives.loss import LATE_POSITION, POSITION_BUCKETS, check_objective, policy_loss, position_bucket_labels
 from grpolab.objectives.ratios import RATIO_LEVELS, log_importance_ratio

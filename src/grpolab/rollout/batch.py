@@ -119,3 +119,34 @@ class Rollout:
 
     def __len__(self) -> int:
         return self.batch_size
+
+
+def _pad(t: torch.Tensor, width: int, value, *, left: bool) -> torch.Tensor:
+    extra = width - t.shape[1]
+    if extra == 0:
+        return t
+    fill = t.new_full((t.shape[0], extra), value)
+    return torch.cat([fill, t] if left else [t, fill], dim=1)
+
+
+def concat_rollouts(rollouts: list[Rollout], *, pad_id: int) -> Rollout:
+    """Rows of several rollouts in one batch: prompts left-padded to the widest (``pad_id``,
+    mask 0), responses right-padded (mask 0); ``group_ids`` are kept as they are."""
+    P = max(r.prompt_ids.shape[1] for r in rollouts)
+    T = max(r.response_ids.shape[1] for r in rollouts)
+    any_attn = any(r.response_attention is not None for r in rollouts)
+
+    def cat(get, width, value, left):
+        return torch.cat([_pad(get(r), width, value, left=left) for r in rollouts], dim=0)
+
+    return Rollout(
+        prompt_ids=cat(lambda r: r.prompt_ids, P, pad_id, True),
+        prompt_mask=cat(lambda r: r.prompt_mask, P, 0, True),
+        response_ids=cat(lambda r: r.response_ids, T, pad_id, False),
+        response_mask=cat(lambda r: r.response_mask, T, 0, False),
+        sample_logp=cat(lambda r: r.sample_logp, T, 0, False),
+        group_ids=torch.cat([r.group_ids for r in rollouts]),
+        finished=torch.cat([r.finished for r in rollouts]),
+        response_attention=cat(lambda r: r.response_attention if r.response_attention is not None
+                               else r.response_mask.to(torch.long), T, 0, False) if any_attn else None,
+    )

@@ -14,8 +14,9 @@ from typing import Any
 import torch
 
 from grpolab.rollout import Rollout
+from grpolab.rollout.batch import concat_rollouts
 
-__all__ = ["Experience"]
+__all__ = ["Experience", "concat_experiences", "select_groups"]
 
 
 @dataclass
@@ -32,7 +33,7 @@ class Experience:
         reward_scored: rows the verifier scored for this step (with dynamic sampling, every
             round's rows: more than ``B``); None = ``B``.
         reward_shaping: ``FloatTensor [B]`` added to ``rewards`` for the advantage only (DAPO's
-            soft overlong punishment, :mod:`grpolab.train.dapo`), or None.
+            soft overlong punishment, :mod:`grpolab.train.step_batch`), or None.
         episode_metrics: per-step statistics of multi-turn episodes (``episodes/...``), else empty.
         advantages: ``[B]`` sequence or ``[B,T]`` per-token advantages, once computed.
         old_logp: ``[B,T]`` behaviour-policy log-probs; None on-policy (ratio exactly 1).
@@ -105,3 +106,38 @@ class Experience:
     def replace(self, **changes: Any) -> "Experience":
         """A copy with some fields replaced (e.g. ``exp.replace(advantages=A)``)."""
         return dataclasses.replace(self, **changes)
+
+
+def select_groups(exp: Experience, groups: list[int]) -> Experience:
+    """The experience of the prompt groups ``groups`` (indices into ``exp.items``), renumbered
+    ``0..len(groups)-1`` in that order; rows keep their order within a group."""
+    idx = exp.prompt_index
+    rows = torch.cat([(idx == g).nonzero().squeeze(-1) for g in groups])
+    new_id = torch.full((len(exp.items),), -1, dtype=torch.long)
+    new_id[torch.tensor(groups, dtype=torch.long)] = torch.arange(len(groups))
+    ro = exp.rollout.select(rows.to(exp.rollout.group_ids.device))
+    ro.group_ids = new_id[idx[rows]].to(ro.group_ids.device)
+    return Experience(items=[exp.items[g] for g in groups], rollout=ro, texts=[exp.texts[i] for i in rows.tolist()],
+                      rewards=exp.rewards[rows], reward_errors=exp.reward_errors,
+                      episode_metrics=exp.episode_metrics, seconds=dict(exp.seconds))
+
+
+def concat_experiences(parts: list[Experience], *, pad_id: int = 0) -> Experience:
+    """One experience from several (items appended, group ids offset); ``episode_metrics`` are
+    the first part's, ``reward_errors`` and ``seconds`` add up."""
+    if len(parts) == 1:
+        return parts[0]
+    offset, rollouts = 0, []
+    for p in parts:
+        ro = p.rollout.select(torch.arange(p.batch_size, device=p.rollout.group_ids.device))
+        ro.group_ids = ro.group_ids + offset
+        rollouts.append(ro)
+        offset += len(p.items)
+    seconds: dict[str, float] = {}
+    for p in parts:
+        for k, v in p.seconds.items():
+            seconds[k] = seconds.get(k, 0.0) + v
+    return Experience(items=[it for p in parts for it in p.items], rollout=concat_rollouts(rollouts, pad_id=pad_id),
+                      texts=[t for p in parts for t in p.texts], rewards=torch.cat([p.rewards for p in parts]),
+                      reward_errors=sum(p.reward_errors for p in parts), episode_metrics=parts[0].episode_metrics,
+                      seconds=seconds)

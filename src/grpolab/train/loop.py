@@ -33,7 +33,7 @@ from grpolab.models import stop_token_ids
 from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import load_weights_into, save_checkpoint
 from grpolab.train.collector import Collector, collector_for
-from grpolab.train.dapo import collect_step, without_truncated
+from grpolab.train.step_batch import collect_step, without_truncated
 from grpolab.train.watch import TrainingWatch, memory_metrics
 from grpolab.train.evaluate import evaluate, per_family
 from grpolab.train.experience import Experience
@@ -136,7 +136,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     warn = _warner(cfg, log)
     while state.step < tr.steps:
         timer = PhaseTimer()
-        # one round of prompts, or DAPO's dynamic sampling (grpolab.train.dapo)
+        # one round of prompts, or DAPO's dynamic sampling (grpolab.train.step_batch)
         exp, sampling_metrics = collect_step(collector, state.sampler(),
                                              lambda n: state.next_prompts(train_items, n), cfg,
                                              n_train=len(train_items), generator=state.generator)
@@ -184,6 +184,14 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     warm start, so that a killed warm start can be continued with ``--resume``. Temporary
     checkpoint folders left by a killed process are removed first.
     """
+    if cfg.model.lora:  # before the model loads and the warm start runs, not after
+        from grpolab.config import ConfigError
+        from grpolab.models.lora import require_peft
+
+        try:
+            require_peft()
+        except ImportError as e:
+            raise ConfigError(str(e)) from None
     run_dir.clean_stale()
     ckpt = run_dir.latest_checkpoint() if resume else None
     if resume and ckpt is None:

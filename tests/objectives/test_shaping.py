@@ -1,4 +1,4 @@
-"""DAPO's batch pieces (grpolab.objectives.dapo) against slow loop twins written from the paper.
+"""DAPO's batch pieces (grpolab.objectives.shaping) against slow loop twins written from the paper.
 
 Loop twins: plain Python over rows and tokens, float64, written from DAPO (arXiv 2503.14476)
 section 3.2 (dynamic sampling: keep groups with 0 < #correct < G) and section 3.4, eq. 13 (soft
@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grpolab.objectives.dapo import group_has_signal, overlong_penalty, truncation_mask
+from grpolab.objectives.shaping import group_has_signal, overlong_penalty, truncation_mask
 
 
 # ----------------------------------------------------------------------------- loop twins
