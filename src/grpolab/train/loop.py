@@ -184,14 +184,6 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     warm start, so that a killed warm start can be continued with ``--resume``. Temporary
     checkpoint folders left by a killed process are removed first.
     """
-    if cfg.model.lora:  # before the model loads and the warm start runs, not after
-        from grpolab.config import ConfigError
-        from grpolab.models.lora import require_peft
-
-        try:
-            require_peft()
-        except ImportError as e:
-            raise ConfigError(str(e)) from None
     run_dir.clean_stale()
     ckpt = run_dir.latest_checkpoint() if resume else None
     if resume and ckpt is None:
