@@ -372,7 +372,7 @@ def _lower_q(vals, q):
 
 def ref_gear(advantages, student_logp, teacher_logp, mask, *, divergence=None, lam=0.5, eps_w=0.2,
              threshold="mad", k=3.0, quantile=0.9, min_divergence=0.0, boundary_mask=None,
-             negative_only=False, span_mask=None):
+             negative_only=False, span_mask=None, anchor="departure", min_drop=math.log(2.0)):
     """dict(advantages, segment_ids, anchors, threshold) by explicit loops."""
     adv = _to_list(advantages)
     s_lp, t_lp, m = _rows(student_logp), _rows(teacher_logp), _rows(mask)
@@ -409,7 +409,8 @@ def ref_gear(advantages, student_logp, teacher_logp, mask, *, divergence=None, l
                 continue
             if t > 0 and bnd is not None and bnd[i][t - 1] != 0.0:
                 current = None  # the previous token ended a line / turn
-            if D[t] > tau:
+            departs = anchor == "spike" or delta[t] < -min_drop  # the teacher finds the token unlikely
+            if D[t] > tau and departs:
                 n_anchor += 1
                 anchor_row[t] = True
                 current = (n_anchor, D[t])

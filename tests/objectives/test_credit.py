@@ -106,9 +106,14 @@ def test_rlsd_matches_loop(seed, opts):
     {"boundary": True, "negative_only": True, "span": True, "lam": 1.0},
     {"min_divergence": 0.3, "k": 0.0},
     {"per_token_adv": True, "boundary": True},
+    {"min_drop": 0.0, "boundary": True},                        # any teacher drop departs
 ])
-def test_gear_matches_loop(seed, opts):
+@pytest.mark.parametrize("anchor", ["departure", "spike"])
+def test_gear_matches_loop(seed, opts, anchor):
     opts = dict(opts)
+    opts["anchor"] = anchor
+    if anchor == "departure":  # the batch's teacher gap is N(0, 0.6): ln 2 leaves few anchors in 12 rows
+        opts.setdefault("min_drop", 0.2)
     b = _credit_batch(20 + seed, per_token_adv=opts.pop("per_token_adv", False))
     div = None if opts.pop("logratio", False) else b["div"]
     bnd = b["boundary"] if opts.pop("boundary", False) else None
@@ -203,6 +208,81 @@ def test_gear_hand_weights():
     res = gear_advantages(t64([2.0]), student, teacher, torch.ones(1, 4, dtype=torch.float64),
                           divergence=t64([[0.05, 0.05, 0.3, 0.05]]), lam=0.5, eps_w=0.5)
     assert res.advantages[0, 2].item() == pytest.approx(2 * (0.5 + 0.5 * math.exp(-0.3)), abs=1e-12)
+
+
+# ------------------------------------------------------------------ GEAR anchors: departures only
+def _gear_row(div, delta, adv=1.0, **kw):
+    student = torch.zeros((1, len(div)), dtype=torch.float64)  # 0: delta is exactly the teacher's value
+    teacher = t64([delta])
+    return gear_advantages(t64([adv]), student, teacher, torch.ones(1, len(div), dtype=torch.float64),
+                           divergence=t64([div]), lam=1.0, eps_w=0.5, **kw)
+
+
+def test_gear_anchor_is_a_spike_where_the_teacher_drops_the_token():
+    # spikes at 1 and 4 (median 0.1, MAD 0 -> tau 0.1); at 1 the teacher is surer of the sampled
+    # token than the student (delta +1.5: agreement), at 4 it gives it e^-2 of the student's
+    # probability (a departure). The spike rule anchors both; the departure rule only 4.
+    div, delta = [0.1, 2.0, 0.1, 0.1, 3.0, 0.1], [0.0, 1.5, 0.0, 0.0, -2.0, 0.0]
+    spike = _gear_row(div, delta, anchor="spike")
+    assert spike.segment_ids.tolist() == [[0, 1, 1, 1, 2, 2]]
+    dep = _gear_row(div, delta)
+    assert dep.segment_ids.tolist() == [[0, 0, 0, 0, 1, 1]] and dep.anchors[0].tolist() == [False] * 4 + [True, False]
+    # A = +1, lam = 1, eps_w = 0.5: aligned tokens keep exp(delta) clipped to [0.5, 1.5]:
+    # t0 e^0 = 1, t1 e^1.5 -> 1.5, t2, t3 1; the segment 4..5 gets exp(-3) -> 0.5
+    torch.testing.assert_close(dep.advantages, t64([[1.0, 1.5, 1.0, 1.0, 0.5, 0.5]]), atol=1e-12, rtol=0)
+    # a drop of e^-0.5 is not a departure under min_drop = ln 2 (half), but is under 0.4
+    mild = [0.0, 0.0, 0.0, 0.0, -0.5, 0.0]
+    assert not _gear_row(div, mild).anchors.any()
+    assert _gear_row(div, mild, min_drop=0.4).segment_ids.tolist() == [[0, 0, 0, 0, 1, 1]]
+    # exactly -ln 2 is not below -ln 2: strict, like the spike threshold
+    assert not _gear_row(div, [0.0] * 4 + [-math.log(2.0), 0.0]).anchors.any()
+
+
+def test_gear_does_not_mark_a_response_the_teacher_agrees_with():
+    # a correct answer whose digits the teacher read off the solution: KL spikes on every answer
+    # token, the teacher surer of each sampled token than the student. The spike rule put the
+    # whole continuation after the first spike in a segment (credit cut to 1 - eps_w); the
+    # departure rule leaves every token aligned, each with its own RLSD weight.
+    div = [0.02, 0.9, 1.1, 0.03, 1.4, 0.02, 0.8, 0.05]
+    delta = [0.0, 0.7, 0.9, 0.1, 1.2, 0.0, 0.6, 0.05]
+    spike = _gear_row(div, delta, adv=1.0, anchor="spike")
+    assert (spike.segment_ids > 0).float().mean().item() == pytest.approx(7 / 8)
+    dep = _gear_row(div, delta, adv=1.0)
+    assert not (dep.segment_ids > 0).any()
+    expected = [min(max(math.exp(d), 0.5), 1.5) for d in delta]
+    torch.testing.assert_close(dep.advantages, t64([expected]), atol=1e-12, rtol=0)
+
+
+def test_gear_anchor_settings_are_checked():
+    div, delta = [0.1, 2.0], [0.0, -1.0]
+    with pytest.raises(ValueError, match="anchor rule"):
+        _gear_row(div, delta, anchor="onset")
+    with pytest.raises(ValueError, match="min_drop"):
+        _gear_row(div, delta, min_drop=-0.1)
+    with pytest.raises(ValueError, match="eligible"):
+        gear_segments(t64([div]), torch.ones(1, 2), eligible=torch.ones(1, 3, dtype=torch.bool))
+
+
+def test_gear_policy_gradient_matches_the_loop_and_gradcheck():
+    # the update's gradient with GEAR's A_t (departure rule) equals the loop reference of the
+    # clipped surrogate with the loop's A_t; and torch.autograd.gradcheck on the float64 loss
+    from torch.autograd import gradcheck
+
+    b = _credit_batch(5)
+    kw = dict(lam=0.8, eps_w=0.3, min_drop=0.2, boundary_mask=b["boundary"])
+    g = gear_advantages(b["adv"], b["student"], b["teacher"], b["mask"], divergence=b["div"], **kw)
+    ref = ref_gear(b["adv"], b["student"], b["teacher"], b["mask"], divergence=b["div"], **kw)
+    assert (g.segment_ids > 0).any()
+    lp = b["logp"].clone().requires_grad_(True)
+    loss, _ = policy_loss(lp, b["old"], g.advantages, b["mask"], group_ids=b["gid"], aggregation="token")
+    loss.backward()
+    r = ref_policy_loss(b["logp"], b["old"], ref["advantages"], b["mask"], group_ids=b["gid"],
+                        aggregation="token")
+    assert abs(loss.item() - r.loss) < 1e-10
+    torch.testing.assert_close(lp.grad, t64(r.grad), atol=1e-10, rtol=0)
+    f = lambda x: policy_loss(x, b["old"], g.advantages, b["mask"], group_ids=b["gid"],  # noqa: E731
+                              aggregation="token")[0]
+    assert gradcheck(f, (b["logp"].clone().requires_grad_(True),), eps=1e-6, atol=1e-8)
 
 
 # ------------------------------------------------------------------ RLSD by hand

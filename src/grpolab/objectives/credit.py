@@ -27,7 +27,14 @@ GEAR (arXiv 2605.11853). Only the mechanism is public; **these details are grpol
   (element ``(n - 1) // 2`` of the sorted values, like ``torch.median``); ``threshold="quantile"``:
   ``tau`` = the lower ``q``-quantile (sorted element ``floor(q * (n - 1))``). Then
   ``tau = max(tau, min_divergence)``. An *anchor* is a valid token with ``D_t > tau`` (strictly: a
-  flat sequence has no anchor).
+  flat sequence has no anchor) that *departs* from the teacher (``anchor="departure"``, the
+  default): the teacher, shown the solution, gives the sampled token at most ``exp(-min_drop)``
+  of the student's probability (``delta_t < -min_drop``, default ``min_drop = ln 2``: half). A
+  divergence spike where the teacher is *more* sure of the sampled token than the student (a
+  right digit the teacher read off the solution) is agreement, not departure: under the spike
+  alone (``anchor="spike"``, the rule before issue 44) SmolLM2's correct 12-token answers had
+  96-97% of their tokens in segments (docs/results/real_credit.md), because any spike opens a
+  segment that runs to the end of a line. docs/credit.md, "GEAR's anchors".
 - *Segments*: an anchor opens a segment that runs over the following valid tokens and ends at
   the next anchor (which opens its own segment), just after a *boundary* token (``boundary_mask``
   = 1, e.g. end of line, ``;`` or end of turn; the boundary token belongs to the segment), or just
@@ -69,6 +76,8 @@ LOG_WEIGHT_CAP = 60.0
 CREDIT_METHODS: Registry[Callable[..., "CreditResult"]] = Registry("credit method")
 THRESHOLDS = ("mad", "quantile")
 DIVERGENCES = ("kl", "logratio")
+ANCHORS = ("departure", "spike")
+LN2 = math.log(2.0)
 
 
 @dataclass
@@ -218,6 +227,13 @@ def _rlsd(advantages, student_logp, teacher_logp, mask, *, lam, eps_w, negative_
 # GEAR
 
 
+def _check_anchor(anchor: str, min_drop: float) -> None:
+    if anchor not in ANCHORS:
+        raise ValueError(f"unknown GEAR anchor rule {anchor!r}; choose one of: {', '.join(ANCHORS)}")
+    if not (min_drop >= 0 and math.isfinite(min_drop)):
+        raise ValueError(f"min_drop must be a finite number >= 0 (e.g. 0.693 = ln 2); got {min_drop}")
+
+
 def _lower_quantile(x_BT: torch.Tensor, valid: torch.Tensor, q: float) -> torch.Tensor:
     """Per-row sorted element ``floor(q * (n - 1))`` over valid entries: ``[B,T] -> [B]`` (0 if n = 0)."""
     n_B = valid.sum(-1)
@@ -237,6 +253,7 @@ def gear_segments(
     quantile: float = 0.9,
     min_divergence: float = 0.0,
     boundary_mask: torch.Tensor | None = None,
+    eligible: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """GEAR anchors and segments from a divergence sequence (grpolab's rule, module docstring).
 
@@ -246,6 +263,9 @@ def gear_segments(
         threshold: ``"mad"`` (median + k MAD) or ``"quantile"``.
         k, quantile, min_divergence: parameters of the threshold rule.
         boundary_mask: ``[B,T]``, 1 on tokens after which a segment ends (end of line, of turn).
+        eligible: ``[B,T]`` bool, the tokens that may be anchors (:func:`gear_advantages` passes
+            the departures, ``delta_t < -min_drop``); None: every valid token. The threshold is
+            computed over all valid tokens either way.
 
     Returns:
         ``(segment_ids [B,T] long, anchors [B,T] bool, anchor_pos [B,T] long, threshold [B])``:
@@ -255,6 +275,8 @@ def gear_segments(
         raise ValueError(f"divergence and mask must share shape [B,T]; got {tuple(divergence.shape)}, {tuple(mask.shape)}")
     if boundary_mask is not None and boundary_mask.shape != mask.shape:
         raise ValueError(f"boundary_mask must have shape {tuple(mask.shape)}; got {tuple(boundary_mask.shape)}")
+    if eligible is not None and eligible.shape != mask.shape:
+        raise ValueError(f"eligible must have shape {tuple(mask.shape)}; got {tuple(eligible.shape)}")
     if threshold not in THRESHOLDS:
         raise ValueError(f"unknown GEAR threshold {threshold!r}; choose one of: {', '.join(THRESHOLDS)}")
     if not 0.0 <= quantile <= 1.0:
@@ -272,6 +294,8 @@ def gear_segments(
         tau_B = _lower_quantile(D, valid, quantile)
     tau_B = tau_B.clamp_min(min_divergence)
     anchors = valid & (D > tau_B.unsqueeze(-1))
+    if eligible is not None:
+        anchors = anchors & eligible.bool()
 
     pos = torch.arange(T, device=mask.device).expand(B, T)
     minus1 = torch.full_like(pos, -1)
@@ -306,6 +330,8 @@ def gear_advantages(
     boundary_mask: torch.Tensor | None = None,
     negative_only: bool = False,
     span_mask: torch.Tensor | None = None,
+    anchor: str = "departure",
+    min_drop: float = LN2,
 ) -> GearResult:
     """GEAR per-token advantages with adaptive segments (docs/methods.md, GEAR; module docstring).
 
@@ -317,11 +343,16 @@ def gear_advantages(
             ``|teacher_logp - student_logp|``.
         lam, eps_w, negative_only, span_mask: as in :func:`rlsd_advantages`.
         threshold, k, quantile, min_divergence, boundary_mask: see :func:`gear_segments`.
+        anchor: ``"departure"`` (default): an anchor is a spike where the teacher gives the sampled
+            token less than ``exp(-min_drop)`` of the student's probability (``delta_t < -min_drop``);
+            ``"spike"``: any spike (the rule before issue 44). See the module docstring.
+        min_drop: ``>= 0``, the log-ratio a departure must fall below zero by (default ``ln 2``).
 
     Returns:
         :class:`GearResult`. Vectorised: no Python loop over positions or rows.
     """
     _check(advantages, student_logp, teacher_logp, mask, lam, eps_w, span_mask)
+    _check_anchor(anchor, min_drop)
     if divergence is not None and divergence.shape != mask.shape:
         raise ValueError(f"divergence must have the shape of mask {tuple(mask.shape)}; got {tuple(divergence.shape)}")
     valid = mask.bool()
@@ -330,9 +361,10 @@ def gear_advantages(
     adv_BT = torch.where(valid, _broadcast(advantages, mask).to(dtype), zero)
     delta = _delta(student_logp, teacher_logp, valid, dtype)
     D = delta.abs() if divergence is None else torch.where(valid, divergence.detach().to(dtype), zero)
+    eligible = (delta < -min_drop) if anchor == "departure" else None
     seg_ids, anchors, anchor_pos, tau_B = gear_segments(
         D, mask, threshold=threshold, k=k, quantile=quantile, min_divergence=min_divergence,
-        boundary_mask=boundary_mask,
+        boundary_mask=boundary_mask, eligible=eligible,
     )
     sign = torch.sign(adv_BT)
     in_seg = seg_ids > 0
@@ -468,7 +500,7 @@ def _credit_rlsd(advantages, student_logp, teacher_logp, mask, *, lam=0.5, eps_w
 @CREDIT_METHODS.register("gear")
 def _credit_gear(advantages, student_logp, teacher_logp, mask, *, lam=0.5, eps_w=0.2,
                  negative_only=False, span_mask=None, divergence=None, **gear_kw: object) -> CreditResult:
-    keys = ("threshold", "k", "quantile", "min_divergence", "boundary_mask")
+    keys = ("threshold", "k", "quantile", "min_divergence", "boundary_mask", "anchor", "min_drop")
     res = gear_advantages(advantages, student_logp, teacher_logp, mask, divergence=divergence, lam=lam,
                           eps_w=eps_w, negative_only=negative_only, span_mask=span_mask,
                           **{k: v for k, v in gear_kw.items() if k in keys})
@@ -493,19 +525,20 @@ def credit_advantages(name: str, advantages, student_logp, teacher_logp, mask, *
                       eps_w: float = 0.2, negative_only: bool = False, span_mask: torch.Tensor | None = None,
                       divergence: torch.Tensor | None = None, threshold: str = "mad", k: float = 3.0,
                       quantile: float = 0.9, min_divergence: float = 0.0,
-                      boundary_mask: torch.Tensor | None = None) -> CreditResult:
+                      boundary_mask: torch.Tensor | None = None, anchor: str = "departure",
+                      min_drop: float = LN2) -> CreditResult:
     """Dispatch to the credit method registered under ``name`` (``grpo | rlsd | gear | opsd``).
 
     ``grpo`` returns ``A`` broadcast to ``[B,T]``; ``opsd`` ignores ``advantages`` (no reward) and
     returns ``sg(teacher - student)``. The keywords are those of :func:`rlsd_advantages` and
-    :func:`gear_advantages` (``divergence``, ``threshold``, ``k``, ``quantile``,
-    ``min_divergence``, ``boundary_mask`` are GEAR's); a method ignores the ones it does not use,
+    :func:`gear_advantages` (``divergence``, ``threshold``, ``k``, ``quantile``, ``min_divergence``,
+    ``boundary_mask``, ``anchor``, ``min_drop`` are GEAR's); a method ignores the ones it does not use,
     and a misspelled keyword is a ``TypeError``, not silently dropped.
     """
     return CREDIT_METHODS.get(name)(
         advantages, student_logp, teacher_logp, mask, lam=lam, eps_w=eps_w, negative_only=negative_only,
         span_mask=span_mask, divergence=divergence, threshold=threshold, k=k, quantile=quantile,
-        min_divergence=min_divergence, boundary_mask=boundary_mask)
+        min_divergence=min_divergence, boundary_mask=boundary_mask, anchor=anchor, min_drop=min_drop)
 
 
 def check_credit(*, name: str, lam: float, eps_w: float, threshold: str = "mad", k: float = 3.0,
@@ -527,6 +560,7 @@ def check_credit(*, name: str, lam: float, eps_w: float, threshold: str = "mad",
 
 
 __all__ = [
+    "ANCHORS",
     "CREDIT_METHODS",
     "CreditResult",
     "GearResult",

@@ -31,7 +31,10 @@ import random
 from grpolab.tasks.arith import PRIVILEGED_KINDS
 from grpolab.tasks.base import ProceduralTask, TaskItem, register_task
 
-__all__ = ["ShortArithTask", "worked_solution"]
+__all__ = ["DEMONSTRATION_KINDS", "ShortArithTask", "worked_solution"]
+
+#: What an item's ``demonstration`` holds (option ``demonstration``).
+DEMONSTRATION_KINDS = ("number", "worked")
 
 
 def _digits_of(n: int, width: int) -> list[int]:
@@ -87,6 +90,10 @@ class ShortArithTask(ProceduralTask):
         shuffle: with ``digits``, put the operands in either order (a difference keeps the larger first).
         ops: a non-empty subset of "+-".
         privileged: "solution" (the worked solution), "hint" (its first step) or "answer".
+        demonstration: what a supervised warm start learns to write: "number" (default, the answer
+            alone) or "worked" (the worked solution, ending with its ``Answer: N`` line, which the
+            ``final_line`` verifier accepts): responses that show their working, where a teacher
+            shown the solution can point at the first wrong step (docs/credit.md).
         seed, eval_fraction: see :class:`grpolab.tasks.ProceduralTask` (``eval_fraction`` defaults
             to 0.2 here). The prompt space is finite and small, so :meth:`available` counts each
             split exactly and ``items(split, None)`` returns all of it (at most 4096 / 256 items).
@@ -95,7 +102,8 @@ class ShortArithTask(ProceduralTask):
     name = "short_arith"
 
     def __init__(self, *, digits=(2, 1), max_operand: int | None = None, shuffle: bool = True, ops: str = "+",
-                 privileged: str = "solution", seed: int = 0, eval_fraction: float = 0.2) -> None:
+                 privileged: str = "solution", demonstration: str = "number", seed: int = 0,
+                 eval_fraction: float = 0.2) -> None:
         super().__init__(seed=seed, eval_fraction=eval_fraction)
         digits = list(digits) if isinstance(digits, (list, tuple)) else digits
         if (not isinstance(digits, list) or len(digits) != 2
@@ -110,6 +118,9 @@ class ShortArithTask(ProceduralTask):
             raise ValueError(f"short_arith: ops must be a non-empty subset of '+-', got {ops!r}")
         if privileged not in PRIVILEGED_KINDS:
             raise ValueError(f"short_arith: privileged must be one of {PRIVILEGED_KINDS}, got {privileged!r}")
+        if demonstration not in DEMONSTRATION_KINDS:
+            raise ValueError(f"short_arith: demonstration must be one of {DEMONSTRATION_KINDS}, got {demonstration!r}")
+        self.demonstration = demonstration
         self.digits = digits
         self.max_operand = max_operand
         self.shuffle = shuffle
@@ -182,7 +193,7 @@ class ShortArithTask(ProceduralTask):
             privileged=privileged,
             reward="final_line",
             reward_options={"expression": f"{a} {op} {b}"},
-            demonstration=answer,
+            demonstration=solution if self.demonstration == "worked" else answer,
             meta={"difficulty": carries, "family": "carry" if carries else "no carry",
                   "digits": [len(str(a)), len(str(b))], "op": op},
         )
