@@ -48,7 +48,9 @@ def _grpolab(args: list[str], log: Path) -> float:
     return time.time() - t0
 
 
-def family_of(item) -> str:
+def episode_family(item) -> str:
+    """The family name of an episode item (its ``family``, else ``n_terms``, else ``all``) for the
+    per-family table; :func:`grpolab.diagnostics.headroom.family_of` is the ``KIND=NAME`` label."""
     meta = item.meta
     return str(meta.get("family", meta.get("n_terms", "all")))
 
@@ -58,8 +60,8 @@ def greedy_by_family(model_dir: Path, config: str, n_eval: int) -> dict:
     items, solved = greedy_episodes(model_dir, config, n_eval)
     fam: dict[str, list[int]] = collections.defaultdict(lambda: [0, 0])
     for it, ok in zip(items, solved):
-        fam[family_of(it)][0] += int(ok)
-        fam[family_of(it)][1] += 1
+        fam[episode_family(it)][0] += int(ok)
+        fam[episode_family(it)][1] += 1
     return {"success": sum(solved) / len(items), "n": len(items), "solved": sum(solved),
             "by_family": {k: {"solved": a, "n": b} for k, (a, b) in sorted(fam.items())}}
 

@@ -560,6 +560,18 @@ class CreditConfig:
         """False for ``name=grpo`` (no credit)."""
         return self.name != "grpo"
 
+    @property
+    def segment_boundaries(self) -> str:
+        """The characters whose tokens end a GEAR segment; ``""`` for the methods without segments
+        (which then skip the vocabulary scan of :class:`grpolab.teacher_text.CreditTokens`)."""
+        return self.gear_boundaries if self.name == "gear" else ""
+
+    @property
+    def scores_all_rows(self) -> bool:
+        """True when every row goes through the teacher (``opsd`` ignores the reward); the other
+        methods score only the rows whose advantage is non-zero (a zero advantage stays zero)."""
+        return self.name == "opsd"
+
     def validate(self, prefix: str = "credit.") -> "CreditConfig":
         """Raise :class:`ConfigError` naming the key (``prefix`` + field: ``credit.lam``,
         ``grpolab_credit_lam``, ``grpolab.credit.lam``) and the fix; read the earlier spellings of

@@ -234,3 +234,25 @@ def test_credit_step_on_a_sampled_batch():
     keep = after_hash & r.response_mask.bool()
     torch.testing.assert_close(out.advantages[keep], adv[:, None].expand_as(seg)[keep].float())
     assert out.metrics["credit/scored_rows_frac"] == 0.75 and out.metrics["credit/kl"] > 0
+
+
+def test_credit_decisions_come_from_the_credit_config(monkeypatch):
+    # the trainer asks CreditConfig, not the method's name: enabled (no credit step for grpo),
+    # segment_boundaries (GEAR's only: the other methods skip the vocabulary scan), scores_all_rows
+    from grpolab.config import CreditConfig
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+    from grpolab.train.state import TrainState
+
+    c = {n: CreditConfig(name=n) for n in ("grpo", "rlsd", "gear", "opsd")}
+    assert [c[n].enabled for n in c] == [False, True, True, True]
+    assert [c[n].segment_boundaries for n in c] == ["", "", "\n;", ""]
+    assert [c[n].scores_all_rows for n in c] == [False, False, False, True]
+    cfg = load_config(overrides={"credit.name": "rlsd", "sft.enabled": "no"})
+    tok = build_tokenizer()
+    model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                  intermediate_size=64))
+    state = TrainState.create(cfg, model, tok, torch.Generator().manual_seed(0))
+    assert isinstance(state.credit, CreditStep)
+    assert len(state.credit.tokens.boundary_ids) == 0  # RLSD has no segments: no boundary tokens
+    monkeypatch.setattr(CreditConfig, "enabled", property(lambda self: False))
+    assert TrainState.create(cfg, model, tok, torch.Generator().manual_seed(0)).credit is None

@@ -47,7 +47,7 @@ def collect(run_dir: str | Path, *, sample: int = 4, lam: float | None = None, m
     if opened.env is not None:
         raise ConfigError(f"{run_dir} plays multi-turn episodes (env.name={cfg.env.name!r}); the credit page "
                           "shows single-turn responses under the teacher template, which episodes do not have")
-    method = method or (cfg.credit.name if cfg.credit.name != "grpo" else "gear")
+    method = method or (cfg.credit.name if cfg.credit.enabled else "gear")
     obj.CREDIT_METHODS.get(method)
     cfg.credit.name = method
     G = max(cfg.rollout.group_size, 2)

@@ -380,7 +380,7 @@ class GrpolabGRPOTrainer(GRPOTrainer):
                               micro_batch_size=c.micro_batch_size or None)  # the trainer's glue (grpolab.rollout.teacher)
         if self._credit_tokens is None:
             self._credit_tokens = CreditTokens(self.processing_class, span_end=c.span_end,
-                                               boundaries=c.gear_boundaries if c.name == "gear" else "")
+                                               boundaries=c.segment_boundaries)
         boundary, span = self._credit_tokens.masks(out["completion_ids"], mask)
         lam = c.lam_at(self.state.global_step)
         res_c = credit_advantages(c.name, adv_B, res.student_logp.detach(), res.logp, mask, lam=lam,

@@ -397,8 +397,7 @@ class CreditExtension:
         """The GEAR boundary and ``span_end`` tokens of the vocabulary (found at the first step)."""
         if self._tokens is None:
             c = self.cfg  # GEAR's segment ends only for GEAR: the vocabulary scan costs seconds on a large one
-            self._tokens = CreditTokens(self.tokenizer, boundaries=c.gear_boundaries if c.name == "gear" else "",
-                                        span_end=c.span_end)
+            self._tokens = CreditTokens(self.tokenizer, boundaries=c.segment_boundaries, span_end=c.span_end)
         return self._tokens
 
     def teacher_prompts(self, raw_prompts: Sequence, extra_infos: Sequence, rows: Sequence[int]) -> list[list[int]]:

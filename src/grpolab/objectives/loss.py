@@ -30,7 +30,7 @@ import torch
 from grpolab.objectives._groups import check_advantages_shape
 from grpolab.objectives.aggregation import AGGREGATIONS, aggregation_weights
 from grpolab.objectives.kl import KL_ESTIMATORS, kl_penalty
-from grpolab.objectives.ratios import (CTPO_LOG_RATIO_CAP, LOG_RATIO_CAP, RATIO_LEVELS,  # noqa: F401
+from grpolab.objectives.ratios import (CTPO_LOG_RATIO_CAP, LOG_RATIO_CAP, LOG_RATIO_CLAMP, RATIO_LEVELS,  # noqa: F401
                                        ClippedRatio, clip_ratio, log_importance_ratio)
 
 # Left edges (1-based policy-token positions) of the buckets used for the clip rate by position.
@@ -227,7 +227,7 @@ def _metrics(t: _LossTerms) -> dict[str, torch.Tensor]:
     ratio_min = torch.where(any_valid, torch.where(valid, t.ratio_BT, inf).amin(), zero)
     ratio_max = torch.where(any_valid, torch.where(valid, t.ratio_BT, -inf).amax(), zero)
     # approx KL(old || new) from the token-level log ratio (Schulman's k3 form, d = logp - old)
-    d = torch.where(valid, (t.logp - t.old_logp).clamp(-20, 20), zero)
+    d = torch.where(valid, (t.logp - t.old_logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP), zero)
     clipped = t.low_clipped | t.high_clipped | t.dual_clipped
     return {
         "loss": t.loss.detach(),

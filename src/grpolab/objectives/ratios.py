@@ -29,6 +29,8 @@ import torch
 
 from grpolab.utils.registry import Registry
 
+#: Clamp on the per-token log ratio ``logp - old`` (written once: the ratio levels and the loss's
+#: approximate-KL metric both use it).
 LOG_RATIO_CLAMP = 20.0
 #: Cap on the log ratio before ``exp`` (a sequence-level sum can otherwise overflow).
 LOG_RATIO_CAP = 20.0

@@ -52,8 +52,10 @@ class RunRow:
         return {**asdict(self), "change": self.change}
 
 
-def eval_curve(run_dir: Path, rows: list[dict] | None = None) -> tuple[list[int], list[float]]:
-    """``(steps, success)`` of the held-out greedy evaluations, step 0 (before RL) included."""
+def run_success_curve(run_dir: Path, rows: list[dict] | None = None) -> tuple[list[int], list[float]]:
+    """``(steps, success)`` of a run's held-out greedy evaluations with its start (step 0, before RL,
+    from ``result.json``) in front. (:func:`grpolab.sweep.study.eval_curve` is the ``eval/accuracy``
+    points of metrics rows alone.)"""
     rows = read_metrics(run_dir) if rows is None else rows
     steps, succ = [], []
     res = run_dir / "result.json"
@@ -78,7 +80,7 @@ def collect_runs(out: str | Path, specs: list[RunSpec]) -> list[RunRow]:
         if res.exists():
             r = json.loads(res.read_text())
             metrics = read_metrics(run_dir)
-            steps, succ = eval_curve(run_dir, metrics)
+            steps, succ = run_success_curve(run_dir, metrics)
             ent = [(m["step"], m.get("update/entropy")) for m in metrics]
             v = detect_collapse(steps, succ, [s for s, _ in ent], [e for _, e in ent],
                                 [m["step"] for m in metrics], [m.get("length/truncated_frac") for m in metrics],

@@ -1,7 +1,7 @@
 """The trainer's credit step: teacher forward + token-level reweighting (RLSD, GEAR, OPSD).
 
 Called by :func:`grpolab.train.train` between "advantages" and "update" when
-``credit.name != "grpo"``. It builds the privileged teacher prompts of the step's items, scores
+``credit.enabled`` (``credit.name != "grpo"``). It builds the privileged teacher prompts of the step's items, scores
 the sampled responses under the teacher (a frozen copy of the policy re-synced every
 ``credit.teacher_sync_every`` steps, or the live policy), turns the sequence advantages ``A[B]``
 into per-token advantages ``A_t[B,T]`` with the configured method, and returns the step's
@@ -108,7 +108,7 @@ class CreditStep:
             self.teacher = AdaptersOff(policy)
         else:
             self.teacher = frozen_copy(policy) if self.c.teacher == "frozen" else None
-        self.tokens = CreditTokens(tokenizer, boundaries=self.c.gear_boundaries, span_end=self.c.span_end)
+        self.tokens = CreditTokens(tokenizer, boundaries=self.c.segment_boundaries, span_end=self.c.span_end)
         self.prompt = self.c.teacher_prompt()
         self.synced_at = 0
 
@@ -166,7 +166,7 @@ class CreditStep:
         mask = rollout.response_mask
         B, T = mask.shape
         device = mask.device
-        if c.name == "opsd":
+        if c.scores_all_rows:  # opsd ignores the reward
             rows = torch.arange(B, device=device)
         else:
             rows = (advantages != 0).nonzero().squeeze(-1)

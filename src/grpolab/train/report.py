@@ -84,7 +84,7 @@ def plot_metrics(run_dir: str | Path, rows: list[dict[str, Any]],
 def _credit_line(cfg) -> list[str]:
     """Which token-credit method ran (nothing for plain GRPO)."""
     c = cfg.credit
-    if c.name == "grpo":
+    if not c.enabled:
         return []
     lam = (f"lam {c.lam} -> {c.lam_end} over {c.lam_steps} steps" if c.lam_schedule == "linear"
            else f"lam {c.lam} (constant)")

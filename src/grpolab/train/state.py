@@ -88,7 +88,7 @@ class TrainState:
             reference=reference_model(policy) if cfg.objective.kl_coef > 0 else None,
             behaviour=frozen_copy(policy) if tr.policy_lag > 0 else None,
             snapshots=deque(maxlen=tr.policy_lag + 1),
-            credit=CreditStep.from_config(cfg, policy, tokenizer, prompt_format) if cfg.credit.name != "grpo" else None,
+            credit=CreditStep.from_config(cfg, policy, tokenizer, prompt_format) if cfg.credit.enabled else None,
             prompt_format=prompt_format, stop_ids=stop_token_ids(policy, tokenizer),
         )
         state.snapshots.append(_cpu_state(policy) if state.behaviour is not None else None)
