@@ -61,3 +61,18 @@ def test_max_operand_space_is_counted_exactly_and_served_whole():
 
     with pytest.raises(TooFewItems, match=f"only {n_ev} eval items"):
         task.items("eval", n_ev + 1)
+
+
+def test_worked_demonstrations_show_the_column_by_column_working():
+    # demonstration=worked: the warm start's target is the worked solution, which the final_line
+    # verifier accepts; the default keeps the number alone (and every other field the same)
+    worked = ShortArithTask(digits=[2, 2], demonstration="worked").items("train", 16)
+    plain = ShortArithTask(digits=[2, 2]).items("train", 16)
+    for w, p in zip(worked, plain):
+        assert (w.prompt, w.reference, w.privileged, w.meta) == (p.prompt, p.reference, p.privileged, p.meta)
+        assert p.demonstration == p.reference and w.demonstration == w.privileged
+        a, b = (int(x) for x in w.prompt[len("What is "):-1].split(" + "))
+        assert w.demonstration == worked_solution(a, "+", b)[0]
+        assert w.demonstration.endswith(f"\nAnswer: {w.reference}")
+    with pytest.raises(ValueError, match="demonstration must be one of"):
+        ShortArithTask(demonstration="steps")

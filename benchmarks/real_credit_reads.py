@@ -1,0 +1,314 @@
+"""RLSD and GEAR on SmolLM2 where the teacher reads at token level (issue 44).
+
+Setting (studies/real_credit_reads.yaml): SmolLM2-135M-Instruct after a short supervised warm start
+on worked, column-by-column solutions of two-digit sums (``short_arith`` ``digits: [2, 2]``,
+``demonstration: worked``), so that responses show their working (~43 tokens) and a teacher shown
+the solution can point at the first wrong step. Subcommands:
+
+    # 1. the precondition: teacher readability per template on >= 256 responses of the warm start
+    python benchmarks/real_credit_reads.py precondition --warm-start runs/reads_ws --prompts 32
+    # 2. headroom of the warm start (greedy vs sampled vs pass@k)
+    python benchmarks/real_credit_reads.py headroom --warm-start runs/reads_ws
+    # 3. the study: GRPO, RLSD, GEAR, OPSD from the warm start, one seed at a time (1 thread)
+    python benchmarks/real_credit_reads.py study --warm-start runs/reads_ws --seeds 0 1 2 3 4
+    # a GEAR test fixture: SmolLM2's sampled responses with their teacher / student log-probs
+    python benchmarks/real_credit_reads.py fixture --model models/smollm2-135m-instruct \
+        --config studies/real_credit.yaml --out tests/objectives/data/smollm2_short_answers.pt
+
+Every subcommand merges its part into ``docs/results/real_credit_reads.json`` (written atomically
+after every finished piece, so a partial study survives): ``model``, ``task``, ``response_tokens``,
+``precondition`` (``teacher_auc`` and ``template`` of the best template, every template tried),
+``headroom``, ``variants.{grpo,rlsd,gear,opsd}`` (``seeds``, ``start``, ``final``, ``curve``, area,
+seconds per step, teacher seconds per step), ``variants.rlsd.steps_to_grpo_final``,
+``paired_vs_grpo`` (:func:`grpolab.sweep.study.paired`), ``wilson_final``
+(:func:`grpolab.diagnostics.wilson_interval`), ``command``, ``commit``. Prints the tables of
+docs/results/real_credit_reads.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from grpolab.utils import offline  # noqa: F401  (nothing reaches the Hub)
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "results" / "real_credit_reads.json"
+CONFIG = ROOT / "studies" / "real_credit_reads.yaml"
+METHODS = ("grpo", "rlsd", "gear", "opsd")
+METRICS = ["time/step", "time/rollout", "time/update", "length/mean", "credit/segment_token_frac",
+           "credit/clip_frac", "credit/kl_sampled"]
+
+
+def _commit() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def save(path: Path, doc: dict) -> None:
+    from grpolab.utils.io import atomic_write_json
+
+    doc["commit"] = _commit()
+    doc.setdefault("model", "SmolLM2-135M-Instruct (models/smollm2-135m-instruct, float32), full-weight "
+                            "supervised warm start on worked solutions, then LoRA r=16 alpha 32 for RL")
+    doc.setdefault("task", "short_arith two-digit sums (digits [2, 2]), answered with the worked column-by-column "
+                           "solution ending 'Answer: N' (final_line verifier), ChatML chat template; privileged "
+                           "context = the worked solution")
+    doc.setdefault("prompt_format", "the tokenizer's chat template (task.chat_template=on), its default system line, "
+                                    "prompt '{prompt}'")
+    atomic_write_json(path, doc)
+
+
+def _record_command(doc: dict, cmd: str) -> None:
+    cmds = doc.setdefault("command", [])
+    if cmd not in cmds:
+        cmds.append(cmd)
+
+
+# --------------------------------------------------------------------------------------- precondition
+#: Teacher templates tried (chat-template runs: where the privileged context goes and how it reads).
+TEMPLATES = {
+    "user_bare": {"privileged_placement": "user", "chat_template": "{prompt}\n\n{privileged}"},
+    "user": {"privileged_placement": "user"},
+    "system": {"privileged_placement": "system"},
+    "system_bare": {"privileged_placement": "system", "system_template": "{privileged}"},
+    "user_solution_first": {"privileged_placement": "user", "chat_template": "{privileged}\n\n{prompt}"},
+}
+
+
+def precondition(args) -> None:
+    """Teacher readability of each template on one batch of the warm start's samples."""
+    import dataclasses
+
+    import torch
+
+    from grpolab.runs import open_run
+    from grpolab.train.readability import readability_row, sample_responses, teacher_delta
+
+    torch.set_num_threads(args.threads)
+    opened = open_run(args.warm_start, config=str(args.config), overrides=args.set, train_items=True)
+    cfg = opened.config
+    items = opened.train_items[: args.prompts]
+    G, T = cfg.rollout.group_size, cfg.rollout.temperature
+    t0 = time.time()
+    exp = sample_responses(opened.collector, opened.model, items, group_size=G, temperature=T, seed=args.seed)
+    print(f"sampled {len(exp.texts)} responses in {time.time() - t0:.0f}s", flush=True)
+    rows = {}
+    for name in args.templates:
+        credit = dataclasses.replace(cfg.credit, **TEMPLATES[name])
+        d = teacher_delta(opened.model, opened.tokenizer, opened.prompt_format, credit, exp, temperature=T)
+        row = readability_row(opened.tokenizer, exp, d)
+        rows[name] = row
+        print(json.dumps({"template": name, **{k: v for k, v in row.items() if k != "template_text"}}), flush=True)
+    best = max((n for n in rows if rows[n]["teacher_auc"] is not None), key=lambda n: rows[n]["teacher_auc"],
+               default=None)
+    doc = load(args.out)
+    tried = doc.setdefault("settings_tried", [])
+    entry = {"warm_start": str(args.warm_start), "prompts": len(items), "group_size": G, "seed": args.seed,
+             "extra": args.set, "by_template": rows, "best_template": best,
+             "examples": [{"text": exp.texts[i], "reward": float(exp.rewards[i])} for i in range(0, len(exp.texts), G)][:4]}
+    tried[:] = [e for e in tried if not (e["warm_start"] == entry["warm_start"] and e["extra"] == entry["extra"])]
+    tried.append(entry)
+    pick = rows[best] if best else None
+    if pick is not None and (not doc.get("precondition") or args.adopt):
+        doc["precondition"] = {
+            "teacher_auc": {"value": pick["teacher_auc"], "template": best, "needs": pick["needs"],
+                            "met": pick["met"], "responses": pick["responses"],
+                            "wrong_responses_localised": pick["wrong_responses_localised"],
+                            "tokens_before": pick["tokens_before"]},
+            "response_auc": pick["response_auc"], "warm_start": str(args.warm_start),
+            "correct_frac": pick["correct_frac"], "mean_response_tokens": pick["mean_response_tokens"],
+        }
+        doc["response_tokens"] = {"mean": pick["mean_response_tokens"], "of": pick["responses"],
+                                  "needs": 30, "met": pick["mean_response_tokens"] >= 30}
+    _record_command(doc, "python benchmarks/real_credit_reads.py precondition " + " ".join(sys.argv[2:]))
+    save(args.out, doc)
+    print(f"best template: {best}; wrote {args.out}")
+
+
+# --------------------------------------------------------------------------------------- headroom
+def headroom(args) -> None:
+    """``grpolab headroom``'s measurement of the warm start, with the run's prompt format."""
+    import tempfile
+
+    out = Path(tempfile.mkdtemp(prefix="reads_headroom_"))
+    cmd = ["grpolab", "headroom", str(args.warm_start), "--config", str(args.config), "--n", str(args.n),
+           "--k", str(args.k), "--out", str(out)] + sum((["--set", s] for s in args.set), [])
+    print(" ".join(cmd), flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+    print(proc.stdout[-3000:], proc.stderr[-3000:])
+    if proc.returncode != 0:
+        raise SystemExit(f"error: grpolab headroom failed ({proc.returncode}); see above")
+    found = sorted(out.rglob("*.json"))
+    res = json.loads(found[0].read_text()) if found else {"stdout": proc.stdout[-2000:]}
+    doc = load(args.out)
+    doc["headroom"] = {"warm_start": str(args.warm_start), "items": args.n, "k": args.k, "result": res}
+    _record_command(doc, " ".join(cmd))
+    save(args.out, doc)
+    print(f"wrote {args.out}")
+
+
+# --------------------------------------------------------------------------------------- study
+def teacher_seconds(rows: list[dict]) -> float | None:
+    vals = [float(r["time/teacher"]) for r in rows if isinstance(r.get("time/teacher"), (int, float))]
+    return sum(vals) / len(vals) if vals else None
+
+
+def build_variants(study: Path, heldout: int) -> tuple[dict, dict]:
+    """``(variants, paired_vs_grpo)`` of the finished runs in a ``grpolab compare`` directory."""
+    from grpolab.diagnostics import wilson_interval
+    from grpolab.sweep.study import collect, paired
+
+    variants = collect(study, METRICS, per_run=teacher_seconds)
+    variants = {m: variants[m] for m in METHODS if m in variants}
+    pairs = paired(variants, "grpo") if "grpo" in variants else {}
+    for v in variants.values():
+        v["teacher_seconds_per_step"] = v.pop("per_run")
+        v["seconds_per_step"] = v["metrics"]["time/step"]
+        v["wilson_final"] = [list(wilson_interval(round(a * heldout), heldout)) for a in v["final"]]
+        v.setdefault("steps_to_baseline_final", [])
+    if "rlsd" in variants:
+        variants["rlsd"]["steps_to_grpo_final"] = variants["rlsd"]["steps_to_baseline_final"]
+    return variants, pairs
+
+
+def study(args) -> None:
+    """One ``grpolab compare`` seed at a time (its 4 methods in turn), the JSON rewritten after each."""
+    root = Path(args.root)
+    base = ["grpolab", "compare", str(args.config), "--vary", "credit.name=" + ",".join(args.methods),
+            "--jobs", "1", "--out", str(root), "--set", f"model.path={args.warm_start}", "--set", "sft.enabled=no"]
+    base += sum((["--set", s] for s in args.set), [])
+    doc = load(args.out)
+    doc["schedule"] = (f"{args.steps_label}; from one warm start ({args.warm_start}); "
+                       "credit lam 0.5 -> 0 linear over the run; teacher = the warm start (LoRA adapters off)")
+    _record_command(doc, " ".join(base) + " --seeds S   # S = " + " ".join(map(str, args.seeds)))
+    for seed in args.seeds:
+        cmd = base + ["--seeds", str(seed)]
+        print(" ".join(cmd), flush=True)
+        t0 = time.time()
+        proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
+        print(f"seed {seed}: rc {proc.returncode} in {time.time() - t0:.0f}s", flush=True)
+        variants, pairs = build_variants(root, args.heldout)
+        doc = load(args.out)
+        doc.update({"heldout_items": args.heldout, "baseline": "grpo", "variants": variants,
+                    "paired_vs_grpo": pairs, "seeds_run": sorted({s for v in variants.values() for s in v["seeds"]})})
+        save(args.out, doc)
+        print(table(doc), flush=True)
+    print(f"wrote {args.out}")
+
+
+def _mean(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def table(doc: dict) -> str:
+    from grpolab.sweep.study import fmt_diff
+
+    f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
+    lines = ["| method | seeds | start | final per seed | final - grpo (paired) | curve area | steps to grpo's final "
+             "| s/step | teacher s/step (share) | departed tokens |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, v in doc.get("variants", {}).items():
+        p = doc.get("paired_vs_grpo", {}).get(name)
+        step = _mean(v["metrics"]["time/step"])
+        teach = _mean(v["teacher_seconds_per_step"])
+        share = f" ({teach / step:.0%})" if teach is not None and step else ""
+        reach = ", ".join("-" if s is None else str(s) for s in v.get("steps_to_baseline_final", []))
+        dep = _mean(v["metrics"]["credit/segment_token_frac"])
+        lines.append(f"| {name} | {len(v['seeds'])} | {f(_mean(v['start']), '.3f')} | "
+                     f"{' '.join(f'{x:.3f}' for x in v['final'])} | "
+                     f"{fmt_diff(p['final']) if p else '(baseline)'} | {f(_mean(v['auc']), '.3f')} | {reach} | "
+                     f"{f(step, '.1f')} | {f(teach, '.1f')}{share} | {f(dep, '.3f') if name == 'gear' else ''} |")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------- fixture
+def fixture(args) -> None:
+    """SmolLM2's own sampled responses with teacher/student log-probs, KL and GEAR boundaries, for
+    tests/objectives/test_credit_real.py (a few KB: float32, response positions only)."""
+    import dataclasses
+
+    import torch
+
+    from grpolab import objectives as obj
+    from grpolab.runs import open_run
+    from grpolab.teacher_text import CreditTokens
+    from grpolab.train.readability import sample_responses, teacher_delta
+
+    torch.set_num_threads(args.threads)
+    opened = open_run(args.model, config=str(args.config), overrides=args.set, train_items=True)
+    cfg = opened.config
+    credit = dataclasses.replace(cfg.credit, **TEMPLATES[args.template])
+    items = opened.train_items[: args.prompts]
+    G, T = cfg.rollout.group_size, cfg.rollout.temperature
+    exp = sample_responses(opened.collector, opened.model, items, group_size=G, temperature=T, seed=args.seed)
+    d = teacher_delta(opened.model, opened.tokenizer, opened.prompt_format, credit, exp, temperature=T)
+    r = exp.rollout
+    boundary, _ = CreditTokens(opened.tokenizer, boundaries=cfg.credit.gear_boundaries).masks(r.response_ids,
+                                                                                               r.response_mask)
+    adv = obj.group_advantages(exp.rewards, r.group_ids)
+    data = {"student_logp": d["student_logp"].float(), "teacher_logp": d["teacher_logp"].float(),
+            "kl": d["kl"].float(), "mask": r.response_mask.to(torch.uint8), "boundary": boundary.to(torch.uint8),
+            "rewards": exp.rewards.float(), "advantages": adv.float(), "group_ids": r.group_ids,
+            "texts": list(exp.texts),
+            "about": {"model": str(args.model), "config": str(args.config), "template": args.template,
+                      "prompts": len(items), "group_size": G, "temperature": T, "seed": args.seed,
+                      "extra": args.set, "commit": _commit()}}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    torch.save(data, tmp)
+    os.replace(tmp, args.out)
+    m = r.response_mask.bool()
+    print(f"{len(exp.texts)} responses, {int(m.sum())} tokens, correct {float((exp.rewards >= 1).float().mean()):.3f}; "
+          f"wrote {args.out}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("precondition", "headroom", "study"):
+        p = sub.add_parser(name)
+        p.add_argument("--warm-start", required=True)
+        p.add_argument("--config", type=Path, default=CONFIG)
+        p.add_argument("--set", action="append", default=[])
+        p.add_argument("--threads", type=int, default=1)
+        p.add_argument("--out", type=Path, default=OUT)
+    pre = sub.choices["precondition"]
+    pre.add_argument("--prompts", type=int, default=32)
+    pre.add_argument("--seed", type=int, default=0)
+    pre.add_argument("--templates", nargs="+", default=list(TEMPLATES), choices=list(TEMPLATES))
+    pre.add_argument("--adopt", action="store_true", help="make this measurement the recorded precondition")
+    hr = sub.choices["headroom"]
+    hr.add_argument("--n", type=int, default=64)
+    hr.add_argument("--k", type=int, default=8)
+    st = sub.choices["study"]
+    st.add_argument("--seeds", type=int, nargs="+", default=[0])
+    st.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    st.add_argument("--root", default=str(ROOT / "runs" / "study_real_credit_reads"))
+    st.add_argument("--heldout", type=int, default=200)
+    st.add_argument("--steps-label", default="10 steps x 4 prompts x 8 samples, lr 5e-4, T=0.7, 200 held-out "
+                    "sums greedy every 2 steps")
+    fx = sub.add_parser("fixture")
+    fx.add_argument("--model", required=True)
+    fx.add_argument("--config", type=Path, default=ROOT / "studies" / "real_credit.yaml")
+    fx.add_argument("--set", action="append", default=[])
+    fx.add_argument("--template", default="user_bare", choices=list(TEMPLATES))
+    fx.add_argument("--prompts", type=int, default=8)
+    fx.add_argument("--seed", type=int, default=0)
+    fx.add_argument("--threads", type=int, default=1)
+    fx.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    {"precondition": precondition, "headroom": headroom, "study": study, "fixture": fixture}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""GEAR's anchor rule on SmolLM2-135M-Instruct's own responses (issue 44).
+
+The fixture (tests/objectives/data/smollm2_short_answers.pt, 18 KB) holds 64 responses SmolLM2
+sampled to 8 sums of studies/real_credit.yaml (8 samples each, T = 0.7, 12-token cap), with the
+sampled tokens' log-probs under the student and under the teacher shown the worked solution
+(template user_bare), the full-vocabulary KL, the GEAR boundary tokens and the rewards. Made by:
+
+    python benchmarks/real_credit_reads.py fixture --model models/smollm2-135m-instruct \
+        --prompts 8 --out tests/objectives/data/smollm2_short_answers.pt
+
+On these 12-token answers the spike rule put 95% of all tokens and every token of every correct
+response in a segment (docs/results/real_credit.md measured 96-97% in training); the departure rule
+(docs/credit.md, "GEAR's anchors") marks 7.6% of the correct responses' tokens and 64% of the
+wrong ones'.
+"""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from grpolab.objectives import gear_advantages
+
+from .helpers import poison, t64
+from .reference import ref_gear
+
+FIXTURE = Path(__file__).parent / "data" / "smollm2_short_answers.pt"
+
+
+@pytest.fixture(scope="module")
+def real():
+    d = torch.load(FIXTURE, weights_only=False)
+    return {"adv": d["advantages"].double(), "student": d["student_logp"].double(),
+            "teacher": d["teacher_logp"].double(), "kl": d["kl"].double(), "mask": d["mask"].double(),
+            "boundary": d["boundary"].double(), "correct": d["rewards"] >= 1.0, "texts": d["texts"]}
+
+
+def _gear(b, **kw):
+    return gear_advantages(b["adv"], b["student"], b["teacher"], b["mask"], divergence=b["kl"],
+                           boundary_mask=b["boundary"], **kw)
+
+
+def _frac_in_segments(res, b, rows):
+    m = b["mask"].bool() & rows[:, None]
+    return float((res.segment_ids > 0)[m].float().mean())
+
+
+def test_the_fixture_is_what_it_says():
+    d = torch.load(FIXTURE, weights_only=False)
+    assert d["mask"].shape == (64, 12) and len(d["texts"]) == 64
+    assert d["about"]["template"] == "user_bare" and d["about"]["group_size"] == 8
+    correct = d["rewards"] >= 1.0
+    assert 1 <= int(correct.sum()) < 64  # both kinds, so the advantages are not all zero
+    assert (d["kl"][d["mask"].bool()] >= -1e-6).all()
+
+
+@pytest.mark.parametrize("anchor", ["departure", "spike"])
+def test_gear_matches_the_loop_on_real_responses(real, anchor):
+    got = _gear(real, anchor=anchor)
+    ref = ref_gear(real["adv"], real["student"], real["teacher"], real["mask"], divergence=real["kl"],
+                   boundary_mask=real["boundary"], anchor=anchor)
+    assert got.segment_ids.tolist() == ref["segment_ids"]
+    assert got.anchors.tolist() == ref["anchors"]
+    torch.testing.assert_close(got.advantages, t64(ref["advantages"]), atol=1e-12, rtol=0)
+
+
+def test_the_departure_rule_does_not_mark_correct_responses_as_departed(real):
+    correct, wrong = real["correct"], ~real["correct"]
+    spike = _gear(real, anchor="spike")
+    dep = _gear(real)
+    # the earlier rule: (nearly) everything in a segment, every correct response entirely
+    assert _frac_in_segments(spike, real, correct) > 0.95
+    assert _frac_in_segments(spike, real, torch.ones_like(correct)) > 0.9
+    # the departure rule: a small share of the correct responses' tokens, no correct response whole
+    assert _frac_in_segments(dep, real, correct) < 0.2
+    m = real["mask"].bool()
+    whole = ((dep.segment_ids > 0) | ~m).all(-1)
+    assert not whole[correct].any()
+    # ... while the wrong responses keep segments (GEAR still blames a continuation that departs)
+    assert _frac_in_segments(dep, real, wrong) > 0.4
+    assert _frac_in_segments(dep, real, wrong) > 3 * _frac_in_segments(dep, real, correct)
+    # every anchor is a token the teacher finds less than half as likely as the student does
+    delta = real["teacher"] - real["student"]
+    assert (delta[dep.anchors] < -0.6931).all()
+
+
+@pytest.mark.parametrize("value", [float("nan"), 1e9])
+def test_poisoned_padding_on_real_responses(real, value):
+    # shorter responses leave padding: filling it with garbage changes nothing
+    m = real["mask"]
+    assert (m == 0).any()
+    clean = _gear(real)
+    bad = dict(real)
+    for k in ("adv", "student", "teacher", "kl"):
+        bad[k] = poison(real[k], m, value) if real[k].dim() == 2 else real[k]
+    pois = _gear(bad)
+    assert torch.equal(pois.advantages, clean.advantages) and torch.equal(pois.segment_ids, clean.segment_ids)
