@@ -1,4 +1,8 @@
-"""Fixtures for the sandbox tests: a private fork-server pool and leftover-process audits."""
+"""Fixtures for the sandbox tests: a private sandbox pool and leftover-process audits.
+
+Audits: a program's processes are found by the PID namespace of its sandbox (every sandbox a
+pool starts is recorded in ``pool.pid_namespaces``), or, for a pool that runs programs as a
+uid of their own (root with a world-readable interpreter, or ``user=4242``), by that uid."""
 
 from __future__ import annotations
 
@@ -34,11 +38,30 @@ def _processes_with_uid(uid: int) -> list[tuple[int, str]]:
     return found
 
 
-def _wait_no_processes(uid: int, timeout_s: float = 3.0) -> list[tuple[int, str]]:
-    """Leftover processes of ``uid`` after waiting up to ``timeout_s`` for them to vanish."""
+def _processes_in(pool) -> list[tuple[int, str]]:
+    """(pid, command) of every live process inside a sandbox ``pool`` started."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            ns = os.stat(f"/proc/{name}/ns/pid").st_ino
+            if ns not in pool.pid_namespaces:
+                continue
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        found.append((int(name), cmd))
+    return found
+
+
+def _wait_no_processes(who, timeout_s: float = 3.0) -> list[tuple[int, str]]:
+    """Leftover processes of ``who`` (a uid, or a pool: its sandboxes' PID namespaces) after
+    waiting up to ``timeout_s`` for them to vanish."""
     deadline = time.monotonic() + timeout_s
     while True:
-        left = _processes_with_uid(uid)
+        left = _processes_with_uid(who) if isinstance(who, int) else _processes_in(who)
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.05)
@@ -62,10 +85,10 @@ def require_isolation():
 
 @pytest.fixture(scope="session")
 def sandbox_pool():
-    """A one-server pool private to these tests (its uid identifies its programs' processes)."""
-    from grpolab.rewards.sandbox import ForkServerPool
+    """A one-slot pool private to these tests (its sandboxes' PID namespaces are recorded)."""
+    from grpolab.rewards.sandbox import SandboxPool
 
-    pool = ForkServerPool(size=1)
+    pool = SandboxPool(size=1)
     feats = pool.features()
     yield pool, feats
     pool.close()
@@ -73,26 +96,22 @@ def sandbox_pool():
 
 @pytest.fixture
 def isolated(sandbox_pool):
-    """The private pool, skipping when this machine cannot give the full isolation."""
+    """``(pool, who)``: the private pool and what audits its programs (``wait_no_processes(who)``),
+    skipping (failing under GRPOLAB_REQUIRE_SANDBOX=1) when isolation is not complete."""
     from grpolab.rewards.sandbox import REQUIRED_FEATURES
 
     pool, feats = sandbox_pool
-    if os.geteuid() != 0:
-        pytest.skip("these tests audit programs by their sandbox uid: they need root (the "
-                    "unprivileged mode has its own tests in test_sandbox_hardening.py)")
-    missing = ({"uid", *REQUIRED_FEATURES}) - set(feats)
+    missing = set(REQUIRED_FEATURES) - set(feats)
     if missing:
         missing_isolation(f"sandbox isolation {sorted(missing)} unavailable here; features: "
-                          f"{feats}; notes: {pool._probe().notes}")
-    pool.features()  # makes sure its one server is alive (an earlier test may have killed it)
-    (uid,) = pool.sandbox_uids()
-    yield pool, uid
+                          f"{feats}; notes: {pool.notes}")
+    yield pool, pool
     # After every test: nothing of its programs is left, neither processes nor files.
     from grpolab.rewards import run_sandboxed
 
-    assert _wait_no_processes(uid) == [], "a sandboxed process outlived its call"
+    assert _wait_no_processes(pool) == [], "a sandboxed process outlived its call"
     r = run_sandboxed("import os; print(os.getcwd(), os.listdir('/tmp'))", pool=pool,
-                      mode="forkserver")
+                      mode="strict")
     assert r.stdout == "/tmp []\n", f"files left behind: {r.stdout!r} {r.stderr!r}"
 
 
@@ -101,27 +120,21 @@ UNPRIVILEGED_UID = 4242
 
 @pytest.fixture(scope="module")
 def unprivileged_server():
-    """``(server, uid)``: a fork server as an ordinary user -- started as uid 4242 with the system
-    Python through ``setpriv`` when we are root (as a non-root user trains), else our own uid.
-    Skips (fails under GRPOLAB_REQUIRE_SANDBOX=1) when it cannot isolate itself fully."""
-    import shutil
-
+    """``(pool, uid)``: a one-slot pool whose bubblewrap runs as an ordinary user -- uid 4242
+    with the system Python when we are root (as a non-root user trains), else our own uid.
+    Skips (fails under GRPOLAB_REQUIRE_SANDBOX=1) when it cannot isolate programs fully."""
     from grpolab.rewards import sandbox as sandbox_mod
 
     if os.geteuid() == 0:
         py = "/usr/bin/python3"
-        if not shutil.which("setpriv") or not os.access(py, os.X_OK):
-            missing_isolation("needs setpriv and /usr/bin/python3 to start a server as another user")
-        launcher = ["setpriv", "--reuid", str(UNPRIVILEGED_UID), "--regid",
-                    str(UNPRIVILEGED_UID), "--clear-groups", py]
+        if not os.access(py, os.X_OK):
+            missing_isolation("needs /usr/bin/python3 to run sandboxes as another user")
+        server = sandbox_mod.SandboxPool(size=1, python=py, user=UNPRIVILEGED_UID)
         uid = UNPRIVILEGED_UID
     else:
-        launcher, uid = None, os.getuid()
-    try:
-        server = sandbox_mod.ForkServer(launcher=launcher, disk_mb=32)
-    except sandbox_mod.SandboxError as exc:
-        missing_isolation(f"an unprivileged sandbox server would not start: {exc}")
-    missing = ({"userns", *sandbox_mod.REQUIRED_FEATURES}) - set(server.features)
+        server, uid = sandbox_mod.SandboxPool(size=1), os.getuid()
+    feats = server.features()
+    missing = set(sandbox_mod.REQUIRED_FEATURES) - set(feats)
     if missing:
         notes = server.notes
         server.close()

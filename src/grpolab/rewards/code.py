@@ -14,23 +14,25 @@ completion; an unclosed fence takes the rest of the text; no fence -> the whole 
 Score: fraction of tests that ran without raising (``all_or_nothing=True``: 1.0 only when all
 pass). A program that raises (or exits non-zero) before the tests scores 0; ``sys.exit(0)`` /
 ``exit()`` at the program's top level ends the program part and the tests still run. Everything
-runs in ONE sandboxed call (:func:`grpolab.rewards.run_sandboxed`), so ``timeout_s`` covers
-program and tests together; tests that did not report before a timeout count as failed.
+runs under one deadline, so ``timeout_s`` covers program and tests together; tests that did not
+report before a timeout count as failed.
 
-Reward integrity (details: :mod:`grpolab.rewards._code_harness`, ``docs/rewards.md``): no value
-the program produces vouches for itself. **Fast path** (:func:`fast_plan`; every test is
-``assert <program side> <op> <literal>``, e.g. ``assert add(2, 3) == 5``): only the program side
-enters the sandbox, one process reports its value as JSON plain data, and the comparison with
-the literal runs here, in the verifier. **Judge path** (any other test): the sandboxed call
-splits into a **solver** process, which runs the program and answers calls, and a **judge**
-process, which runs the tests; the tests reach the judge on a private channel only after the
-split, so they are in no memory the program ever had (no reading them from frames or ``gc``).
-On both paths values cross as plain data rebuilt by a process the program cannot reach, so a
-test's ``==`` compares real ints, strs, lists... (no always-equal objects, no ``__eq__`` on
-subclasses, no patched ``AssertionError``/``builtins``/``sys.exit``/``os._exit`` reaching the
-comparison); objects that are not plain data come back as handles that refuse to be compared;
-printed look-alike markers are worthless; if the program's process ends, every test not yet
-reported fails.
+Reward integrity (details: docs/sandbox.md, :mod:`grpolab.rewards.sandbox.harness`): no value
+the program produces vouches for itself, and no verdict is read from anything the program can
+write. **Fast path** (:func:`fast_plan`; every test is ``assert <program side> <op> <literal>``,
+e.g. ``assert add(2, 3) == 5``): only the program side enters the sandbox, which reports each
+value as plain data on its report channel, and the comparison with the literal runs here, in
+the verifier (a program that forges these reports only chooses its own answers). **Judge
+path** (any other test): the program runs in a **solver** sandbox that answers call requests;
+the tests run in a separate **judge** sandbox (its own process and namespaces) that the
+program cannot reach, which gets the program's names as proxies and writes the verdicts on a
+channel only it holds. Values cross as plain data rebuilt by the judge, so a test's ``==``
+compares real ints, strs, lists... (no always-equal objects, no ``__eq__`` on subclasses, no
+patched ``AssertionError``/``builtins``/``sys.exit`` reaching the comparison); objects that are
+not plain data come back as handles that refuse to be compared; printed text is never parsed;
+if the program's process ends, every test not yet reported fails. Tests that need the
+program's own objects (``isinstance(x, Program's class)``, identity) see proxies: such a test
+fails rather than trusting the program (docs/sandbox.md).
 """
 
 from __future__ import annotations
@@ -40,18 +42,20 @@ import builtins
 import json
 import operator
 import re
-import secrets
 import sys
 import time
 from typing import Any
 
-from grpolab.rewards._code_harness import NO_COMPARE, decode
-
 from grpolab.rewards.base import RewardResult, VerifierTimeout, register_reward
-from grpolab.rewards.sandbox import run_sandboxed
+from grpolab.rewards.sandbox import SandboxError, SandboxLimits, SandboxPool, default_pool
+from grpolab.rewards.sandbox.harness import NO_COMPARE, decode
 
-__all__ = ["build_fast_harness", "build_harness", "code_reward", "extract_code", "fast_plan",
-           "parse_code_reference"]
+__all__ = ["code_reward", "extract_code", "fast_plan", "parse_code_reference"]
+
+#: The pool the code verifier runs in (None: the process-wide one); tests set their own.
+POOL: SandboxPool | None = None
+#: Most failure lines kept in ``info["failures"]``, and the length of each.
+MAX_FAILURES, MAX_FAILURE_CHARS = 5, 200
 
 _FENCE_RE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
@@ -446,11 +450,12 @@ class _Opaque:
     __hash__ = None
 
 
-def _fast_check(check, payload: str, deadline: float) -> str:
-    """"" when ``check`` holds for the decoded value, else the failure ("ErrorType: message").
-    A verifier timeout is not a failure of the program: it propagates (``info["error"]``)."""
+def _fast_check(check, payload, deadline: float) -> str:
+    """"" when ``check`` holds for the decoded value (``payload``: the report's parsed JSON),
+    else the failure ("ErrorType: message"). A verifier timeout is not a failure of the
+    program: it propagates (``info["error"]``)."""
     try:
-        value = decode_report(json.loads(payload), deadline)
+        value = decode_report(payload, deadline)
         return "" if check(value) else "AssertionError: "
     except VerifierTimeout:
         raise
@@ -458,29 +463,86 @@ def _fast_check(check, payload: str, deadline: float) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
-def build_fast_harness(program: str, nonce: str, setup: str, exprs: list[str]) -> str:
-    """The sandboxed source of the fast path (see :func:`fast_plan`)."""
-    return ("import _grpolab_code_harness as _h\n"
-            f"_h.fast_main({program!r}, {setup!r}, {nonce!r}, {exprs!r})\n")
-
-
-def build_harness(program: str, nonce: str, setup: str = "") -> str:
-    """The sandboxed source: the preloaded judge/solver harness run on ``program``.
-
-    The tests are not in it: they go as ``private_input`` (see :func:`code_reward`).
-    """
-    return ("import _grpolab_code_harness as _h\n"
-            f"_h.main({program!r}, {setup!r}, {nonce!r})\n")
-
-
 def _reason_from(failures: list[str]) -> str:
-    """The sandbox reason for a program error the harness caught (it then exits normally)."""
+    """A label for a program error the harness caught (the program's own claim about itself)."""
     for f in failures:
         if f.startswith("program: MemoryError"):
             return "memory"
         if f.startswith("program: ") and "File too large" in f:
             return "file_size"
     return ""
+
+
+def _clip(text: Any) -> str:
+    return str(text)[:MAX_FAILURE_CHARS]
+
+
+def _fast_verdicts(records: list, plan: list[dict], failures: list[str]) -> tuple[bool, set[int]]:
+    """(loaded, passed) from the fast path's reports: ``started``, then ``loaded``, then one
+    ``{"i", "value" | "raise"}`` per expression; a test with more than one report fails."""
+    recs = [r for r in records[:2 + 2 * len(plan) + 2] if isinstance(r, dict)]
+    if len(recs) < 2 or recs[0] != {"started": True} or "loaded" not in recs[1]:
+        return False, set()
+    if recs[1].get("loaded") is not True:
+        failures.append(_clip(f"program: {recs[1].get('what', '')}"))
+        return False, set()
+    reports: dict[int, list[dict]] = {}
+    for r in recs[2:]:
+        i = r.get("i")
+        if type(i) is int and 0 <= i < len(plan):
+            reports.setdefault(i, []).append(r)
+    passed, deadline = set(), time.monotonic() + DECODE_BUDGET_S
+    for i in sorted(reports):
+        rs = reports[i]
+        if len(rs) != 1:
+            why = "more than one report for this test"
+        elif "value" in rs[0]:
+            why = _fast_check(plan[i]["check"], rs[0]["value"], deadline)
+        else:
+            why = _clip(rs[0].get("raise", "no value"))
+        if not why:
+            passed.add(i)
+        elif len(failures) < MAX_FAILURES:
+            failures.append(_clip(f"{i}: {why}"))
+    return True, passed
+
+
+def _judge_verdicts(records: list, total: int, failures: list[str]) -> tuple[bool, set[int]]:
+    """(loaded, passed) from the judge's verdict channel (only the judge sandbox holds it)."""
+    recs = [r for r in records[:2 + total + 1] if isinstance(r, dict)]
+    if len(recs) < 2 or recs[0] != {"started": True} or "loaded" not in recs[1]:
+        return False, set()
+    if recs[1].get("loaded") is not True:
+        failures.append(_clip(f"program: {recs[1].get('what', '')}"))
+        return False, set()
+    passed, seen = set(), set()
+    for r in recs[2:]:
+        i = r.get("i")
+        if type(i) is not int or not 0 <= i < total or i in seen:
+            continue
+        seen.add(i)
+        if r.get("ok") is True:
+            passed.add(i)
+        elif len(failures) < MAX_FAILURES:
+            failures.append(_clip(f"{i}: {r.get('what', '')}"))
+    return True, passed
+
+
+def _run(program: str, ref: dict, plan, limits: SandboxLimits):
+    """Run the fast or the judge path; (loaded, passed, failures, result, stderr)."""
+    pool = POOL or default_pool()
+    failures: list[str] = []
+    if plan is not None:
+        result, records = pool.run_fast(program, ref["setup"], [p["expr"] for p in plan],
+                                        ref["stdin"], limits)
+        loaded, passed = _fast_verdicts(records, plan, failures)
+        return loaded, passed, failures, result, result.stderr
+    judged = pool.run_judged(program, ref["setup"], ref["tests"], ref["stdin"], limits)
+    loaded, passed = _judge_verdicts(judged.records, len(ref["tests"]), failures)
+    result = judged.judge
+    if judged.solver.reason and judged.solver.reason != "killed":
+        result = judged.solver if result.reason in ("", "killed") else result
+    return loaded, passed, failures, result, judged.solver.stderr
 
 
 @register_reward("code")
@@ -499,88 +561,44 @@ def code_reward(
 
     ``info``: ``passed``, ``total``, ``loaded`` (the program ran to its end), ``method`` (code
     extraction), ``harness`` ("fast" or "judge", see the module doc), ``failures`` (first few "i: ErrorType: message"), ``reason`` / ``returncode`` /
-    ``timed_out`` from the sandbox, ``stderr`` (tail); ``error`` only when the sandbox itself
-    failed (a verifier failure, counted by the trainer), never for a bad program.
+    ``timed_out`` from the sandbox, ``stderr`` (tail, 500 characters); ``error`` only when the
+    sandbox itself failed before the program started (a verifier failure, counted by the
+    trainer): nothing a program prints or raises can produce it. ``mode``: "auto" (a sandbox
+    failure is ``info["error"]``) or "strict" (it raises :class:`SandboxError`).
     """
     ref = parse_code_reference(reference)
     program, method = extract_code(completion) if extract else (completion, "whole")
     tests = ref["tests"]
     if not tests:
         raise ValueError("the code reference has no tests; give at least one assert snippet")
-    nonce = secrets.token_hex(16)
     plan = fast_plan(tests, ref["setup"])
-    if plan is not None:
-        source = build_fast_harness(program, nonce, ref["setup"], [p["expr"] for p in plan])
-        private = ""
-    else:
-        source, private = build_harness(program, nonce, ref["setup"]), json.dumps({"tests": tests})
-    result = run_sandboxed(
-        source,
-        stdin=ref["stdin"],
-        private_input=private,
-        timeout_s=timeout_s,
-        memory_mb=memory_mb,
-        max_output_bytes=max_output_bytes,
-        mode=mode,
-    )
-    passed: set[int] = set()
-    failures: list[str] = []
-    loaded = False
-    reports: dict[int, list[tuple[str, str]]] = {}
-    prefix = nonce + ":"
-    for line in result.stdout.splitlines():
-        if not line.startswith(prefix):
-            continue
-        parts = line[len(prefix):].split(":", 2)
-        if len(parts) < 2:
-            continue
-        try:
-            i = int(parts[0])
-        except ValueError:
-            continue
-        status, what = parts[1], parts[2] if len(parts) > 2 else ""
-        if i == -1:
-            loaded = loaded or status == "LOADED"
-            if status in ("ERROR", "EXIT"):
-                failures.append(f"program: {what}")
-        elif 0 <= i < len(tests):
-            reports.setdefault(i, []).append((status, what))
-    deadline = time.monotonic() + DECODE_BUDGET_S
-    for i in sorted(reports):
-        if len(reports[i]) != 1:
-            why = "more than one report for this test"  # forged or from a forked copy
-        else:
-            status, what = reports[i][0]
-            if plan is not None and status == "VALUE":
-                why = _fast_check(plan[i]["check"], what, deadline)
-            elif plan is None and status == "PASS":
-                why = ""
-            else:
-                why = what or status
-        if not why:
-            passed.add(i)
-        elif len(failures) < 5:
-            failures.append(f"{i}: {why}")
+    limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb,
+                           max_output_bytes=max_output_bytes)
+    if mode not in ("auto", "strict", "forkserver", "fresh"):
+        raise ValueError(f"mode must be 'auto' or 'strict', got {mode!r}")
+    try:
+        loaded, passed, failures, result, stderr = _run(program, ref, plan, limits)
+    except SandboxError as exc:
+        if mode != "auto":
+            raise
+        return RewardResult(0.0, {"passed": 0, "total": len(tests), "loaded": False,
+                                  "method": method, "failures": [], "reason": "sandbox_error",
+                                  "error": _clip(f"SandboxError: {exc}")[:500]})
     total = len(tests)
     n_pass = len(passed) if loaded else 0
-    if all_or_nothing:
-        value = 1.0 if n_pass == total else 0.0
-    else:
-        value = n_pass / total
+    value = (1.0 if n_pass == total else 0.0) if all_or_nothing else n_pass / total
     info: dict[str, Any] = {
         "passed": n_pass,
         "total": total,
         "loaded": loaded,
         "method": method,
         "harness": "fast" if plan is not None else "judge",
-        "failures": failures,
+        "failures": failures[:MAX_FAILURES],
         "reason": result.reason or _reason_from(failures),
         "returncode": result.returncode,
         "timed_out": result.timed_out,
-        "stderr": result.stderr[-500:],
+        "stderr": stderr[-500:],
     }
     if result.reason == "sandbox_error":
-        info["error"] = f"SandboxError: {result.detail}"
-    elif not loaded and "No module named '_grpolab_code_harness'" in result.stderr:
-        info["error"] = "the sandbox server did not preload the code harness"
+        info["error"] = _clip(f"SandboxError: {result.detail}")
     return RewardResult(value, info)

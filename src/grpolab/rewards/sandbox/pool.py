@@ -1,0 +1,275 @@
+"""The pool: at most ``size`` sandboxes at once, each a fresh bubblewrap sandbox per process.
+
+There is nothing long-lived to reuse (no fork server, no zygote): a "slot" is only a permit to
+run, plus, as root, the uid its sandboxes run as (``UID_BASE + slot``) when the interpreter and
+packages are readable by other users. Three kinds of run:
+
+* :meth:`SandboxPool.run` -- one program (``run_sandboxed``);
+* :meth:`SandboxPool.run_fast` -- the code verifier's fast path: one sandbox reports values;
+* :meth:`SandboxPool.run_judged` -- the judge path: a solver sandbox and a judge sandbox,
+  joined by two pipes that carry plain data only; the verdict comes on the judge's fd 4.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import stat
+import threading
+from dataclasses import dataclass
+
+from grpolab.rewards.sandbox.limits import SandboxError, SandboxLimits, SandboxResult
+from grpolab.rewards.sandbox.runner import DEFAULT_PACKAGES, Launcher, Proc, spawn, supervise
+
+__all__ = ["FEATURES", "SandboxPool", "UID_BASE", "default_size"]
+
+#: As root, slot k's sandboxes run as uid UID_BASE + k (when the view is world-readable).
+UID_BASE = 1_500_000
+#: Isolation features every sandbox has (see docs/sandbox.md).
+FEATURES = ("bwrap", "userns", "netns", "mountns", "minimal_fs", "readonly_fs", "private_dirs",
+            "pidns", "ipcns", "nocaps", "seccomp", "fresh_process", "judge_process")
+
+
+def default_size() -> int:
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(2, n)
+
+
+def _world_readable(paths) -> bool:
+    """Whether a user without any privilege can reach every path (each ancestor o+x)."""
+    for p in paths:
+        parts = os.path.realpath(p).strip("/").split("/")
+        for i in range(1, len(parts) + 1):
+            try:
+                mode = os.stat("/" + "/".join(parts[:i])).st_mode
+            except OSError:
+                return False
+            need = stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH
+            if not mode & need:
+                return False
+    return True
+
+
+@dataclass
+class Judged:
+    """What a judge-path run gives: the judge's verdict records and both sandboxes' results."""
+
+    records: list
+    judge: SandboxResult
+    solver: SandboxResult
+
+
+class SandboxPool:
+    """Runs sandboxed processes, at most ``size`` runs at once (thread-safe).
+
+    ``python``: interpreter of the programs (default: this one). ``user``: "auto" (as root, a
+    uid per slot when the view allows it; else this uid), None (this uid) or a uid (root only,
+    e.g. 4242 to test the unprivileged path). ``packages``: the import allow-list.
+    """
+
+    def __init__(self, size: int | None = None, python: str | None = None, user="auto",
+                 packages: tuple[str, ...] | None = None, **_old) -> None:
+        size = default_size() if size is None else size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"SandboxPool size must be a positive int, got {size!r}")
+        packages = DEFAULT_PACKAGES if packages is None else packages
+        if isinstance(packages, str) or not all(
+                isinstance(p, str) and p.isidentifier() for p in packages):
+            raise ValueError("sandbox packages must be a list of top-level module names "
+                             f"(identifiers, e.g. ['numpy']), got {packages!r}")
+        self.size, self.python, self.packages = size, python, tuple(packages)
+        self.user = user
+        self.owner_pid = os.getpid()
+        self.closed = False
+        self._slots: queue.Queue[int] = queue.Queue()
+        for k in range(size):
+            self._slots.put(k)
+        self._lock = threading.Lock()
+        self._launcher: Launcher | None = None
+        self._uids: list[int | None] | None = None
+        #: PID-namespace inodes of every sandbox started (audits: nothing may outlive a run).
+        self.pid_namespaces: set[int] = set()
+        self.notes: list[str] = []
+
+    # -------------------------------------------------------------- setup
+
+    def launcher(self) -> Launcher:
+        with self._lock:
+            if self.closed:
+                raise SandboxError("the sandbox pool is shut down")
+            if self._launcher is None:
+                self._launcher = Launcher(self.python, None, self.packages)
+                self._uids = self._choose_uids(self._launcher)
+            return self._launcher
+
+    def _choose_uids(self, launcher: Launcher) -> list[int | None]:
+        if isinstance(self.user, int) and not isinstance(self.user, bool):
+            return [self.user] * self.size
+        if self.user != "auto" or os.geteuid() != 0:
+            return [None] * self.size
+        srcs = [s for s, _ in launcher.staged["binds"]] + [launcher.bwrap]
+        if _world_readable(srcs):
+            return [UID_BASE + k for k in range(self.size)]
+        self.notes.append("running as root with an interpreter other users cannot read "
+                          f"({launcher.spec['executable']}): programs run as uid 0 of the "
+                          "host without capabilities, inside their user namespace")
+        return [None] * self.size
+
+    def sandbox_uids(self) -> list[int]:
+        """Host uids programs run as (empty when they run as this process's uid)."""
+        self.launcher()
+        return sorted({u for u in (self._uids or ()) if u is not None})
+
+    def features(self) -> tuple[str, ...]:
+        """Isolation features in force (runs one probe program; () when none can run)."""
+        try:
+            r = self.run("print(6 * 7)", "", SandboxLimits(timeout_s=30.0))
+        except SandboxError as exc:
+            self.notes.append(str(exc))
+            return ()
+        if r.stdout != "42\n":
+            self.notes.append(f"the probe program failed: {r.reason} {r.detail} "
+                              f"{r.stderr[-300:]}")
+            return ()
+        uid = ("uid",) if self.sandbox_uids() else ()
+        return FEATURES + uid
+
+    def warm_up(self) -> None:
+        self.launcher()
+
+    def _probe(self) -> "SandboxPool":
+        return self
+
+    @property
+    def limits(self) -> dict[str, str]:
+        return {"kind": "rlimit+seccomp", "detail": "one process per program (fork refused); "
+                "RLIMIT_AS + /tmp tmpfs within memory_mb; RLIMIT_CPU + 20 ms CPU sampling; "
+                "wall-clock SIGKILL of the PID namespace"}
+
+    def close(self) -> None:
+        self.closed = True
+        if os.getpid() != self.owner_pid:
+            return
+        with self._lock:
+            launcher, self._launcher = self._launcher, None
+        if launcher is not None:
+            launcher.close()
+
+    # -------------------------------------------------------------- runs
+
+    def _spawn(self, slot: int, role: str, limits, stdin=b"", **kw) -> Proc:
+        launcher = self.launcher()
+        p = spawn(launcher, role, limits, stdin, user=(self._uids or [None])[slot], **kw)
+        return p
+
+    def _record_ns(self, procs: list[Proc]) -> None:
+        for p in procs:
+            if p.child_pid:
+                try:
+                    self.pid_namespaces.add(os.stat(f"/proc/{p.child_pid}/ns/pid").st_ino)
+                except OSError:
+                    pass
+
+    def _go(self, procs: list[Proc], limits, primary: Proc) -> float:
+        def seen():
+            self._record_ns(procs)
+        return supervise(procs, limits, primary, on_start=seen)
+
+    def run(self, source: str, stdin: str, limits: SandboxLimits,
+            private_input: str = "") -> SandboxResult:
+        slot = self._slots.get()
+        try:
+            p = self._spawn(slot, "program", limits, stdin.encode(), source=source,
+                            private=private_input.encode())
+            wall = self._go([p], limits, p)
+            return result_of(p, limits, wall, self.isolation_features())
+        finally:
+            self._slots.put(slot)
+
+    def run_fast(self, program: str, setup: str, exprs: list[str], stdin: str,
+                 limits: SandboxLimits) -> tuple[SandboxResult, list]:
+        slot = self._slots.get()
+        try:
+            p = self._spawn(slot, "fast", limits, stdin.encode(), source=program, setup=setup,
+                            exprs=list(exprs))
+            wall = self._go([p], limits, p)
+            return result_of(p, limits, wall, self.isolation_features()), p.report.records
+        finally:
+            self._slots.put(slot)
+
+    def run_judged(self, program: str, setup: str, tests: list[str], stdin: str,
+                   limits: SandboxLimits) -> Judged:
+        slot = self._slots.get()
+        s2j_r, s2j_w = os.pipe()
+        j2s_r, j2s_w = os.pipe()
+        procs: list[Proc] = []
+        try:
+            procs.append(self._spawn(slot, "solver", limits, stdin.encode(),
+                                     peer=(j2s_r, s2j_w), source=program, setup=setup))
+            procs.append(self._spawn(slot, "judge", limits, b"", peer=(s2j_r, j2s_w),
+                                     setup=setup, tests=list(tests)))
+            for fd in (s2j_r, s2j_w, j2s_r, j2s_w):
+                os.close(fd)
+            s2j_r = -1
+            solver, judge = procs
+            wall = self._go(procs, limits, judge)
+            feats = self.isolation_features()
+            return Judged(judge.report.records, result_of(judge, limits, wall, feats),
+                          result_of(solver, limits, wall, feats))
+        finally:
+            if s2j_r != -1:
+                for fd in (s2j_r, s2j_w, j2s_r, j2s_w):
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+                for p in procs:
+                    p.kill("")
+                    supervise([p], limits, p)
+            self._slots.put(slot)
+
+    def isolation_features(self) -> tuple[str, ...]:
+        return FEATURES + (("uid",) if any(u is not None for u in (self._uids or ())) else ())
+
+
+def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxResult:
+    """The :class:`SandboxResult` of a finished :class:`Proc` (see SandboxResult.reason)."""
+    recs = p.report.records
+    started = bool(recs) and recs[0] == {"started": True}
+    rc = p.returncode if p.returncode is not None else -9
+    if started and 128 < rc < 128 + 65:
+        rc = -(rc - 128)  # bubblewrap passes a signal death on as 128 + signal
+    out = bytes(p.out["stdout"]).decode("utf-8", "replace")
+    err = bytes(p.out["stderr"]).decode("utf-8", "replace")
+    labels = [r.get("exit") for r in recs[1:2] if isinstance(r, dict)] if p.killed != "timeout" else []
+    if p.killed == "timeout" or (rc == -9 and p.cpu_s >= limits.cpu_limit_s - 0.05):
+        reason = "timeout"
+    elif p.over:
+        reason = "output_limit"
+    elif not started:
+        reason = "setup_failed" if p.child_pid else "sandbox_error"
+    elif labels and labels[0] in ("memory", "file_size"):
+        reason = labels[0]
+    elif rc < 0 and p.killed != "peer_done":
+        reason = "killed"
+    else:
+        reason = ""
+    detail = ""
+    if reason == "timeout":
+        detail = (f"CPU time over {limits.cpu_limit_s:g} s" if p.cpu_s > limits.cpu_limit_s
+                  else f"wall-clock limit of {limits.timeout_s:g} s")
+    elif reason == "killed":
+        try:
+            detail = f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            detail = f"killed by signal {-rc}"
+    elif reason in ("sandbox_error", "setup_failed"):
+        detail = ("the sandbox did not start: " if reason == "sandbox_error" else
+                  "the interpreter could not start under these limits: ") + err.strip()[-300:]
+        err = "" if reason == "sandbox_error" else err
+    return SandboxResult(rc, out, err, reason == "timeout", reason, detail, wall, p.cpu_s,
+                         "bwrap", tuple(features))

@@ -1,0 +1,420 @@
+"""Launch and supervise sandboxed processes: one fresh bubblewrap sandbox per process.
+
+:class:`Launcher` holds what every launch shares (the interpreter, the staged view, the seccomp
+filter, the harness code) and builds the ``bwrap`` command line; :func:`supervise` feeds the
+processes their input, reads their output and reports with caps, samples their CPU time, and
+kills each sandbox as one unit at the deadline: SIGKILL to the program (PID 1 of its own PID
+namespace, so the kernel kills everything in it) and to bubblewrap's process group.
+
+The sandboxed interpreter starts as ``python -I -S -c BOOT fd...``: :data:`BOOT` moves the
+descriptors it was given to 3 (request, then a program's private input), 4 (reports), 5 and 6
+(the judge<->solver channel), reads the request (a marshal'ed dict the host wrote; the host is
+the only writer), loads the harness (:mod:`grpolab.rewards.sandbox.harness`) and calls its
+``boot``, which applies the rlimits before any program code runs.
+"""
+
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpolab.rewards.sandbox import seccomp
+from grpolab.rewards.sandbox.limits import SandboxError, SandboxLimits
+from grpolab.rewards.sandbox.protocol import FrameReader
+
+__all__ = ["BOOT", "Launcher", "Proc", "supervise"]
+
+HARNESS = Path(__file__).with_name("harness.py")
+VIEW_SCRIPT = Path(__file__).with_name("view.py")
+#: Third-party packages programs may import (when installed): bound read-only into the view.
+DEFAULT_PACKAGES: tuple[str, ...] = ("numpy",)
+#: Marks every sandbox's command line (audits look for it).
+MARK = "#grpolab-sandbox"
+BOOT = MARK + r"""
+import os,sys,marshal
+a=[int(x) for x in sys.argv[1:]]
+t=max(a)+1
+for k,f in enumerate(a):
+ if f>=0:os.dup2(f,t+k);os.close(f)
+for k,f in enumerate(a):
+ if f>=0:os.dup2(t+k,3+k);os.close(t+k)
+def rd(n):
+ b=b''
+ while len(b)<n:
+  c=os.read(3,n-len(b))
+  if not c:raise SystemExit(121)
+  b+=c
+ return b
+q=marshal.loads(rd(int.from_bytes(rd(4),'big')))
+if q['role']!='program':os.close(3)
+sys.path[:]=q['path']
+h=type(sys)('_grpolab_code_harness')
+sys.modules['_grpolab_code_harness']=h
+exec(marshal.loads(q['code']) if q['code'] else compile(q['src'],'harness.py','exec'),h.__dict__)
+del a,t,k,f,rd,marshal
+h.boot(q)
+"""
+#: Seconds past the deadline the supervisor still drains pipes after killing.
+DRAIN_S = 0.3
+#: Cap on a sandbox's report channel (fd 4), bytes.
+MAX_REPORT_BYTES = 64 << 20
+SAMPLE_S = 0.02
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def bwrap_path() -> str | None:
+    """The bubblewrap binary, or None when it is not installed."""
+    return shutil.which("bwrap") or (os.path.exists("/usr/bin/bwrap") and "/usr/bin/bwrap") or None
+
+
+class Launcher:
+    """What every sandbox of a pool shares; :meth:`argv` is one sandbox's command line.
+
+    ``python``: the interpreter programs run under (default: this one). ``user``: uid (= gid)
+    to run bubblewrap as (root only; None = this process's uid). ``packages``: allow-list.
+    """
+
+    def __init__(self, python: str | None = None, user: int | None = None,
+                 packages: tuple[str, ...] = DEFAULT_PACKAGES) -> None:
+        self.bwrap = bwrap_path()
+        if self.bwrap is None:
+            raise SandboxError("bubblewrap is not installed: the code sandbox needs it "
+                               "(apt-get install bubblewrap); see docs/sandbox.md")
+        self.python = python or sys.executable
+        self.user = user
+        self.spec = _view_spec(self.python, packages)
+        from grpolab.rewards.sandbox import view  # noqa: PLC0415
+
+        self.staged = view.stage(self.spec)
+        self.filter = seccomp.filter_bytes() if seccomp.supported() else b""
+        self.harness = _harness_payload(self.python)
+        self.packages = tuple(self.spec.get("packages", ()))
+        self._static = self._static_args()
+
+    def close(self) -> None:
+        shutil.rmtree(self.staged["root"], ignore_errors=True)
+
+    def _static_args(self) -> list[str]:
+        args = [self.bwrap, "--unshare-all", "--unshare-user", "--disable-userns",
+                "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+                "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
+        for src, dst in self.staged["binds"]:
+            args += ["--ro-bind", src, dst]
+        args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+        return args
+
+    def argv(self, limits: SandboxLimits, fds: list[int], seccomp_fd: int | None,
+             info_fd: int) -> list[str]:
+        args = list(self._static)
+        args += ["--perms", "1777", "--size", str(limits.tmp_mb() << 20), "--tmpfs", "/tmp",
+                 "--remount-ro", "/", "--chdir", "/tmp", "--clearenv",
+                 "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
+                 "--setenv", "HOME", "/tmp", "--info-fd", str(info_fd)]
+        if seccomp_fd is not None:
+            args += ["--seccomp", str(seccomp_fd)]
+        args += ["--", self.spec["executable"], "-I", "-S", "-c", BOOT, *map(str, fds)]
+        return args
+
+    def request(self, role: str, limits: SandboxLimits, **fields) -> bytes:
+        req = {"role": role, "rlimits": limits.rlimits(), "path": self.spec["sys_path"],
+               "stdlib": self.spec["stdlib"],
+               "packages": [self.spec["sys_path"][-1]] if self.packages else [],
+               "code": self.harness[0], "src": self.harness[1], **fields}
+        data = marshal.dumps(req)
+        return len(data).to_bytes(4, "big") + data
+
+
+_SPECS: dict[tuple, dict] = {}
+_SPECS_LOCK = threading.Lock()
+
+
+def _view_spec(python: str, packages: tuple[str, ...]) -> dict:
+    """The view of ``python`` with ``packages`` (computed once per pair, by that interpreter
+    in a clean process: the trainer's own mapped libraries stay out of it)."""
+    key = (python, tuple(packages))
+    with _SPECS_LOCK:
+        if key not in _SPECS:
+            out = subprocess.run([python, "-I", str(VIEW_SCRIPT), *packages],
+                                 capture_output=True, text=True, timeout=60,
+                                 env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+            if out.returncode != 0:
+                raise SandboxError(f"could not compute the sandbox view of {python}: "
+                                   f"{out.stderr.strip()[-300:]}")
+            _SPECS[key] = json.loads(out.stdout)
+        return _SPECS[key]
+
+
+def _harness_payload(python: str) -> tuple[bytes, str]:
+    """(marshal'ed code object, "") when ``python`` is this interpreter's version, else
+    (b"", source): the sandbox then compiles the harness itself."""
+    src = HARNESS.read_text()
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        return marshal.dumps(compile(src, "harness.py", "exec")), ""
+    return b"", src
+
+
+# ------------------------------------------------------------------------------ one process
+
+
+@dataclass
+class Proc:
+    """One sandboxed process under supervision."""
+
+    popen: subprocess.Popen
+    request: bytes
+    stdin: bytes
+    report: FrameReader
+    fds: dict = field(default_factory=dict)  # name -> our end of its pipes
+    out: dict = field(default_factory=lambda: {"stdout": bytearray(), "stderr": bytearray()})
+    info: bytearray = field(default_factory=bytearray)
+    child_pid: int | None = None
+    cpu_s: float = 0.0
+    killed: str = ""
+    over: str = ""  # "output_limit" when a stream passed its cap
+    returncode: int | None = None
+    seen: bool = False  # on_start ran for it
+
+    def kill(self, why: str) -> None:
+        if self.returncode is not None:
+            return
+        if not self.killed:
+            self.killed = why
+        for pid in (self.child_pid,):
+            if pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)  # PID 1 of its namespace: all of it dies
+                except OSError:
+                    pass
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+    def sample_cpu(self) -> None:
+        if not self.child_pid or self.returncode is not None:
+            return
+        try:
+            with open(f"/proc/{self.child_pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            self.cpu_s = max(self.cpu_s, (int(fields[11]) + int(fields[12])) / CLK_TCK)
+        except (OSError, IndexError, ValueError):
+            pass
+
+
+def spawn(launcher: Launcher, role: str, limits: SandboxLimits, stdin: bytes,
+          peer: tuple[int, int] | None = None, private: bytes = b"", user: int | None = None,
+          **fields) -> Proc:
+    """Start one sandbox for ``role``; ``peer`` = (fd it reads, fd it writes) of the
+    judge<->solver channel (the caller closes its copies after both started)."""
+    req_r, req_w = os.pipe()
+    rep_r, rep_w = os.pipe()
+    info_r, info_w = os.pipe()
+    keep = [req_r, rep_w, info_w]
+    seccomp_fd = None
+    if launcher.filter:
+        sr, sw = os.pipe()
+        os.write(sw, launcher.filter)
+        os.close(sw)
+        seccomp_fd = sr
+        keep.append(sr)
+    child_fds = [req_r, rep_w, *(peer or (-1, -1))]
+    argv = launcher.argv(limits, child_fds, seccomp_fd, info_w)
+    user = launcher.user if user is None else user
+    kwargs = {}
+    if user is not None:
+        kwargs = {"user": user, "group": user, "extra_groups": []}
+    (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
+    theirs = [*keep, in_r, out_w, err_w]
+    ours = {"req": req_w, "report": rep_r, "info": info_r, "stdin": in_w, "stdout": out_r,
+            "stderr": err_r}
+    try:
+        popen = subprocess.Popen(argv, stdin=in_r, stdout=out_w, stderr=err_w,
+                                 pass_fds=[*keep, *(f for f in (peer or ()) if f >= 0)],
+                                 close_fds=True, start_new_session=True,
+                                 env={"LANG": "C.UTF-8"}, **kwargs)
+    except OSError as exc:
+        for fd in (*theirs, *ours.values()):
+            os.close(fd)
+        raise SandboxError(f"could not start bubblewrap: {exc}") from exc
+    for fd in theirs:
+        os.close(fd)
+    for fd in ours.values():
+        os.set_blocking(fd, False)
+    proc = Proc(popen, launcher.request(role, limits, **fields) + private, stdin,
+                 FrameReader(MAX_REPORT_BYTES))
+    proc.fds = ours
+    return proc
+
+
+# ------------------------------------------------------------------------------ supervision
+
+
+def supervise(procs: list[Proc], limits: SandboxLimits, primary: Proc, on_start=None) -> float:
+    """Run ``procs`` to their end: feed, read (capped), sample CPU, kill at the wall-clock
+    deadline or past ``cpu_s``; when ``primary`` exits, the others are killed. Returns the
+    wall time. Every process is dead and reaped when it returns."""
+    t0 = time.monotonic()
+    deadline = t0 + limits.timeout_s
+    next_sample = t0 + SAMPLE_S
+    try:
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                for p in procs:
+                    p.kill("timeout")
+            if now >= next_sample:
+                next_sample = now + SAMPLE_S
+                for p in procs:
+                    p.sample_cpu()
+                    if p.cpu_s > limits.cpu_limit_s:
+                        p.kill("timeout")
+            _reap(procs)
+            if primary.returncode is not None:
+                for p in procs:
+                    p.kill("peer_done")
+            if all(p.returncode is not None for p in procs):
+                break
+            _pump(procs, limits, min(max(deadline - now, 0.001), SAMPLE_S))
+            for p in procs:
+                if p.child_pid and not p.seen:
+                    p.seen = True
+                    if on_start is not None:
+                        on_start()
+        _drain(procs, limits, time.monotonic() + DRAIN_S)
+    finally:
+        for p in procs:
+            _close(p)
+    return time.monotonic() - t0
+
+
+def _reap(procs: list[Proc]) -> None:
+    for p in procs:
+        if p.returncode is None:
+            try:
+                pid, status, usage = os.wait4(p.popen.pid, os.WNOHANG)
+            except ChildProcessError:
+                pid, status, usage = p.popen.pid, 0, None
+            if pid:
+                p.returncode = os.waitstatus_to_exitcode(status)
+                p.popen.returncode = p.returncode
+                if usage is not None:
+                    p.cpu_s = max(p.cpu_s, usage.ru_utime + usage.ru_stime)
+                p.kill("")  # anything of its namespace still alive dies with it
+
+
+def _pump(procs: list[Proc], limits: SandboxLimits, wait_s: float) -> None:
+    rd, wr = {}, {}
+    for p in procs:
+        for name in ("report", "info", "stdout", "stderr"):
+            if name in p.fds:
+                rd[p.fds[name]] = (p, name)
+        if "req" in p.fds:
+            wr[p.fds["req"]] = (p, "req")
+        elif "stdin" in p.fds:
+            wr[p.fds["stdin"]] = (p, "stdin")
+    if not rd and not wr:
+        time.sleep(wait_s)
+        return
+    r, w, _ = select.select(list(rd), list(wr), [], wait_s)
+    for fd in r:
+        _read(*rd[fd], limits)
+    for fd in w:
+        _write(*wr[fd])
+
+
+def _read(p: Proc, name: str, limits: SandboxLimits) -> None:
+    fd = p.fds[name]
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return
+    except OSError:
+        chunk = b""
+    if not chunk:
+        os.close(p.fds.pop(name))
+        return
+    if name == "info":
+        p.info += chunk[:4096]
+        _parse_info(p)
+    elif name == "report":
+        if not p.report.feed(chunk):
+            p.over = p.over or "output_limit"
+            p.kill("output_limit")
+    else:
+        buf = p.out[name]
+        room = limits.max_output_bytes - len(buf)
+        buf += chunk[:max(room, 0)]
+        if len(chunk) > room:
+            p.over = p.over or "output_limit"
+            p.kill("output_limit")
+
+
+def _parse_info(p: Proc) -> None:
+    if p.child_pid:
+        return
+    try:
+        pid = json.loads(bytes(p.info)).get("child-pid")
+    except ValueError:
+        return
+    if isinstance(pid, int) and pid > 1:
+        p.child_pid = pid
+
+
+def _write(p: Proc, name: str) -> None:
+    data = p.request if name == "req" else p.stdin
+    try:
+        n = os.write(p.fds[name], data[:1 << 16]) if data else 0
+    except BlockingIOError:
+        return
+    except OSError:
+        n, data = 0, b""
+    data = data[n:]
+    if name == "req":
+        p.request = data
+    else:
+        p.stdin = data
+    if not data:
+        os.close(p.fds.pop(name))
+
+
+def _drain(procs: list[Proc], limits: SandboxLimits, until: float) -> None:
+    """Read what is left in the pipes (the processes are dead: EOF comes at once unless a
+    descriptor lives on elsewhere, which the namespace kill rules out) until ``until``."""
+    for p in procs:
+        for name in ("req", "stdin"):
+            if name in p.fds:
+                os.close(p.fds.pop(name))
+    while time.monotonic() < until:
+        fds = {p.fds[n]: (p, n) for p in procs for n in ("report", "info", "stdout", "stderr")
+               if n in p.fds}
+        if not fds:
+            return
+        r, _, _ = select.select(list(fds), [], [], max(until - time.monotonic(), 0))
+        for fd in r:
+            _read(*fds[fd], limits)
+
+
+def _close(p: Proc) -> None:
+    if p.returncode is None:
+        p.kill("")
+        try:
+            p.popen.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        p.returncode = p.popen.returncode
+    for fd in list(p.fds.values()):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    p.fds.clear()
