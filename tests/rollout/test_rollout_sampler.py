@@ -268,3 +268,25 @@ def test_other_families_greedy_left_padding(factory):
     g = torch.Generator().manual_seed(0)
     r = sample(model, PROMPTS, group_size=3, max_new_tokens=12, temperature=0.8, eos_token_id=3, pad_token_id=PAD, generator=g)
     torch.testing.assert_close(response_logprobs(model, r, temperature=0.8).logp, r.sample_logp, atol=1e-5, rtol=0)
+
+
+def test_sampling_spec_is_the_loose_keywords_as_one_value(llama):
+    # sample(sampling=SamplingSpec(...)) draws exactly what the loose keywords draw; mixing both,
+    # or an unknown keyword, is refused; the spec validates its ranges
+    from grpolab.rollout import SamplingSpec
+
+    prompts = [[1, 5, 6], [1, 7]]
+    kw = dict(temperature=0.8, top_p=0.9, top_k=20, min_p=0.01, repetition_penalty=1.3)
+    a = sample(llama, prompts, group_size=3, max_new_tokens=12, eos_token_id=None, pad_token_id=PAD,
+               generator=torch.Generator().manual_seed(3), **kw)
+    b = sample(llama, prompts, group_size=3, max_new_tokens=12, eos_token_id=None, pad_token_id=PAD,
+               generator=torch.Generator().manual_seed(3), sampling=SamplingSpec(**kw))
+    assert torch.equal(a.response_ids, b.response_ids) and torch.equal(a.sample_logp, b.sample_logp)
+    with pytest.raises(TypeError, match="not both"):
+        sample(llama, prompts, eos_token_id=None, pad_token_id=PAD, sampling=SamplingSpec(), top_p=0.5)
+    with pytest.raises(TypeError, match="top_q"):
+        sample(llama, prompts, eos_token_id=None, pad_token_id=PAD, top_q=0.5)
+    with pytest.raises(ValueError, match="top_p must be in"):
+        SamplingSpec(top_p=0.0).validate()
+    with pytest.raises(ValueError, match="temperature must be > 0 for sampling"):
+        sample(llama, prompts, eos_token_id=None, pad_token_id=PAD, sampling=SamplingSpec(temperature=0.0))

@@ -15,7 +15,7 @@ from .batch import Rollout
 from .episodes import EpisodeBatch, run_episodes
 from .logprobs import LogprobResult, response_logprobs
 from .prompts import encode_prompt, encode_prompts
-from .sampler import left_pad, sample
+from .sampler import SamplingSpec, left_pad, sample
 from .teacher import TeacherResult, credit_logprobs, encode_teacher_prompts, teacher_logprobs
 
 # the teacher's text and tokens live in grpolab.teacher_text (torch-free); kept here for callers
@@ -28,7 +28,7 @@ from grpolab.teacher_text import (
 )
 
 __all__ = [
-    "Rollout", "LogprobResult", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
+    "Rollout", "LogprobResult", "SamplingSpec", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
     "DEFAULT_TEACHER_TEMPLATE", "TeacherResult", "build_teacher_prompts", "check_template",
     "encode_teacher_prompts", "teacher_logprobs", "credit_logprobs", "encode_prompt", "encode_prompts",
     "teacher_messages", "CreditTokens",

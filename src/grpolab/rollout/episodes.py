@@ -43,7 +43,7 @@ from grpolab.envs.base import step_envs
 
 from .batch import Rollout
 from .prompts import encode_prompt
-from .sampler import left_pad, sample
+from .sampler import SamplingSpec, left_pad, sample
 
 __all__ = ["EpisodeBatch", "run_episodes"]
 
@@ -96,6 +96,121 @@ def _encode(tokenizer, text: str) -> list[int]:
 _encode_prompt = encode_prompt  # the one prompt encoder (grpolab.rollout.prompts)
 
 
+@dataclass
+class _Episodes:
+    """The ``B`` episodes of one :func:`run_episodes` call while they are played (plain lists,
+    one entry per episode; turned into tensors once at the end by :meth:`batch`)."""
+
+    envs: list
+    prompts_N: list[list[int]]
+    group_size: int
+    ids: list[list[int]] = field(default_factory=list)       # response tokens: model turns and observations
+    mask: list[list[float]] = field(default_factory=list)    # 1 on model tokens
+    logp: list[list[float]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    tool_errors: list[int] = field(default_factory=list)
+    invalid: list[int] = field(default_factory=list)
+    done: list[bool] = field(default_factory=list)
+    infos: list[dict] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, items: Sequence[Any], make_env: Callable[[], Any], tokenizer, G: int) -> "_Episodes":
+        """Reset one environment per episode; the ``G`` episodes of an item must share its prompt."""
+        B = len(items) * G
+        envs = [make_env() for _ in range(B)]
+        prompts_N = []
+        for n, item in enumerate(items):
+            texts = {envs[n * G + g].reset(item) for g in range(G)}
+            if len(texts) != 1:
+                raise ValueError("an environment's reset(item) must give the same prompt for every episode of the item")
+            prompts_N.append(_encode_prompt(tokenizer, texts.pop()))
+        return cls(envs=envs, prompts_N=prompts_N, group_size=G, ids=[[] for _ in range(B)],
+                   mask=[[] for _ in range(B)], logp=[[] for _ in range(B)], texts=["" for _ in range(B)],
+                   rewards=[0.0] * B, turns=[0] * B, tool_errors=[0] * B, invalid=[0] * B, done=[False] * B,
+                   infos=[{} for _ in range(B)])
+
+    def prompt(self, b: int) -> list[int]:
+        return self.prompts_N[b // self.group_size]
+
+    def add_turn(self, r: Rollout, live: list[int], budget: dict[int, int], tokenizer, eos: int,
+                 max_total_tokens: int) -> list[tuple[int, str]]:
+        """Append the sampled turn of each live episode (cut to its budget); returns the
+        ``(episode, action text)`` pairs that go to their environments (not the truncated ones)."""
+        toks_all = r.response_ids.tolist()
+        lps_all = r.sample_logp.tolist()
+        lens = r.response_mask.sum(-1).long().tolist()
+        pending: list[tuple[int, str]] = []
+        for j, b in enumerate(live):
+            n = min(lens[j], budget[b])
+            toks, lps = toks_all[j][:n], lps_all[j][:n]
+            self.ids[b] += toks
+            self.mask[b] += [1.0] * n
+            self.logp[b] += lps
+            self.turns[b] += 1
+            ended = n > 0 and toks[-1] == eos
+            action = tokenizer.decode(toks[:-1] if ended else toks, skip_special_tokens=True)
+            self.texts[b] += action
+            if not ended and len(self.ids[b]) >= max_total_tokens:
+                continue  # out of tokens mid-turn: truncated
+            pending.append((b, action))
+        return pending
+
+    def step(self, pending: list[tuple[int, str]], tokenizer, max_total_tokens: int) -> list[int]:
+        """Step the environments on their actions and append the observations; returns the
+        episodes that go on to another turn."""
+        # all of this turn's actions at once: an environment with step_batch (browsers) runs them in parallel
+        results = step_envs([self.envs[b] for b, _ in pending], [a for _, a in pending])
+        still: list[int] = []
+        for (b, action), res in zip(pending, results):
+            self.rewards[b] += float(res.reward)
+            self.infos[b] = dict(res.info)
+            self.tool_errors[b] += int(bool(res.info.get("tool_error")))
+            self.invalid[b] += int(bool(res.info.get("invalid")))
+            if res.done:
+                self.done[b] = True
+                continue
+            obs = _encode(tokenizer, res.observation)
+            if len(self.ids[b]) + len(obs) >= max_total_tokens:
+                continue  # no room for the observation and another turn: truncated
+            self.ids[b] += obs
+            self.mask[b] += [0.0] * len(obs)
+            self.logp[b] += [0.0] * len(obs)
+            self.texts[b] += res.observation
+            still.append(b)
+        return still
+
+    def batch(self, pad: int, device) -> EpisodeBatch:
+        """The episodes as an :class:`EpisodeBatch` (responses right-padded with ``pad``)."""
+        B, G = len(self.ids), self.group_size
+        prompt_ids, prompt_mask = left_pad([self.prompt(b) for b in range(B)], pad, device)
+        T = max(1, max(len(x) for x in self.ids))
+        resp = torch.full((B, T), pad, dtype=torch.long)
+        mask = torch.zeros(B, T)
+        logp = torch.zeros(B, T)
+        attn = torch.zeros(B, T, dtype=torch.long)
+        for b in range(B):
+            L = len(self.ids[b])
+            if L:
+                resp[b, :L] = torch.tensor(self.ids[b])
+                mask[b, :L] = torch.tensor(self.mask[b])
+                logp[b, :L] = torch.tensor(self.logp[b])
+                attn[b, :L] = 1
+        done_t = torch.tensor(self.done)
+        rollout = Rollout(
+            prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=resp.to(device),
+            response_mask=mask.to(device), sample_logp=logp.to(device),
+            group_ids=torch.arange(B // G, device=device).repeat_interleave(G), finished=done_t.to(device),
+            response_attention=attn.to(device),
+        )
+        return EpisodeBatch(
+            rollout=rollout, rewards=torch.tensor(self.rewards, dtype=torch.float32),
+            turns=torch.tensor(self.turns), tool_errors=torch.tensor(self.tool_errors),
+            invalid_actions=torch.tensor(self.invalid), truncated=~done_t, transcripts=self.texts, infos=self.infos,
+        )
+
+
 def run_episodes(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -122,7 +237,8 @@ def run_episodes(
         max_turns: model turns per episode.
         max_total_tokens: cap on an episode's response tokens (model + observation).
         max_turn_tokens: cap on one model turn (EOS included).
-        temperature, top_p, greedy, generator: as in :func:`grpolab.rollout.sample`.
+        temperature, top_p, greedy, generator: as in :func:`grpolab.rollout.sample`
+            (:class:`grpolab.rollout.sampler.SamplingSpec`).
 
     Returns:
         :class:`EpisodeBatch`.
@@ -137,100 +253,21 @@ def run_episodes(
     if eos is None:
         raise ValueError("multi-turn episodes need a tokenizer with an eos_token_id (it ends each model turn)")
     device = next(model.parameters()).device
-    G, N = group_size, len(items)
-    B = N * G
-    envs = [make_env() for _ in range(B)]
-    prompts_N = []
-    for n, item in enumerate(items):
-        texts = {envs[n * G + g].reset(item) for g in range(G)}
-        if len(texts) != 1:
-            raise ValueError("an environment's reset(item) must give the same prompt for every episode of the item")
-        prompts_N.append(_encode_prompt(tokenizer, texts.pop()))
-    prompt_B = [prompts_N[b // G] for b in range(B)]
-    ids_B: list[list[int]] = [[] for _ in range(B)]
-    mask_B: list[list[float]] = [[] for _ in range(B)]
-    logp_B: list[list[float]] = [[] for _ in range(B)]
-    texts_B = ["" for _ in range(B)]
-    rewards = [0.0] * B
-    turns = [0] * B
-    tool_errors = [0] * B
-    invalid = [0] * B
-    done = [False] * B
-    infos: list[dict] = [{} for _ in range(B)]
-    live = list(range(B))
-
+    G = group_size
+    spec = SamplingSpec(temperature=temperature, top_p=top_p, greedy=greedy)
+    eps = _Episodes.start(items, make_env, tokenizer, G)
+    live = list(range(len(items) * G))
     for turn in range(max_turns):
         if not live:
             break
-        budget = {b: max_total_tokens - len(ids_B[b]) for b in live}
+        budget = {b: max_total_tokens - len(eps.ids[b]) for b in live}
         max_new = min(max_turn_tokens, max(budget.values()))
         if turn == 0:  # identical contexts within a group: one shared prefill per item
-            r = sample(model, prompts_N, group_size=G, max_new_tokens=max_new, temperature=temperature,
-                       top_p=top_p, greedy=greedy, eos_token_id=eos, pad_token_id=pad, generator=generator)
-        else:
-            r = sample(model, [prompt_B[b] + ids_B[b] for b in live], group_size=1, max_new_tokens=max_new,
-                       temperature=temperature, top_p=top_p, greedy=greedy, eos_token_id=eos,
+            r = sample(model, eps.prompts_N, group_size=G, max_new_tokens=max_new, sampling=spec, eos_token_id=eos,
                        pad_token_id=pad, generator=generator)
-        toks_all = r.response_ids.tolist()
-        lps_all = r.sample_logp.tolist()
-        lens = r.response_mask.sum(-1).long().tolist()
-        still: list[int] = []
-        pending: list[tuple[int, str]] = []
-        for j, b in enumerate(live):
-            n = min(lens[j], budget[b])
-            toks, lps = toks_all[j][:n], lps_all[j][:n]
-            ids_B[b] += toks
-            mask_B[b] += [1.0] * n
-            logp_B[b] += lps
-            turns[b] += 1
-            ended = n > 0 and toks[-1] == eos
-            action = tokenizer.decode(toks[:-1] if ended else toks, skip_special_tokens=True)
-            texts_B[b] += action
-            if not ended and len(ids_B[b]) >= max_total_tokens:
-                continue  # out of tokens mid-turn: truncated
-            pending.append((b, action))
-        # all of this turn's actions at once: an environment with step_batch (browsers) runs them in parallel
-        results = step_envs([envs[b] for b, _ in pending], [a for _, a in pending])
-        for (b, action), res in zip(pending, results):
-            rewards[b] += float(res.reward)
-            infos[b] = dict(res.info)
-            tool_errors[b] += int(bool(res.info.get("tool_error")))
-            invalid[b] += int(bool(res.info.get("invalid")))
-            if res.done:
-                done[b] = True
-                continue
-            obs = _encode(tokenizer, res.observation)
-            if len(ids_B[b]) + len(obs) >= max_total_tokens:
-                continue  # no room for the observation and another turn: truncated
-            ids_B[b] += obs
-            mask_B[b] += [0.0] * len(obs)
-            logp_B[b] += [0.0] * len(obs)
-            texts_B[b] += res.observation
-            still.append(b)
-        live = still
-
-    prompt_ids, prompt_mask = left_pad(prompt_B, pad, device)
-    T = max(1, max(len(x) for x in ids_B))
-    resp = torch.full((B, T), pad, dtype=torch.long)
-    mask = torch.zeros(B, T)
-    logp = torch.zeros(B, T)
-    attn = torch.zeros(B, T, dtype=torch.long)
-    for b in range(B):
-        L = len(ids_B[b])
-        if L:
-            resp[b, :L] = torch.tensor(ids_B[b])
-            mask[b, :L] = torch.tensor(mask_B[b])
-            logp[b, :L] = torch.tensor(logp_B[b])
-            attn[b, :L] = 1
-    done_t = torch.tensor(done)
-    rollout = Rollout(
-        prompt_ids=prompt_ids, prompt_mask=prompt_mask, response_ids=resp.to(device),
-        response_mask=mask.to(device), sample_logp=logp.to(device),
-        group_ids=torch.arange(N, device=device).repeat_interleave(G), finished=done_t.to(device),
-        response_attention=attn.to(device),
-    )
-    return EpisodeBatch(
-        rollout=rollout, rewards=torch.tensor(rewards, dtype=torch.float32),
-        turns=torch.tensor(turns), tool_errors=torch.tensor(tool_errors),
-        invalid_actions=torch.tensor(invalid), truncated=~done_t, transcripts=texts_B, infos=infos,
-    )
+        else:
+            r = sample(model, [eps.prompt(b) + eps.ids[b] for b in live], group_size=1, max_new_tokens=max_new,
+                       sampling=spec, eos_token_id=eos, pad_token_id=pad, generator=generator)
+        pending = eps.add_turn(r, live, budget, tokenizer, eos, max_total_tokens)
+        live = eps.step(pending, tokenizer, max_total_tokens)
+    return eps.batch(pad, device)

@@ -32,6 +32,7 @@ therefore changes nothing, and the same ``generator`` state reproduces the same 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
@@ -42,6 +43,50 @@ from .decode_step import fused_decoder
 
 #: drop finished rows from the decode batch once they are at least this fraction of it
 COMPACT_FRACTION = 0.25
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    """How the next token is picked: the sampling settings :func:`sample` and its decode loop take
+    as one value (``rollout.temperature``, ``top_p``, ``top_k``, ``min_p``, ``repetition_penalty``
+    of the run config; ``greedy`` for evaluation).
+
+    Attributes:
+        temperature: logits are divided by it before softmax (> 0; with ``greedy`` it only scales
+            ``sample_logp``).
+        top_p: nucleus mass in (0, 1]; 1 disables truncation.
+        top_k, min_p: truncation before ``top_p`` (0 = off; see :func:`_next_tokens`).
+        repetition_penalty: > 1 discourages every token already in the row's prompt or response
+            (CTRL, Keskar et al. 2019, as in transformers: a seen token's logit is divided by it
+            when positive, multiplied when negative) when drawing; 1 = off. ``sample_logp`` stays
+            the unpenalised tempered log-probability (the policy's, which the ratio needs).
+        greedy: argmax decoding.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    greedy: bool = False
+
+    def validate(self) -> "SamplingSpec":
+        """Raise ``ValueError`` naming the setting out of range; return ``self``."""
+        if not self.greedy and not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 for sampling, got {self.temperature} "
+                             "(use greedy=True for argmax)")
+        if self.greedy and not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0 (it scales sample_logp), got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0 or not 0.0 <= self.min_p < 1.0:
+            raise ValueError(f"top_k must be >= 0 and min_p in [0, 1); got {self.top_k}, {self.min_p}")
+        if not self.repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be > 0 (1 = off), got {self.repetition_penalty}")
+        return self
+
+
+SAMPLING_KEYS = tuple(f.name for f in fields(SamplingSpec))
 
 
 def _model_device(model: torch.nn.Module) -> torch.device:
@@ -157,17 +202,13 @@ def sample(
     *,
     group_size: int = 1,
     max_new_tokens: int = 64,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    greedy: bool = False,
     eos_token_id: int | Sequence[int] | None,
-    top_k: int = 0,
-    min_p: float = 0.0,
-    repetition_penalty: float = 1.0,
     pad_token_id: int,
+    sampling: SamplingSpec | None = None,
     generator: torch.Generator | None = None,
     compact: bool = True,
     fused: bool = True,
+    **sampling_kw,
 ) -> Rollout:
     """Sample ``group_size`` responses per prompt with a KV cache.
 
@@ -177,16 +218,13 @@ def sample(
         prompts: ``N`` token-id lists (or 1-D tensors), each non-empty.
         group_size: ``G`` samples per prompt; output rows ``n*G .. n*G+G-1`` belong to prompt ``n``.
         max_new_tokens: cap on generated tokens per row (EOS included).
-        temperature: logits are divided by it before softmax (must be > 0).
-        top_p: nucleus mass in (0, 1]; 1 disables truncation.
-        top_k, min_p: truncation before ``top_p`` (0 = off; see :func:`_next_tokens`).
-        repetition_penalty: > 1 discourages every token already in the row's prompt or response
-            (CTRL, Keskar et al. 2019, as in transformers: a seen token's logit is divided by it
-            when positive, multiplied when negative) when drawing; 1 = off. ``sample_logp`` stays
-            the unpenalised tempered log-probability (the policy's, which the ratio needs).
-        greedy: argmax decoding (``temperature`` then only affects ``sample_logp``).
         eos_token_id: id or ids that end a response (``None``: always run ``max_new_tokens``).
         pad_token_id: id used for prompt left-padding and response right-padding.
+        sampling: how tokens are picked (:class:`SamplingSpec`; default: plain sampling at
+            temperature 1).
+        sampling_kw: the :class:`SamplingSpec` fields as loose keywords (``temperature=0.7,
+            top_p=0.9``, ``greedy=True``), the earlier spelling, still read; not together with
+            ``sampling``.
         generator: source of randomness; the same generator state gives the same rollout.
         compact: drop finished rows from the decode batch (faster; the result is unchanged).
         fused: decode with :class:`~grpolab.rollout.decode_step.FusedLlamaDecoder` when the model
@@ -200,16 +238,7 @@ def sample(
         raise ValueError(f"group_size must be >= 1, got {group_size}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
-    if not greedy and not temperature > 0:
-        raise ValueError(f"temperature must be > 0 for sampling, got {temperature} (use greedy=True for argmax)")
-    if greedy and not temperature > 0:
-        raise ValueError(f"temperature must be > 0 (it scales sample_logp), got {temperature}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-    if top_k < 0 or not 0.0 <= min_p < 1.0:
-        raise ValueError(f"top_k must be >= 0 and min_p in [0, 1); got {top_k}, {min_p}")
-    if not repetition_penalty > 0:
-        raise ValueError(f"repetition_penalty must be > 0 (1 = off), got {repetition_penalty}")
+    spec = _sampling_spec(sampling, sampling_kw).validate()
 
     device = _model_device(model)
     G = group_size
@@ -242,11 +271,8 @@ def sample(
     model.eval()
     try:
         with torch.inference_mode():
-            out = _decode(
-                model, sig, prompt_ids_NP, prompt_mask_NP, G, max_new_tokens, u_TB, eos_E,
-                temperature=temperature, top_p=top_p, greedy=greedy, pad_token_id=pad_token_id, compact=compact,
-                fused=fused, top_k=top_k, min_p=min_p, repetition_penalty=repetition_penalty,
-            )
+            out = _decode(model, sig, prompt_ids_NP, prompt_mask_NP, G, max_new_tokens, u_TB, eos_E, spec,
+                          pad_token_id=pad_token_id, compact=compact, fused=fused)
     finally:
         model.train(was_training)
 
@@ -267,12 +293,23 @@ def sample(
     )
 
 
-def _decode(
-    model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int, max_new_tokens: int, u_TB, eos_E,
-    *, temperature: float, top_p: float, greedy: bool, pad_token_id: int, compact: bool, fused: bool,
-    top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0,
-):
+def _sampling_spec(sampling: SamplingSpec | None, loose: dict) -> SamplingSpec:
+    """``sampling``, or the :class:`SamplingSpec` of the loose keywords (unknown ones are a TypeError)."""
+    unknown = sorted(set(loose) - set(SAMPLING_KEYS))
+    if unknown:
+        raise TypeError(f"sample() got unexpected keyword arguments {unknown}; sampling settings are "
+                        f"{', '.join(SAMPLING_KEYS)}")
+    if sampling is not None and loose:
+        raise TypeError(f"pass the sampling settings either as sampling=SamplingSpec(...) or as keywords, not both "
+                        f"(got sampling and {sorted(loose)})")
+    return sampling if sampling is not None else SamplingSpec(**loose)
+
+
+def _decode(model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int, max_new_tokens: int, u_TB, eos_E,
+            spec: SamplingSpec, *, pad_token_id: int, compact: bool, fused: bool):
     """The decode loop (under inference mode). Returns ``(tokens [B, T], live [B, T] bool, logp [B, T])``."""
+    temperature, top_p, greedy, top_k, min_p = spec.temperature, spec.top_p, spec.greedy, spec.top_k, spec.min_p
+    repetition_penalty = spec.repetition_penalty
     device = prompt_ids_NP.device
     N, P = prompt_ids_NP.shape
     B = N * G

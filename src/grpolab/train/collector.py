@@ -65,17 +65,16 @@ class SingleTurnCollector:
     def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None,
                 top_k=0, min_p=0.0, repetition_penalty=1.0):
         from grpolab.rewards import score_batch
-        from grpolab.rollout import sample
+        from grpolab.rollout import SamplingSpec, sample
         from grpolab.train.text import decode_responses
 
         tok = self.tokenizer
+        spec = SamplingSpec(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
+                            repetition_penalty=repetition_penalty, greedy=greedy)
         t0 = time.time()
-        rollout = sample(
-            model, self.prompt_format.encode(items, tok), group_size=group_size,
-            max_new_tokens=self.max_new_tokens, temperature=temperature, top_p=top_p, greedy=greedy,
-            eos_token_id=self.stop_ids, pad_token_id=tok.pad_token_id, generator=generator, top_k=top_k, min_p=min_p,
-            repetition_penalty=repetition_penalty,
-        )
+        rollout = sample(model, self.prompt_format.encode(items, tok), group_size=group_size,
+                         max_new_tokens=self.max_new_tokens, sampling=spec, eos_token_id=self.stop_ids,
+                         pad_token_id=tok.pad_token_id, generator=generator)
         t1 = time.time()
         texts = decode_responses(tok, rollout.response_ids, rollout.response_mask)
         row_items = [items[i] for i in rollout.group_ids.tolist()]
