@@ -112,3 +112,37 @@ def test_cli_writes_the_page(tmp_path, capsys):
     assert main(["credit", str(tmp_path / "nothing")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "no config.yaml" in err and len(err.strip().splitlines()) == 1
+
+
+def test_opsd_page_is_coloured_by_the_per_token_advantage(tmp_path, monkeypatch):
+    # OPSD's multiplier is 1 everywhere (no sequence advantage): the page colours what it trains
+    # on, A_t = teacher - student. Gaps [-2, -1, 0, 0.5, 2]: |A_t| sorted [0, .5, 1, 2, 2], the 95th
+    # percentile (element round(0.95 * 4) = 4) is 2 -> -2 saturated red, -1 half red, 0 white,
+    # 0.5 a quarter blue, 2 saturated blue
+    from grpolab.commands.credit import opsd_scale
+
+    gaps = [-2.0, -1.0, 0.0, 0.5, 2.0]
+    opsd = {**DATA, "method": "opsd", "rows": [{**DATA["rows"][0], "tokens": list("abcde"), "multiplier": [1.0] * 5,
+                                                "delta": gaps, "token_advantage": gaps, "kl": None, "segment": None}]}
+    assert opsd_scale(opsd["rows"]) == 2.0
+    page = render_html(opsd)
+    assert page.count("background:#ffffff") == 1                 # only A_t = 0 is white
+    assert "background:#ff3f3f" in page and "background:#3f3fff" in page  # saturated red / blue
+    assert "background:#ff9f9f" in page                          # -1: half-way to red (255, 159, 159)
+    assert "background:#cfcfff" in page                          # +0.5: a quarter to blue (207, 207, 255)
+    assert "per-token advantage A_t = teacher - student" in page and "A_t -2.0000" in page
+    assert "multiplier A_t / A" not in page
+    assert opsd_scale([{"delta": [0.01, -0.02], "token_advantage": [0.01, -0.02]}]) == 0.1  # floor
+    import matplotlib.figure
+
+    seen = {}
+    real_savefig = matplotlib.figure.Figure.savefig
+
+    def spy(fig, *args, **kwargs):
+        seen["texts"] = [t.get_text() for ax in fig.axes for t in ax.texts]
+        seen["title"] = fig.axes[0].get_title()
+        return real_savefig(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", spy)
+    render_png(opsd, tmp_path / "o.png")
+    assert "+2.00" in seen["texts"] and "-1.00" in seen["texts"] and "opsd: per-token advantage" in seen["title"]

@@ -8,7 +8,10 @@ itself), and writes
 
 - ``RUN_DIR/credit/credit.html``: each response token on a background coloured by its credit
   multiplier ``A_t / A`` (red: more weight than the sequence advantage, blue: less; white: 1),
-  GEAR segments outlined, details (delta, KL, segment) on hover;
+  GEAR segments outlined, details (delta, KL, segment) on hover. OPSD has no sequence advantage
+  (its multiplier is 1 everywhere): its tokens are coloured by what it trains on, the per-token
+  advantage ``A_t = teacher - student`` log-prob (:func:`opsd_scale`; red: pushed down, blue:
+  pushed up);
 - ``RUN_DIR/credit/credit.png``: the same picture, one row per response.
 
 ``lam`` defaults to the value the run's schedule reached at its last trained step (the weight the
@@ -86,6 +89,7 @@ def collect(run_dir: str | Path, *, sample: int = 4, lam: float | None = None, m
             "advantage": float(adv[i]),
             "tokens": [tok.decode([t]) for t in ids],
             "multiplier": out.multiplier[i, :n].tolist(),
+            "token_advantage": out.advantages[i, :n].tolist(),
             "delta": (out.teacher_logp[i, :n] - out.student_logp[i, :n]).tolist(),
             "kl": None if out.divergence is None else out.divergence[i, :n].tolist(),
             "segment": None if out.segment_ids is None else out.segment_ids[i, :n].tolist(),
@@ -102,12 +106,40 @@ def _color(mult: float, eps: float) -> tuple[float, float, float]:
     return (1.0 + 0.75 * x, 1.0 + 0.75 * x, 1.0)
 
 
+def opsd_scale(rows: list[dict[str, Any]]) -> float:
+    """The ``|A_t|`` (nats) at which an OPSD page saturates: the 95th percentile of the shown tokens'
+    ``|teacher - student|``, at least 0.1 (so a page of near-zero gaps stays near white)."""
+    vals = sorted(abs(v) for r in rows for v in (r.get("token_advantage") or r["delta"]))
+    if not vals:
+        return 0.1
+    return max(0.1, vals[min(len(vals) - 1, int(0.95 * (len(vals) - 1) + 0.5))])
+
+
+def _token_colour(data: dict[str, Any], r: dict[str, Any], j: int, eps: float, scale: float):
+    """``(rgb, value shown)`` of token ``j``: the multiplier ``A_t / A``, or for OPSD ``A_t`` itself
+    (negative: red like extra blame, positive: blue), saturated at ``+-scale``."""
+    if data["method"] == "opsd":
+        a = (r.get("token_advantage") or r["delta"])[j]
+        return _color(1.0 - a / scale, 1.0), a
+    m = r["multiplier"][j]
+    return _color(m, eps), m
+
+
 def _show(tokstr: str) -> str:
     return tokstr.replace("\n", "\u21b5").replace(" ", "\u00b7") or "\u2205"
 
 
 def render_html(data: dict[str, Any]) -> str:
     eps = data["eps_w"] * data["lam"] or 1e-9
+    opsd = data["method"] == "opsd"
+    scale = opsd_scale(data["rows"]) if opsd else 1.0
+    background = (
+        "Background: OPSD's per-token advantage A_t = teacher - student log-prob of the token (no reward, "
+        f"no sequence advantage): red = pushed down (the teacher finds the token less likely), white = 0, "
+        f"blue = pushed up, saturated at &plusmn;{scale:.3g} nats (95th percentile of |A_t| on this page). "
+        if opsd else
+        "Background: the multiplier A_t / A (red &gt; 1, white = 1, blue &lt; 1, saturated at "
+        f"1 &plusmn; lam eps_w = 1 &plusmn; {eps:.3g}). ")
     parts = [
         "<!doctype html><meta charset='utf-8'><title>grpolab credit</title>",
         "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
@@ -117,8 +149,7 @@ def render_html(data: dict[str, Any]) -> str:
         f"<h1>Token credit: {html.escape(data['method'])}</h1>",
         f"<p class=meta>lam = {data['lam']:.4g} ({html.escape(data.get('lam_note', ''))}), "
         f"eps_w = {data['eps_w']}, teacher = {html.escape(data['teacher'])}. "
-        f"Background: the multiplier A_t / A (red &gt; 1, white = 1, blue &lt; 1, saturated at "
-        f"1 &plusmn; lam eps_w = 1 &plusmn; {eps:.3g}). "
+        + background
         + ("Outlined: a GEAR segment (its first token, the anchor, is underlined). "
            if data["method"] == "gear" else "")
         + "Hover a token for details.</p>",
@@ -130,11 +161,12 @@ def render_html(data: dict[str, Any]) -> str:
         prev_seg = 0
         for j, t in enumerate(r["tokens"]):
             m = r["multiplier"][j]
-            rgb = _color(m, eps)
+            rgb, _ = _token_colour(data, r, j, eps, scale)
             seg = r["segment"][j] if r["segment"] else 0
             cls = "tok" + (" seg" if seg else "") + (" anc" if seg and seg != prev_seg else "")
             prev_seg = seg
-            tip = f"mult {m:.4f}, delta {r['delta'][j]:+.3f}"
+            tip = (f"A_t {(r.get('token_advantage') or r['delta'])[j]:+.4f}" if opsd else f"mult {m:.4f}")
+            tip += f", delta {r['delta'][j]:+.3f}"
             if r["kl"] is not None:
                 tip += f", KL {r['kl'][j]:.3f}"
             if seg:
@@ -155,15 +187,19 @@ def render_png(data: dict[str, Any], path: Path) -> None:
 
     eps = data["eps_w"] * data["lam"] or 1e-9
     rows = data["rows"]
+    opsd = data["method"] == "opsd"
+    scale = opsd_scale(rows) if opsd else 1.0
     width = max((len(r["tokens"]) for r in rows), default=1)
     fig, ax = plt.subplots(figsize=(min(0.28 * width + 2.5, 40), 0.55 * len(rows) + 1))
     for y, r in enumerate(rows):
         yy = len(rows) - 1 - y
         ax.text(-0.5, yy + 0.4, f"A={r['advantage']:+.2f}", ha="right", va="center", fontsize=8)
         for j, t in enumerate(r["tokens"]):
-            ax.add_patch(Rectangle((j, yy), 1, 0.8, facecolor=_color(r["multiplier"][j], eps), edgecolor="none"))
+            rgb, value = _token_colour(data, r, j, eps, scale)
+            ax.add_patch(Rectangle((j, yy), 1, 0.8, facecolor=rgb, edgecolor="none"))
             ax.text(j + 0.5, yy + 0.52, _show(t)[:3], ha="center", va="center", fontsize=8, family="monospace")
-            ax.text(j + 0.5, yy + 0.17, f"{r['multiplier'][j]:.2f}", ha="center", va="center", fontsize=5)
+            ax.text(j + 0.5, yy + 0.17, f"{value:+.2f}" if opsd else f"{value:.2f}", ha="center", va="center",
+                    fontsize=5)
         if r["segment"]:
             seg = r["segment"]
             j = 0
@@ -180,14 +216,24 @@ def render_png(data: dict[str, Any], path: Path) -> None:
     ax.set_ylim(-0.2, len(rows))
     ax.axis("off")
     outlined = ", GEAR segments outlined" if data["method"] == "gear" else ""
-    ax.set_title(f"{data['method']}: token multiplier A_t/A (number under each token; lam = {data['lam']:.3g})"
-                 f"{outlined}", fontsize=10)
+    if opsd:
+        ax.set_title(f"opsd: per-token advantage A_t = teacher - student log-prob (number under each token; "
+                     f"saturated at +-{scale:.3g})", fontsize=10)
+    else:
+        ax.set_title(f"{data['method']}: token multiplier A_t/A (number under each token; lam = {data['lam']:.3g})"
+                     f"{outlined}", fontsize=10)
     from matplotlib.colors import LinearSegmentedColormap, Normalize
     from matplotlib.cm import ScalarMappable
 
-    cmap = LinearSegmentedColormap.from_list("credit", [_color(1 - eps, eps), (1, 1, 1), _color(1 + eps, eps)])
-    bar = fig.colorbar(ScalarMappable(norm=Normalize(1 - eps, 1 + eps), cmap=cmap), ax=ax, fraction=0.02, pad=0.01)
-    bar.set_label("A_t / A", fontsize=8)
+    if opsd:  # A_t from -scale (red) to +scale (blue)
+        cmap = LinearSegmentedColormap.from_list("credit", [_color(2.0, 1.0), (1, 1, 1), _color(0.0, 1.0)])
+        bar = fig.colorbar(ScalarMappable(norm=Normalize(-scale, scale), cmap=cmap), ax=ax, fraction=0.02, pad=0.01)
+        bar.set_label("A_t (nats)", fontsize=8)
+    else:
+        cmap = LinearSegmentedColormap.from_list("credit", [_color(1 - eps, eps), (1, 1, 1), _color(1 + eps, eps)])
+        bar = fig.colorbar(ScalarMappable(norm=Normalize(1 - eps, 1 + eps), cmap=cmap), ax=ax, fraction=0.02,
+                           pad=0.01)
+        bar.set_label("A_t / A", fontsize=8)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp.png")
     fig.savefig(tmp, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -216,4 +262,4 @@ def credit_command(run_dir: str, *, sample: int = 6, lam: float | None = None, m
     return 0
 
 
-__all__ = ["collect", "credit_command", "credit_page", "render_html", "render_png"]
+__all__ = ["collect", "credit_command", "credit_page", "opsd_scale", "render_html", "render_png"]
