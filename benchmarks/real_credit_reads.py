@@ -102,6 +102,9 @@ def precondition(args) -> None:
     t0 = time.time()
     exp = sample_responses(opened.collector, opened.model, items, group_size=G, temperature=T, seed=args.seed)
     print(f"sampled {len(exp.texts)} responses in {time.time() - t0:.0f}s", flush=True)
+    hr = headroom_of_batch(opened, items, exp, G)
+    print(f"headroom on the same {len(items)} prompts: {hr['verdict']} (greedy {hr['overall'].get('greedy')}, "
+          f"sampled {hr['overall'].get('sampled')})", flush=True)
     rows = {}
     for name in args.templates:
         credit = dataclasses.replace(cfg.credit, **TEMPLATES[name])
@@ -116,6 +119,7 @@ def precondition(args) -> None:
     entry = {"warm_start": str(args.warm_start), "prompts": len(items), "group_size": G, "seed": args.seed,
              "extra": args.set, "by_template": rows, "best_template": best,
              "examples": [{"text": exp.texts[i], "reward": float(exp.rewards[i])} for i in range(0, len(exp.texts), G)][:4]}
+    entry["headroom"] = hr
     tried[:] = [e for e in tried if not (e["warm_start"] == entry["warm_start"] and e["extra"] == entry["extra"])]
     tried.append(entry)
     pick = rows[best] if best else None
@@ -130,9 +134,26 @@ def precondition(args) -> None:
         }
         doc["response_tokens"] = {"mean": pick["mean_response_tokens"], "of": pick["responses"],
                                   "needs": 30, "met": pick["mean_response_tokens"] >= 30}
+        doc["headroom"] = {"source": "the precondition's batch: greedy once and the same samples, per prompt",
+                           "warm_start": str(args.warm_start), **hr}
     _record_command(doc, "python benchmarks/real_credit_reads.py precondition " + " ".join(sys.argv[2:]))
     save(args.out, doc)
     print(f"best template: {best}; wrote {args.out}")
+
+
+def headroom_of_batch(opened, items, exp, group_size: int) -> dict:
+    """:func:`grpolab.diagnostics.headroom_from_outcomes` of the sampled batch ``exp`` (``group_size``
+    samples per item) and one greedy response per item: greedy vs sampled vs pass@k with CIs."""
+    from grpolab.diagnostics import headroom_from_outcomes
+
+    greedy = opened.collector.collect(opened.model, list(items), group_size=1, greedy=True)
+    solved = [float(x) >= 1.0 for x in greedy.rewards]
+    ok = (exp.rewards >= 1.0).view(len(items), group_size).sum(-1).tolist()
+    fams = [str((it.meta or {}).get("family", "all")) for it in items]
+    res = headroom_from_outcomes(solved, ok, group_size, fams)
+    res.temperature = opened.config.rollout.temperature
+    res.source = "benchmarks/real_credit_reads.py precondition"
+    return res.to_dict()
 
 
 # --------------------------------------------------------------------------------------- headroom
