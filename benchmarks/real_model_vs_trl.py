@@ -1,0 +1,338 @@
+"""grpolab's trainer vs TRL's GRPOTrainer on the real SmolLM2 example: held-out accuracy after N steps
+and the wall time to reach plain TRL's final accuracy.
+
+Three sides, the same task, settings and seeds (examples/smollm2_sums.yaml: SmolLM2-135M-Instruct,
+sums 0..20 in its chat template, LoRA r16, 4 prompts x 8 samples, 12 new tokens, T = 0.7, lr 5e-4,
+10 steps; grpolab.integrations.trl_recipe carries every setting into TRL):
+
+* ``grpolab``: ``grpolab.train.train`` on the YAML;
+* ``adapter``: TRL's trainer with grpolab's objective (``GrpolabGRPOTrainer``);
+* ``trl``: TRL's own ``GRPOTrainer`` (its token-level ``dapo`` loss), the same reward: grpolab's
+  ``final_line`` verifier wrapped as a TRL reward function (``trl_recipe.task_reward``).
+
+One evaluator for all: greedy, on all 219 held-out sums, through grpolab's evaluator and the run's
+collector (``trl_recipe.heldout_accuracy``; ``grpolab train`` calls the same
+``grpolab.train.evaluate.evaluate`` with the same collector in its loop), after the steps in
+``--eval-every`` and the last. Evaluation is outside the timers: a side's wall time is the sum of
+its optimizer steps (sampling, reward, advantages, update), ``time/step`` in grpolab's metrics,
+``on_step_begin -> on_step_end`` in TRL. Step 0 (the base model, identical for all sides) is the
+grpolab run's own step-0 evaluation.
+
+Time to TRL's accuracy: the target is plain TRL's final held-out accuracy (mean of the seeds); on
+each side's seed-mean curve (accuracy and cumulative wall time at each evaluated step) the time of
+the first evaluated step at or above it (:func:`time_to_accuracy`); the ratio is that time over
+plain TRL's own. With evaluations every few steps the times are upper bounds at that resolution.
+
+Each (side, seed) runs in its own process at one torch thread (peak memory is per run), one after
+another, seed by seed, and its result is kept in ``--work``; a rerun skips finished runs, and the
+JSON and page are rewritten after every run (so a cut-short measurement holds exactly the seeds
+that finished: ``complete_seeds``).
+
+    python benchmarks/real_model_vs_trl.py [--seeds 0,1,2] [--sides grpolab,adapter,trl] [--eval-every 5]
+        [--work runs/real_model_vs_trl] [--json docs/results/real_model_vs_trl.json]
+        [--md docs/results/real_model_vs_trl.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+SIDES = ("grpolab", "adapter", "trl")
+LABELS = {"grpolab": "grpolab (own trainer)", "adapter": "TRL + grpolab objective (GrpolabGRPOTrainer)",
+          "trl": "plain TRL GRPOTrainer"}
+#: the record's required keys (:func:`check_record`)
+RECORD_KEYS = ("seeds", "complete_seeds", "sides", "trl_final", "time_to_trl_final_s", "time_to_trl_final_ratio",
+               "command", "commit")
+SIDE_KEYS = ("final", "final_mean", "wall_s", "wall_s_mean", "s_per_step_median", "peak_rss_gib", "curve")
+
+
+# ------------------------------------------------------------------------------------------------
+# pure functions (tests/integrations/test_trl_smollm2_benchmark.py)
+
+
+def time_to_accuracy(curve: list[dict], target: float) -> float | None:
+    """Wall seconds of the first point of ``curve`` (``[{wall_s, accuracy}]``, in step order) whose
+    accuracy reaches ``target``; None if none does."""
+    for point in curve:
+        if point["accuracy"] is not None and point["accuracy"] >= target - 1e-12:
+            return float(point["wall_s"])
+    return None
+
+
+def mean_curve(runs: list[dict], start_accuracy: float | None) -> list[dict]:
+    """The seed-mean curve ``[{step, accuracy, wall_s}]`` over the steps every run evaluated; step 0
+    (wall 0) is ``start_accuracy`` when known."""
+    steps = sorted(set.intersection(*[{p["step"] for p in r["curve"]} for r in runs])) if runs else []
+    out = [{"step": 0, "accuracy": start_accuracy, "wall_s": 0.0}] if start_accuracy is not None else []
+    for s in steps:
+        pts = [next(p for p in r["curve"] if p["step"] == s) for r in runs]
+        out.append({"step": s, "accuracy": statistics.fmean(p["accuracy"] for p in pts),
+                    "wall_s": statistics.fmean(p["wall_s"] for p in pts)})
+    return out
+
+
+def summarize(runs: list[dict], *, seeds: list[int], sides=SIDES, command: str, commit: str,
+              extra: dict | None = None) -> dict:
+    """The JSON record from the per-run results (``run_one``'s output). Only seeds that every side
+    finished count (``complete_seeds``), so the sides are compared on the same seeds."""
+    done = {(r["side"], r["seed"]) for r in runs}
+    complete = [s for s in seeds if all((side, s) in done for side in sides)]
+    by = {side: sorted((r for r in runs if r["side"] == side and r["seed"] in complete), key=lambda r: r["seed"])
+          for side in sides}
+    starts = [r["start_accuracy"] for r in runs if r.get("start_accuracy") is not None]
+    start = starts[0] if starts else None
+    out_sides = {}
+    for side in sides:
+        rs = by[side]
+        if not rs:
+            continue
+        later = [x for r in rs for x in r["step_s"][1:]]
+        out_sides[side] = {
+            "label": LABELS.get(side, side),
+            "final": [r["final"] for r in rs], "final_mean": statistics.fmean(r["final"] for r in rs),
+            "wall_s": [r["wall_s"] for r in rs], "wall_s_mean": statistics.fmean(r["wall_s"] for r in rs),
+            "s_per_step_median": statistics.median(later) if later else None,
+            "first_step_s": [r["step_s"][0] for r in rs],
+            "peak_rss_gib": [r["peak_rss_mb"] / 1024 for r in rs],
+            "cpu_s": [r.get("cpu_s") for r in rs],
+            "curve": mean_curve(rs, start),
+            "per_seed": [{k: r[k] for k in ("seed", "final", "wall_s", "curve", "step_s", "peak_rss_mb",
+                                            "process_wall_s", "load_avg") if k in r} for r in rs],
+        }
+    trl = out_sides.get("trl")
+    target = trl["final_mean"] if trl else None
+    t_to = {side: (time_to_accuracy(v["curve"], target) if target is not None else None)
+            for side, v in out_sides.items()}
+    t_trl = t_to.get("trl")
+    ratio = {side: (t / t_trl if t is not None and t_trl else None) for side, t in t_to.items()}
+    record = {
+        "seeds": complete, "requested_seeds": list(seeds), "complete_seeds": len(complete),
+        "start_accuracy": start, "sides": out_sides, "trl_final": target,
+        "time_to_trl_final_s": t_to, "time_to_trl_final_ratio": ratio,
+        "command": command, "commit": commit,
+    }
+    if extra:
+        record.update(extra)
+    return record
+
+
+def check_record(record: dict) -> None:
+    """Raise ValueError unless ``record`` has the documented schema (issue 46's "done when")."""
+    missing = [k for k in RECORD_KEYS if k not in record]
+    if missing:
+        raise ValueError(f"record lacks {missing}")
+    if not isinstance(record["seeds"], list) or record["complete_seeds"] != len(record["seeds"]):
+        raise ValueError("seeds must list the complete seeds")
+    for side, v in record["sides"].items():
+        lack = [k for k in SIDE_KEYS if k not in v]
+        if lack:
+            raise ValueError(f"side {side!r} lacks {lack}")
+        if len(v["final"]) != len(record["seeds"]) or len(v["wall_s"]) != len(record["seeds"]):
+            raise ValueError(f"side {side!r}: one final and one wall_s per seed")
+    for side, r in record["time_to_trl_final_ratio"].items():
+        if r is not None and not (isinstance(r, float) and r >= 0):
+            raise ValueError(f"time_to_trl_final_ratio[{side!r}] = {r!r}")
+
+
+def markdown(record: dict) -> str:
+    """The results page."""
+    sides, seeds = record["sides"], record["seeds"]
+    lines = [
+        "# grpolab vs TRL on the real SmolLM2 example (issue 46)",
+        "",
+        "SmolLM2-135M-Instruct, `examples/smollm2_sums.yaml` (sums 0..20 in the model's chat template, LoRA r16, "
+        "4 prompts x 8 samples, 12 new tokens, T = 0.7, lr 5e-4, 10 steps), trained three ways with the same "
+        "settings, reward (grpolab's `final_line` verifier) and seeds, one process per run at one torch thread "
+        "on the CPU. Held-out accuracy: greedy on all 219 held-out sums, one evaluator for all three "
+        "(grpolab's, through the run's collector), outside the timers. Script: "
+        "[benchmarks/real_model_vs_trl.py](../../benchmarks/real_model_vs_trl.py); raw record: "
+        "[real_model_vs_trl.json](real_model_vs_trl.json).",
+        "",
+        f"Seeds: {', '.join(map(str, seeds)) or 'none'} ({record['complete_seeds']} of "
+        f"{len(record['requested_seeds'])} requested finished on every side).",
+        "",
+        "| side | held-out accuracy after the last step, per seed | mean | wall s (training steps), per seed "
+        "| median s/step (steps 2+) | peak RSS GiB | time to plain TRL's final accuracy | ratio to plain TRL |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for side, v in sides.items():
+        t = record["time_to_trl_final_s"].get(side)
+        r = record["time_to_trl_final_ratio"].get(side)
+        sps = v["s_per_step_median"]
+        lines.append(
+            f"| {v['label']} | {' / '.join(f'{x:.3f}' for x in v['final'])} | {v['final_mean']:.3f} | "
+            f"{' / '.join(f'{x:.0f}' for x in v['wall_s'])} | {'--' if sps is None else f'{sps:.1f}'} | "
+            f"{max(v['peak_rss_gib']):.2f} | {'not reached' if t is None else f'{t:.0f} s'} | "
+            f"{'--' if r is None else f'{r:.2f}'} |")
+    start = "--" if record["start_accuracy"] is None else f"{record['start_accuracy']:.3f}"
+    target = "--" if record["trl_final"] is None else f"{record['trl_final']:.3f}"
+    steps = [p["step"] for p in next(iter(sides.values()))["curve"]] if sides else []
+    lines += ["", f"Start (base model, step 0): {start}; target = plain TRL's mean final accuracy {target}.", "",
+              "## Seed-mean curves (held-out accuracy @ cumulative training wall seconds)", "",
+              "| side | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|" + "---|" * len(steps)]
+    for side, v in sides.items():
+        lines.append(f"| {side} | " + " | ".join(f"{p['accuracy']:.3f} @ {p['wall_s']:.0f} s" for p in v["curve"])
+                     + " |")
+    lines += ["", "## How it was run", "", "```bash", record["command"], "```", "", f"commit `{record['commit']}`.", ""]
+    if record.get("notes"):
+        lines += [record["notes"], ""]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# one run (in its own process)
+
+
+def _cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_: list[str]) -> dict:
+    """Train one side for one seed; its curve, step times and peak memory."""
+    import grpolab.utils.offline  # noqa: F401  (before transformers/trl)
+    import torch
+
+    torch.set_num_threads(1)
+    from grpolab.config import load_config
+    from grpolab.train.watch import memory_metrics
+
+    t0, c0, load0 = time.time(), _cpu_s(), os.getloadavg()[0]
+    over = [f"trainer.seed={seed}", "task.n_eval=all", *set_]
+    rec: dict = {"side": side, "seed": seed}
+    if side == "grpolab":
+        from grpolab.train import train
+        from grpolab.train.metrics_log import read_metrics
+
+        run_dir = work / f"grpolab_s{seed}"
+        cfg = load_config(config, over + [f"trainer.run_dir={run_dir}", f"trainer.eval_every={eval_every}",
+                                          "trainer.headroom=false", "log.completions_every=0", "log.plots=false",
+                                          "log.progress=false", f"trainer.save_every=1000000"])
+        res = train(cfg, overwrite=True, log=lambda s: print(s, file=sys.stderr))
+        rows = read_metrics(run_dir)
+        step_s = [r["time/step"] for r in rows]
+        cum = 0.0
+        curve = []
+        for r in rows:
+            cum += r["time/step"]
+            if r.get("eval/accuracy") is not None:
+                curve.append({"step": r["step"], "accuracy": r["eval/accuracy"], "wall_s": cum})
+        rec.update(start_accuracy=res.start_accuracy, peak_rss_mb=rows[-1]["memory/peak_rss_mb"])
+    else:
+        import tempfile
+
+        from grpolab.integrations.trl_recipe import StepClock, build_trl_trainer, heldout_accuracy, trl_policy
+
+        cfg = load_config(config, over)
+        curve = []
+        holder = {}
+
+        def after(step, state):
+            if step % eval_every == 0 or step == cfg.trainer.steps:
+                tr = holder["trainer"]
+                ev = heldout_accuracy(trl_policy(tr), tr.processing_class, holder["eval_items"], cfg, holder["fmt"])
+                curve.append({"step": step, "accuracy": ev.accuracy, "wall_s": sum(clock.step_s)})
+                print(f"{side} seed {seed} step {step}: held-out {ev.accuracy:.3f}", file=sys.stderr)
+
+        clock = StepClock(after_step=after)
+        with tempfile.TemporaryDirectory() as tmp:
+            trainer, _, eval_items, fmt = build_trl_trainer(cfg, output_dir=tmp, adapter=side == "adapter",
+                                                            callbacks=[clock], log=lambda s: print(s, file=sys.stderr))
+            holder.update(trainer=trainer, eval_items=eval_items, fmt=fmt)
+            trainer.train()
+        step_s = clock.step_s
+        rec.update(start_accuracy=None, peak_rss_mb=clock.peak_rss_mb[-1],
+                   trl_rewards=[row["reward"] for row in trainer.state.log_history if "reward" in row])
+    rec.update(step_s=step_s, curve=curve, final=curve[-1]["accuracy"], wall_s=sum(step_s),
+               peak_rss_mb_end=memory_metrics()["memory/peak_rss_mb"], cpu_s=_cpu_s() - c0,
+               process_wall_s=time.time() - t0, load_avg=[load0, os.getloadavg()[0]], steps=len(step_s))
+    return rec
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", default="examples/smollm2_sums.yaml")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--sides", default=",".join(SIDES))
+    p.add_argument("--eval-every", type=int, default=5, help="held-out evaluation every N steps (and the last)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="grpolab config override for every side (e.g. trainer.steps=2 for a smoke test)")
+    p.add_argument("--work", default="runs/real_model_vs_trl", help="per-run results and grpolab's run dirs")
+    p.add_argument("--json", default="docs/results/real_model_vs_trl.json")
+    p.add_argument("--md", default="docs/results/real_model_vs_trl.md")
+    p.add_argument("--notes", default="", help="markdown appended to the page")
+    p.add_argument("--report-only", action="store_true", help="rewrite the JSON and page from --work; run nothing")
+    p.add_argument("--one", nargs=2, metavar=("SIDE", "SEED"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    from grpolab.utils.io import atomic_write_json, atomic_write_text
+
+    if args.one:
+        side, seed = args.one[0], int(args.one[1])
+        rec = run_one(side, seed, args.config, args.eval_every, work, args.overrides)
+        atomic_write_json(work / f"{side}_s{seed}.json", rec)
+        return 0
+
+    seeds = [int(s) for s in args.seeds.split(",")]
+    sides = [s for s in args.sides.split(",") if s]
+    unknown = set(sides) - set(SIDES)
+    if unknown:
+        print(f"error: unknown sides {sorted(unknown)}; choose from {', '.join(SIDES)}", file=sys.stderr)
+        return 2
+    command = "python benchmarks/real_model_vs_trl.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+
+    def report():
+        runs = [json.loads(f.read_text()) for f in sorted(work.glob("*_s*.json"))]
+        runs = [r for r in runs if r["side"] in sides and r["seed"] in seeds]
+        if not runs:
+            return
+        rec = summarize(runs, seeds=seeds, sides=sides, command=command.strip(), commit=commit,
+                        extra={"settings": {"config": args.config, "overrides": args.overrides,
+                                            "eval_every": args.eval_every, "torch_threads": 1,
+                                            "cpu_count": os.cpu_count()},
+                               "notes": args.notes})
+        check_record(rec)
+        atomic_write_json(args.json, rec)
+        atomic_write_text(args.md, markdown(rec))
+        for side, v in rec["sides"].items():
+            print(f"{side:8s} final {v['final_mean']:.3f} {v['final']}  wall {v['wall_s_mean']:.0f} s  "
+                  f"ratio {rec['time_to_trl_final_ratio'].get(side)}")
+
+    if not args.report_only:
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        for seed in seeds:
+            for side in sides:
+                out = work / f"{side}_s{seed}.json"
+                if out.exists():
+                    continue
+                cmd = [sys.executable, str(Path(__file__).resolve()), "--one", side, str(seed), "--config", args.config,
+                       "--eval-every", str(args.eval_every), "--work", str(work)]
+                for o in args.overrides:
+                    cmd += ["--set", o]
+                t = time.time()
+                print(f"run {side} seed {seed} ...", file=sys.stderr, flush=True)
+                rc = subprocess.run(cmd, env=env).returncode
+                print(f"run {side} seed {seed}: rc={rc} in {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+                if rc != 0:
+                    return rc
+                report()
+    report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
