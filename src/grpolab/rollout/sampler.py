@@ -305,15 +305,10 @@ def _sampling_spec(sampling: SamplingSpec | None, loose: dict) -> SamplingSpec:
     return sampling if sampling is not None else SamplingSpec(**loose)
 
 
-def _decode(model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int, max_new_tokens: int, u_TB, eos_E,
-            spec: SamplingSpec, *, pad_token_id: int, compact: bool, fused: bool):
-    """The decode loop (under inference mode). Returns ``(tokens [B, T], live [B, T] bool, logp [B, T])``."""
-    temperature, top_p, greedy, top_k, min_p = spec.temperature, spec.top_p, spec.greedy, spec.top_k, spec.min_p
-    repetition_penalty = spec.repetition_penalty
-    device = prompt_ids_NP.device
-    N, P = prompt_ids_NP.shape
-    B = N * G
-
+def _prefill(model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int, capacity: int):
+    """The prompts' forward into a new cache: once per distinct prompt when the cache takes slabs
+    (then copied ``G`` times), else once per row. Returns ``(cache, slabs, logits [N*G, V])`` with
+    the logits of each row's last prompt position."""
     cache = new_cache(model)
     slabs = supports_slabs(cache)
     share_prefill = slabs and G > 1
@@ -332,8 +327,27 @@ def _decode(model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int,
     if share_prefill:
         logits_BV = logits_BV.repeat_interleave(G, dim=0)
     if slabs:  # (otherwise -- old transformers -- the DynamicCache object was updated in place)
-        expand_to_slabs(cache, capacity=P + max_new_tokens, repeats=G if share_prefill else 1)
+        expand_to_slabs(cache, capacity=capacity, repeats=G if share_prefill else 1)
     del out
+    return cache, slabs, logits_BV
+
+
+def _prompt_tokens_seen(prompt_ids_NP, prompt_mask_NP, G: int, V: int) -> torch.Tensor:
+    """``[N*G, V]`` bool: the tokens each row's prompt holds (the repetition penalty's start)."""
+    real = prompt_mask_NP.repeat_interleave(G, dim=0).bool()
+    ids = torch.where(real, prompt_ids_NP.repeat_interleave(G, dim=0), V)  # padding -> a spare column
+    return torch.zeros(real.shape[0], V + 1, dtype=torch.bool, device=real.device).scatter_(1, ids, True)[:, :V]
+
+
+def _decode(model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int, max_new_tokens: int, u_TB, eos_E,
+            spec: SamplingSpec, *, pad_token_id: int, compact: bool, fused: bool):
+    """The decode loop (under inference mode). Returns ``(tokens [B, T], live [B, T] bool, logp [B, T])``."""
+    temperature, top_p, greedy, top_k, min_p = spec.temperature, spec.top_p, spec.greedy, spec.top_k, spec.min_p
+    repetition_penalty = spec.repetition_penalty
+    device = prompt_ids_NP.device
+    N, P = prompt_ids_NP.shape
+    B = N * G
+    cache, slabs, logits_BV = _prefill(model, sig, prompt_ids_NP, prompt_mask_NP, G, P + max_new_tokens)
 
     # attention mask for the whole generation, sliced per step: prompt mask then ones
     attn_BL = torch.cat(
@@ -349,12 +363,9 @@ def _decode(model, sig: ForwardSignature, prompt_ids_NP, prompt_mask_NP, G: int,
     rows_b = torch.arange(B, device=device)  # original row of each row still in the decode batch
     done_b = torch.zeros(B, dtype=torch.bool, device=device)
     check_eos = eos_E.numel() > 0
-    seen_bV = None  # repetition penalty: which tokens each row's prompt and response hold so far
-    if repetition_penalty != 1.0:
-        V = logits_BV.shape[-1]
-        real = prompt_mask_NP.repeat_interleave(G, dim=0).bool()
-        ids = torch.where(real, prompt_ids_NP.repeat_interleave(G, dim=0), V)  # padding -> a spare column
-        seen_bV = torch.zeros(B, V + 1, dtype=torch.bool, device=device).scatter_(1, ids, True)[:, :V]
+    # repetition penalty: which tokens each row's prompt and response hold so far
+    seen_bV = _prompt_tokens_seen(prompt_ids_NP, prompt_mask_NP, G, logits_BV.shape[-1]) \
+        if repetition_penalty != 1.0 else None
     for t in range(max_new_tokens):
         draw = None
         if seen_bV is not None:

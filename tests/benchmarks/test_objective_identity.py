@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 spec = importlib.util.spec_from_file_location(
-    "objective_identity", Path(__file__).parents[1] / "benchmarks" / "objective_identity.py")
+    "objective_identity", Path(__file__).parents[2] / "benchmarks" / "objective_identity.py")
 oi = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(oi)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-spec = importlib.util.spec_from_file_location("run_diff", Path(__file__).parents[1] / "benchmarks" / "run_diff.py")
+spec = importlib.util.spec_from_file_location("run_diff", Path(__file__).parents[2] / "benchmarks" / "run_diff.py")
 rd = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rd)
 

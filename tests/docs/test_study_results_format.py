@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 STUDIES = ["credit_teacher", "aggregation_coupled", "ratio_long", "web_lr_grid"]
 
 

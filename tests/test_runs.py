@@ -14,7 +14,7 @@ from grpolab.cli import main
 from grpolab.runs import open_run
 from grpolab.train.collector import SingleTurnCollector
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat_gsm8k.yaml"
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "chat_gsm8k.yaml"
 CHAT_LINE = "prompts: the tokenizer's chat template"
 ASSISTANT = "<|im_start|>assistant\n"
 FAST = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4", "trainer.steps=1",

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 spec = importlib.util.spec_from_file_location(
-    "aggregation_coupled_tables", Path(__file__).parents[1] / "studies" / "aggregation_coupled_tables.py")
+    "aggregation_coupled_tables", Path(__file__).parents[2] / "studies" / "aggregation_coupled_tables.py")
 act = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(act)
 

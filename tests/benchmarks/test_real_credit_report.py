@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 _spec = importlib.util.spec_from_file_location("bench_real_credit",
-                                               Path(__file__).resolve().parents[1] / "benchmarks" / "real_credit.py")
+                                               Path(__file__).resolve().parents[2] / "benchmarks" / "real_credit.py")
 real_credit = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(real_credit)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "real_model_speed.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "real_model_speed.py"
 
 
 def _mod():

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 spec = importlib.util.spec_from_file_location(
-    "web_lr_grid_tables", Path(__file__).parents[1] / "studies" / "web_lr_grid_tables.py")
+    "web_lr_grid_tables", Path(__file__).parents[2] / "studies" / "web_lr_grid_tables.py")
 wt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(wt)
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-spec = importlib.util.spec_from_file_location("study_json", Path(__file__).parents[1] / "studies" / "study_json.py")
+spec = importlib.util.spec_from_file_location("study_json", Path(__file__).parents[2] / "studies" / "study_json.py")
 sj = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(sj)
 

@@ -4,7 +4,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("metrics_diff", Path(__file__).parents[1] / "benchmarks" / "metrics_diff.py")
+spec = importlib.util.spec_from_file_location("metrics_diff", Path(__file__).parents[2] / "benchmarks" / "metrics_diff.py")
 md = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(md)
 
