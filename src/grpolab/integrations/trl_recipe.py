@@ -28,7 +28,7 @@ optim.warmup_steps, schedule    ``warmup_steps``, ``lr_scheduler_type`` (constan
                                 ``constant_with_warmup``, linear, cosine)
 objective.clip_low / clip_high  ``epsilon`` / ``epsilon_high``
 objective.kl_coef               ``beta``
-objective.advantage             ``scale_rewards``: ``grpo`` -> ``group``, ``dr_grpo`` -> ``none``
+objective.advantage             ``scale_rewards``: ``grpo`` -> ``group``, ``drgrpo`` -> ``none``
 objective.aggregation, ratio,   adapter: ``grpolab_aggregation``, ``grpolab_ratio``,
 dual_clip, clip_power           ``grpolab_dual_clip``, ``grpolab_clip_power``; plain TRL: the
                                 token-level ``dapo`` loss (``aggregation=token, ratio=token``
@@ -54,7 +54,7 @@ __all__ = ["StepClock", "build_trl_trainer", "heldout_accuracy", "save_trl_polic
            "trl_settings", "trl_peft_config"]
 
 _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
-_SCALE_REWARDS = {"grpo": "group", "dr_grpo": "none"}
+_SCALE_REWARDS = {"grpo": "group", "drgrpo": "none"}
 
 
 def _unsupported(cfg: Config) -> list[str]:
@@ -75,6 +75,14 @@ def _unsupported(cfg: Config) -> list[str]:
         if value != getattr(getattr(defaults, section), key):
             bad.append(f"{section}.{key}={value!r}")
     return bad
+
+
+def _checkpointing_key() -> str:
+    """TRL's name for activation (gradient) checkpointing: transformers 5 renamed it."""
+    from trl import GRPOConfig
+
+    names = {f.name for f in dataclasses.fields(GRPOConfig)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
 
 
 def trl_settings(cfg: Config, *, adapter: bool = True) -> dict[str, Any]:
@@ -101,8 +109,8 @@ def trl_settings(cfg: Config, *, adapter: bool = True) -> dict[str, Any]:
         scale_rewards=_SCALE_REWARDS[o.advantage], loss_type="dapo", mask_truncated_completions=o.mask_truncated,
         max_steps=cfg.trainer.steps, seed=cfg.trainer.seed, use_cpu=cfg.model.device == "cpu",
         bf16=cfg.model.dtype == "bfloat16", fp16=cfg.model.dtype == "float16",
-        gradient_checkpointing=bool(cfg.model.gradient_checkpointing),
     )
+    out[_checkpointing_key()] = bool(cfg.model.gradient_checkpointing)
     if adapter:
         out.update(grpolab_aggregation=o.aggregation, grpolab_ratio=o.ratio, grpolab_dual_clip=o.dual_clip,
                    grpolab_clip_power=o.clip_power)
