@@ -87,7 +87,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.dry_run:
         from grpolab.commands import dry_run
 
-        return dry_run(args.config, args.overrides, args.resume)
+        return dry_run(args.config, args.overrides, args.resume, overwrite=args.overwrite)
     return train_command(args.config, args.overrides, resume=args.resume, overwrite=args.overwrite)
 
 
@@ -172,8 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--overwrite", action="store_true", help="start over in a run directory that holds a run "
                    "(deleted only once the new config's model and data load; a warm start built with the "
                    "same settings is kept)")
-    t.add_argument("--dry-run", action="store_true", help="print the resolved config (presets, file, --set "
-                   "and, with --resume, the saved config applied) and exit without running anything")
+    t.add_argument("--dry-run", action="store_true", help="run every check `grpolab train` runs first (run "
+                   "directory, data, model files, prompt lengths), print the resolved config (presets, file, --set "
+                   "and, with --resume, the saved config applied) and exit without training or writing anything")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("sft", help="supervised warm start of the tiny model on task demonstrations")

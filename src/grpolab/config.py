@@ -294,13 +294,13 @@ class RolloutConfig:
     dynamic_sampling: bool = False
     dynamic_sampling_rounds: int = 4
     dynamic_sampling_oversample: float = 1.0
-    # The longest prompt, in tokens (TRL max_prompt_length, verl data.max_prompt_length); 0 = the
-    # model's context (max_position_embeddings) less rollout.max_new_tokens. Checked for every
-    # training and held-out item before any work. A longer prompt is an error naming the item
-    # (prompt_truncation=error, default), or keeps its last (left: the question's end and the chat
-    # template's generation prompt stay) or first (right) max_prompt_tokens tokens, as verl's
-    # data.truncation does.
-    max_prompt_tokens: int = 0
+    # The longest prompt, in tokens (TRL max_prompt_length and verl data.max_prompt_length, both
+    # 512 by default); 0 = the model's context (max_position_embeddings) less max_new_tokens. The
+    # limit in use is never above that context room. Checked for every training and held-out item
+    # before any work: a longer prompt is an error naming the item (prompt_truncation=error,
+    # default), or keeps its last (left: the question's end and the chat template's generation
+    # prompt stay) or first (right) tokens, as verl's data.truncation does.
+    max_prompt_tokens: int = 512
     prompt_truncation: str = "error"
 
     #: Bounds of dynamic sampling: beyond them one step samples for minutes (rounds x oversample x

@@ -61,7 +61,7 @@ KEY_HELP: dict[str, tuple[str, str]] = {
     "rollout.dynamic_sampling": ("", "DAPO dynamic sampling: drop groups whose rewards are all equal, refill"),
     "rollout.dynamic_sampling_rounds": ("1 to 64", "sampling rounds per step at most (the first included)"),
     "rollout.dynamic_sampling_oversample": ("1 to 16", "each round samples ceil(missing groups x this) prompts"),
-    "rollout.max_prompt_tokens": (">= 0", "longest prompt in tokens (0 = the model's context less max_new_tokens); "
+    "rollout.max_prompt_tokens": (">= 0", "longest prompt in tokens (0 = the model's context less max_new_tokens; never above it); "
                                   "checked for every item before any work"),
     "rollout.prompt_truncation": ("", "a longer prompt: error naming the item, or keep its last (left) or "
                                   "first (right) max_prompt_tokens tokens"),

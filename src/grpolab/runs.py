@@ -151,7 +151,7 @@ def open_run(path: str | os.PathLike | None = None, config: str | os.PathLike | 
     """
     from grpolab.models import stop_token_ids
     from grpolab.train.collector import collector_for
-    from grpolab.train.setup import build_policy, resolve_device, resolve_prompt_format
+    from grpolab.train.setup import build_policy, model_context, resolve_device, resolve_prompt_format
 
     cfg, model_dir, run_dir = _source(path, config, overrides)
     if run_dir is not None and model_dir is not None and model_dir.name != "final":  # say so, never silently
@@ -165,7 +165,7 @@ def open_run(path: str | os.PathLike | None = None, config: str | os.PathLike | 
     model, tok, from_scratch = build_policy(model_cfg, seed=cfg.trainer.seed,
                                             device=resolve_device(cfg.model.device))
     model.eval()
-    fmt = resolve_prompt_format(cfg, tok, eval_items + (train or []), log=log)
+    fmt = resolve_prompt_format(cfg, tok, eval_items + (train or []), log=log, context=model_context(model))
     stop_ids = stop_token_ids(model, tok)
     return OpenedRun(config=cfg, model=model, tokenizer=tok, prompt_format=fmt, stop_ids=stop_ids,
                      collector=collector_for(cfg, tok, prompt_format=fmt, stop_ids=stop_ids),

@@ -10,7 +10,7 @@ from grpolab.config import ConfigError, load_config, merge_config
 
 def test_prompt_limit_settings_default_and_choices():
     cfg = load_config()
-    assert cfg.rollout.max_prompt_tokens == 0 and cfg.rollout.prompt_truncation == "error"
+    assert cfg.rollout.max_prompt_tokens == 512 and cfg.rollout.prompt_truncation == "error"
     cfg = load_config(overrides=["rollout.max_prompt_tokens=64", "rollout.prompt_truncation=left"])
     assert (cfg.rollout.max_prompt_tokens, cfg.rollout.prompt_truncation) == (64, "left")
     with pytest.raises(ConfigError, match=r"prompt_truncation='middle'.*error, left, right"):

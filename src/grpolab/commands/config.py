@@ -88,21 +88,20 @@ def config_command(section: str | None = None, *, log: Callable[[str], None] = p
     return 0
 
 
-def dry_run(config: str | None, overrides: list[str], resume: str | None = None, *,
+def dry_run(config: str | None, overrides: list[str], resume: str | None = None, *, overwrite: bool = False,
             log: Callable[[str], None] = print) -> int:
     """Print the config ``grpolab train`` would run with (YAML, presets and overrides applied;
-    with ``resume`` the run's saved config merged with them) and do nothing else."""
+    with ``resume`` the run's saved config merged with them) after every check ``grpolab train``
+    runs before its work (:func:`grpolab.train.checks.check_train`: run directory, device, data,
+    model files and tokenizer, prompt lengths); nothing is trained or written."""
     import yaml
 
-    if resume:
-        from grpolab.train.rundir import RunDir, RunDirError
+    from grpolab.commands.train import resolve_train_config
+    from grpolab.train.checks import check_train
 
-        run = RunDir(resume)
-        if not run.is_run():
-            raise RunDirError(f"--resume {run.path}: no config.yaml there; is it a grpolab run directory?")
-        cfg = run.resume_config(config, overrides)
-    else:
-        cfg = load_config(config, overrides)
-    log(f"# grpolab train --dry-run: the resolved config (run directory {cfg.trainer.run_dir}); nothing was run")
+    cfg = resolve_train_config(config, overrides, resume=resume, overwrite=overwrite)
+    check_train(cfg, resume=bool(resume), overwrite=overwrite)
+    log(f"# grpolab train --dry-run: the resolved config (run directory {cfg.trainer.run_dir}); every check "
+        "`grpolab train` runs first passed; nothing was run")
     log(yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=False).rstrip())
     return 0

@@ -19,25 +19,29 @@ def train_command(config: str | None, overrides: list[str], *, resume: str | Non
     already holds checkpoints or a final model is refused unless ``overwrite``.
     """
     from grpolab.train import train
+    from grpolab.train.checks import check_train
+
+    cfg = resolve_train_config(config, overrides, resume=resume, overwrite=overwrite)
+    check_train(cfg, resume=bool(resume), overwrite=overwrite)  # what --dry-run checks, before any work
+    train(cfg, resume=bool(resume), overwrite=overwrite, log=log)
+    return 0
+
+
+def resolve_train_config(config: str | None, overrides: list[str], *, resume: str | None = None,
+                         overwrite: bool = False):
+    """The config ``grpolab train`` runs with: the file and overrides, or with ``resume`` the run's
+    saved config with them merged on top (refused for a directory that is no run, or with
+    ``overwrite``)."""
     from grpolab.train.rundir import RunDir, RunDirError
 
-    if resume:
-        run = RunDir(resume)
-        if not run.is_run():
-            raise RunDirError(f"--resume {run.path}: no config.yaml there; is it a grpolab run directory?")
-        if overwrite:
-            raise RunDirError("--resume and --overwrite contradict each other; pass one of them")
-        train(run.resume_config(config, overrides), resume=True, log=log)
-        return 0
-    cfg = load_config(config, overrides)
-    run = RunDir(cfg.trainer.run_dir)
-    if (run.latest_checkpoint() is not None or (run.final / "config.json").exists()) and not overwrite:
-        raise RunDirError(
-            f"{run.path} already holds a run. Continue it with `grpolab train --resume {run.path}`, start "
-            f"over with --overwrite (keeps the cached warm start if it was built with the same settings), "
-            f"or pick another directory with --set trainer.run_dir=PATH")
-    train(cfg, overwrite=overwrite, log=log)
-    return 0
+    if not resume:
+        return load_config(config, overrides)
+    run = RunDir(resume)
+    if not run.is_run():
+        raise RunDirError(f"--resume {run.path}: no config.yaml there; is it a grpolab run directory?")
+    if overwrite:
+        raise RunDirError("--resume and --overwrite contradict each other; pass one of them")
+    return run.resume_config(config, overrides)
 
 
 def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite: bool = False,

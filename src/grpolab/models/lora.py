@@ -79,13 +79,21 @@ class LoraSettings:
         return s
 
     def to_peft(self):
-        try:
-            from peft import LoraConfig
-        except ImportError as e:
-            raise ImportError("model.lora needs the peft package: pip install 'grpolab[lora]'") from e
+        require_peft()
+        from peft import LoraConfig
+
         targets = self.target_modules if isinstance(self.target_modules, str) else list(self.target_modules)
         return LoraConfig(r=self.r, lora_alpha=self.alpha, lora_dropout=float(self.dropout),
                           target_modules=targets, bias="none", task_type="CAUSAL_LM")
+
+
+def require_peft() -> None:
+    """Raise ``ImportError`` naming the install command unless ``peft`` can be imported."""
+    try:
+        import peft  # noqa: F401
+    except ImportError:
+        raise ImportError('model.lora needs the peft package, which is not installed: pip install -e ".[lora]" '
+                          "in a clone of grpolab (or pip install 'grpolab[lora]')") from None
 
 
 def _tuner_layers(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
@@ -110,6 +118,7 @@ def apply_lora(model: torch.nn.Module, settings: LoraSettings | dict) -> torch.n
         ValueError: none of ``target_modules`` exists in the model (the message lists its linear
             layer names).
     """
+    require_peft()
     from peft import inject_adapter_in_model
 
     if isinstance(settings, dict):

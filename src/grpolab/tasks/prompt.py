@@ -89,6 +89,11 @@ class PromptFormat:
     chat_template: str = "auto"
     system_prompt: str = ""
     prompt_template: str = "{prompt}"
+    #: The longest item prompt :meth:`encode` returns (0 = no limit) and what happens to a longer
+    #: one (:func:`grpolab.rollout.prompts.truncate_prompt`: error, left, right); set from
+    #: rollout.max_prompt_tokens / rollout.prompt_truncation by the run's setup.
+    max_prompt_tokens: int = 0
+    truncation: str = "error"
 
     def __post_init__(self) -> None:
         if self.chat_template not in CHAT_TEMPLATE_MODES:
@@ -122,8 +127,9 @@ class PromptFormat:
                 "tokenizer_config.json holds one (instruct models do), or set task.chat_template=off")
         if mode == "auto":
             mode = "on" if has else "off"
-        return PromptFormat(chat_template=mode, system_prompt=self.system_prompt,
-                            prompt_template=self.prompt_template)
+        import dataclasses
+
+        return dataclasses.replace(self, chat_template=mode)
 
     def describe(self) -> str:
         """One line naming the resolved format, e.g. for a command's log."""
@@ -186,8 +192,12 @@ class PromptFormat:
         return self.render_messages(self.messages(item), tokenizer)
 
     def encode(self, items: Sequence, tokenizer) -> list[list[int]]:
-        """Token ids of each item's prompt (the trainer's, the evaluator's and the teacher's encoder)."""
-        return [self.encode_messages(self.messages(it), tokenizer) for it in items]
+        """Token ids of each item's prompt (the trainer's and the evaluator's encoder), cut to
+        ``max_prompt_tokens`` as ``truncation`` says (the run's setup has checked every item first)."""
+        from grpolab.rollout.prompts import truncate_prompt
+
+        return [truncate_prompt(self.encode_messages(self.messages(it), tokenizer), self.max_prompt_tokens,
+                                self.truncation) for it in items]
 
     def to_dict(self) -> dict[str, str]:
         return {"chat_template": self.chat_template, "system_prompt": self.system_prompt,

@@ -44,6 +44,7 @@ from grpolab.train.completions import append_jsonl, completion_rows, examples_ta
 from grpolab.train.metric_names import with_verl_names
 from grpolab.train.setup import (
     build_policy,
+    model_context,
     build_task_splits,
     prepare_policy,
     record_sandbox_isolation,
@@ -184,6 +185,14 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     warm start, so that a killed warm start can be continued with ``--resume``. Temporary
     checkpoint folders left by a killed process are removed first.
     """
+    if cfg.model.lora:  # before the model loads and the warm start runs, not after
+        from grpolab.config import ConfigError
+        from grpolab.models.lora import require_peft
+
+        try:
+            require_peft()
+        except ImportError as e:
+            raise ConfigError(str(e)) from None
     run_dir.clean_stale()
     ckpt = run_dir.latest_checkpoint() if resume else None
     if resume and ckpt is None:
@@ -197,7 +206,8 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
         raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} exceeds the task's "
                           f"{len(train_items)} training items; lower it (--set rollout.prompts_per_step=N)")
     policy, tokenizer, from_scratch = build_policy(cfg.model, seed=cfg.trainer.seed, device=device)
-    fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log)
+    fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log,
+                                context=model_context(policy))
     collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_token_ids(policy, tokenizer))
     if overwrite and not resume:
         status, diffs = warm_start_status(run_dir.sft, cfg)

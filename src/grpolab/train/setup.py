@@ -87,19 +87,60 @@ def prepare_policy(cfg: ModelConfig, model):
     return model
 
 
-def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str], None] = print):
-    """The run's :class:`grpolab.tasks.PromptFormat` with ``chat_template`` decided, after checking
-    that every item's prompt encodes (the tiny tokenizer refuses text it cannot encode: the error
-    names the item). Logs one line saying which format the run uses (:func:`prompt_format_line`)."""
+def model_context(model) -> int | None:
+    """The longest sequence ``model`` is made for (``config.max_position_embeddings``; None = unknown)."""
+    n = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and n > 0 else None
+
+
+def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str], None] = print,
+                          context: int | None = None):
+    """The run's :class:`grpolab.tasks.PromptFormat` with ``chat_template`` decided and the prompt
+    limit set, after checking that every item's prompt encodes (the tiny tokenizer refuses text it
+    cannot encode: the error names the item) and fits: ``rollout.max_prompt_tokens``, never above
+    the model's ``context`` (``max_position_embeddings``) less ``rollout.max_new_tokens``
+    (:func:`grpolab.rollout.prompts.prompt_limit`). With ``rollout.prompt_truncation=error`` a
+    longer prompt is a :class:`ConfigError` naming the item, its length and the fixes; with
+    ``left``/``right`` one line says how many prompts are cut. Logs one line saying which format
+    the run uses (:func:`prompt_format_line`)."""
+    import dataclasses
+
+    from grpolab.rollout.prompts import prompt_limit
+
+    ro = cfg.rollout
     try:
         fmt = cfg.task.prompt_format().resolve(tokenizer)
+        limit = prompt_limit(ro.max_prompt_tokens, ro.max_new_tokens, context)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    lengths = []
     for i, it in enumerate(items):
         try:
-            fmt.encode([it], tokenizer)
+            lengths.append(len(fmt.encode([it], tokenizer)[0]))
         except ValueError as e:
             raise ConfigError(f"task {cfg.task.name!r}, prompt of item {i} ({it.prompt[:40]!r}...): {e}") from None
+    room = f"the model's context of {context} tokens less rollout.max_new_tokens={ro.max_new_tokens}"
+    if ro.max_prompt_tokens and limit == ro.max_prompt_tokens:
+        what = f"rollout.max_prompt_tokens={limit}"
+    elif ro.max_prompt_tokens:
+        what = f"{limit}: rollout.max_prompt_tokens={ro.max_prompt_tokens} capped at {room}"
+    else:
+        what = f"{limit}: {room}"
+    long = [i for i, n in enumerate(lengths) if limit and n > limit]
+    if long and ro.prompt_truncation == "error":
+        i = max(long, key=lambda j: lengths[j])
+        meta = getattr(items[i], "meta", None) or {}
+        where = f"row {meta['row']} of {meta['source']}" if "row" in meta and "source" in meta else f"item {i}"
+        raise ConfigError(
+            f"task {cfg.task.name!r}: {len(long)} of {len(items)} prompts are longer than the limit, the longest "
+            f"{where} ({items[i].prompt[:40]!r}...) with {lengths[i]} tokens; the limit is {what}. Shorten or "
+            f"drop those rows, raise rollout.max_prompt_tokens (a long prompt costs memory in every sample of "
+            f"its group), or set rollout.prompt_truncation=left (keep each prompt's last tokens) or right")
+    if long:
+        log(f"prompts: {len(long)} of {len(items)} longer than {limit} tokens are cut "
+            f"(rollout.prompt_truncation={ro.prompt_truncation}: their {'last' if ro.prompt_truncation == 'left' else 'first'} "
+            f"{limit} tokens are kept)")
+    fmt = dataclasses.replace(fmt, max_prompt_tokens=limit, truncation=ro.prompt_truncation)
     log(prompt_format_line(cfg, fmt))
     return fmt
 

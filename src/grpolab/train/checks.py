@@ -1,0 +1,105 @@
+"""What ``grpolab train`` checks before any work, and ``grpolab train --dry-run`` runs alone.
+
+:func:`check_train` is one function so that the two cannot drift apart: every refusal the
+trainer would give for the config, the data, the model, the prompts or the run directory is
+given here, before a model is trained (or, for a dry run, before anything is written).
+:func:`check_writable` is the output check every command runs before its work.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from grpolab.config import Config, ConfigError
+
+__all__ = ["check_train", "check_writable", "tokenizer_and_context"]
+
+
+def check_writable(path: str | os.PathLike, what: str, *, directory: bool = False) -> Path:
+    """Refuse (:class:`ConfigError`) an output ``path`` that cannot be written: a file in the way of
+    a directory (``directory=True``), a directory in the way of a file, or a nearest existing
+    parent that is not a writable directory. Nothing is created. Returns ``Path(path)``."""
+    p = Path(path)
+    if p.exists():
+        if directory and not p.is_dir():
+            raise ConfigError(f"{what} {str(p)!r} is a file, not a directory; pick another path")
+        if not directory and p.is_dir():
+            raise ConfigError(f"{what} {str(p)!r} is a directory; give a file path")
+        if not os.access(p if p.is_dir() else p.parent, os.W_OK):
+            raise ConfigError(f"{what} {str(p)!r} is not writable; pick another path")
+        return p
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{what} {str(p)!r} cannot be created: {str(parent)!r} is a file; pick another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{what} {str(p)!r} cannot be created: {str(parent)!r} is not writable; "
+                          "pick another path")
+    return p
+
+
+def tokenizer_and_context(cfg: Config):
+    """``(tokenizer, context)`` of the configured model without loading its weights when it is a
+    Hugging Face directory (its tokenizer files and config.json); a GGUF file or an adapter
+    directory is loaded whole. Raises :class:`ConfigError` for a path that is no model."""
+    from grpolab.train.setup import build_policy, model_context, resolve_device
+
+    m = cfg.model
+    path = Path(m.path) if m.path else None
+    if path is not None and path.is_dir() and (path / "config.json").is_file():
+        import json
+
+        from grpolab.models.io import _check_model_dir
+
+        try:
+            _check_model_dir(path)
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(path))
+            context = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"model.path={m.path!r}: {' '.join(str(e).split())}") from None
+        return tok, context if isinstance(context, int) and context > 0 else None
+    if path is None:  # the tiny model: its tokenizer and its configured context, no weights built
+        from grpolab.models import PRINTABLE_ALPHABET, TinyModelConfig, build_tokenizer
+
+        tok = build_tokenizer(PRINTABLE_ALPHABET if m.tokenizer_alphabet == "printable" else None)
+        return tok, TinyModelConfig().max_position_embeddings
+    model, tok, _ = build_policy(m, seed=cfg.trainer.seed, device=resolve_device("cpu"))
+    return tok, model_context(model)
+
+
+def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
+                log: Callable[[str], None] | None = None) -> None:
+    """Every check ``grpolab train`` runs before its work: the run directory (occupied without
+    ``--overwrite``, not writable), the device, LoRA's package, the task's data and its size, the
+    model's files and tokenizer, and every prompt against the prompt limit. Raises
+    :class:`ConfigError` (or its :class:`~grpolab.train.rundir.RunDirError`) for the first problem."""
+    from grpolab.train.rundir import RunDir, RunDirError
+    from grpolab.train.setup import build_task_splits, resolve_device, resolve_prompt_format
+
+    quiet = log if log is not None else (lambda _s: None)
+    run = RunDir(cfg.trainer.run_dir)
+    if not resume and not overwrite and (run.latest_checkpoint() is not None or (run.final / "config.json").exists()):
+        raise RunDirError(
+            f"{run.path} already holds a run. Continue it with `grpolab train --resume {run.path}`, start "
+            f"over with --overwrite (keeps the cached warm start if it was built with the same settings), "
+            f"or pick another directory with --set trainer.run_dir=PATH")
+    check_writable(run.path, "trainer.run_dir", directory=True)
+    resolve_device(cfg.model.device)
+    if cfg.model.lora:
+        from grpolab.models.lora import require_peft
+
+        try:
+            require_peft()
+        except ImportError as e:
+            raise ConfigError(str(e)) from None
+    train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed, log=quiet)
+    if len(train_items) < cfg.rollout.prompts_per_step:
+        raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} exceeds the task's "
+                          f"{len(train_items)} training items; lower it (--set rollout.prompts_per_step=N)")
+    tok, context = tokenizer_and_context(cfg)
+    resolve_prompt_format(cfg, tok, list(train_items) + list(eval_items), log=quiet, context=context)
