@@ -21,7 +21,7 @@ from grpolab.rewards import SandboxLimits, run_sandboxed
 def runner(request):
     if request.param == "root":
         pool, uid = request.getfixturevalue("isolated")
-        return lambda src: run_sandboxed(src, pool=pool, mode="forkserver", timeout_s=5.0)
+        return lambda src: run_sandboxed(src, pool=pool, mode="strict", timeout_s=5.0)
     server, uid = request.getfixturevalue("unprivileged_server")
     return lambda src: server.run(src, "", SandboxLimits(timeout_s=5.0))
 
@@ -44,20 +44,19 @@ for name, fam, typ, proto in (("vsock", 40, socket.SOCK_STREAM, 0),
         out[name] = "OK"
     except OSError as e:
         out[name] = e.errno
-out["if_nameindex"] = socket.if_nameindex()
 print(json.dumps(out))
 '''
 
 
-def test_only_inet_and_netlink_route_sockets_can_be_made(runner):
+def test_no_socket_of_any_family_can_be_made(runner):
+    # issue 42: socket buffers held memory outside the limit, so no family is left (the
+    # network namespace had only a downed loopback anyway)
     r = runner(SOCKETS)
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
     for name in ("vsock", "netlink_uevent", "netlink_audit", "netlink_sock_diag", "packet",
-                 "alg", "unix"):
+                 "alg", "unix", "inet", "inet6", "netlink_route"):
         assert out[name] == 1, (name, out[name])  # EPERM from the filter
-    assert out["inet"] == out["inet6"] == out["netlink_route"] == "OK", out
-    assert out["if_nameindex"] == [[1, "lo"]]
 
 
 PTY_AND_LOCKS = r'''

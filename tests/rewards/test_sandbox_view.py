@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from grpolab.rewards import SandboxLimits
-from grpolab.rewards.sandbox import ForkServer, SandboxError
+from grpolab.rewards.sandbox import ForkServer, SandboxError, SandboxPool
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 UNPRIVILEGED_UID = 4242  # as tests/rewards/conftest.py's unprivileged_server
@@ -61,33 +61,26 @@ def _make_venv(base_python: str) -> Path:
 
 @pytest.fixture(scope="module", params=["root", "unprivileged"])
 def venv_server(request):
-    """``(server, site-packages path)``: a fork server whose interpreter is a venv under /tmp."""
+    """``(pool, site-packages path)``: a sandbox pool whose interpreter is a venv under /tmp."""
+    user = "auto"
     if request.param == "root":
         if os.geteuid() != 0:
             pytest.skip("the root mode needs root")
         venv = _make_venv(os.path.realpath(sys._base_executable))
-        launcher = [str(venv / "bin" / "python")]
     else:
         if not os.access(SYSTEM_PYTHON, os.X_OK):
             missing_isolation(f"needs {SYSTEM_PYTHON} for a venv of another user")
         venv = _make_venv(SYSTEM_PYTHON)
-        launcher = [str(venv / "bin" / "python")]
         if os.geteuid() == 0:
-            if not shutil.which("setpriv"):
-                missing_isolation("needs setpriv to start a server as another user")
-            launcher = ["setpriv", "--reuid", str(UNPRIVILEGED_UID), "--regid",
-                        str(UNPRIVILEGED_UID), "--clear-groups", *launcher]
+            user = UNPRIVILEGED_UID
     site = str(next(venv.glob("lib/python3*/site-packages")))
-    try:
-        server = ForkServer(launcher=launcher, disk_mb=32)
-    except SandboxError as exc:
-        shutil.rmtree(venv.parent, ignore_errors=True)
-        missing_isolation(f"a sandbox server from a venv under /tmp would not start: {exc}")
+    server = SandboxPool(size=1, python=str(venv / "bin" / "python"), user=user)
+    feats = server.features()
     needed = {"mountns", "readonly_fs", "private_dirs", "pidns", "seccomp"}
-    if not needed <= set(server.features):
+    if not needed <= set(feats):
         server.close()
         shutil.rmtree(venv.parent, ignore_errors=True)
-        missing_isolation(f"isolation {sorted(needed - set(server.features))} unavailable: "
+        missing_isolation(f"isolation {sorted(needed - set(feats))} unavailable: "
                           f"{server.notes}")
     yield server, site
     server.close()
@@ -97,17 +90,12 @@ def venv_server(request):
 def _code(server, program, tests, **options):
     import grpolab.rewards.code as code_mod
 
-    original = code_mod.run_sandboxed
-
-    def via_server(source, **kw):
-        kw.pop("mode", None)
-        return original(source, pool=server, mode="forkserver", **kw)
-
-    code_mod.run_sandboxed = via_server
+    original = code_mod.POOL
+    code_mod.POOL = server
     try:
         return code_mod.code_reward(program, tests, **options)
     finally:
-        code_mod.run_sandboxed = original
+        code_mod.POOL = original
 
 
 #: Imported in the judge, this marks every test passed from _judge's own frame.
@@ -220,6 +208,9 @@ WALK = r'''
 import json, os, sys
 files, dirs = [], []
 for root, ds, fs in os.walk("/"):
+    if root == "/proc":  # the sandbox's own procfs: its own process only, no host file
+        ds[:] = []
+        continue
     if root in sys.path or root.startswith("/sandbox/packages/"):
         ds[:] = []
         dirs.append(root)
@@ -232,7 +223,7 @@ print(json.dumps({"files": files, "dirs": dirs, "path": sys.path, "exe": sys.exe
 
 def test_the_view_holds_only_the_interpreter_and_its_libraries(venv_server):
     server, site = venv_server
-    assert "minimal_fs" in server.features, server.notes
+    assert "minimal_fs" in server.features(), server.notes
     r = server.run(WALK, "", SandboxLimits(timeout_s=10.0))
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)
@@ -277,24 +268,23 @@ def test_the_default_pool_hides_the_project_too(isolated, host_dir):
     secret.write_text("42")
     secret.chmod(0o644)
     r = run_sandboxed(f"import os\nprint(os.path.exists({str(secret)!r}), sorted(os.listdir('/')))",
-                      pool=pool, mode="forkserver")
+                      pool=pool, mode="strict")
     exists, listing = r.stdout.split(" ", 1)
     assert exists == "False", r.stderr
     assert not {"home", "work", "var", "run", "opt", "mnt", "srv", "boot"} & set(eval(listing))
 
 
-def test_later_servers_reuse_the_first_one_s_view():
-    first = ForkServer(disk_mb=32)
+def test_later_pools_reuse_the_first_one_s_view():
+    from grpolab.rewards.sandbox import runner
+
+    first = SandboxPool(size=1)
+    second = SandboxPool(size=1)
     try:
-        second = ForkServer(disk_mb=32)
-        try:
-            views = [a for a in second.proc.args if a.startswith("--view=")]
-            assert len(views) == 1  # the first server's spec, not computed again
-            spec = json.loads(views[0][len("--view="):])
-            assert second.features == first.features and second.packages == first.packages
-            r = second.run("import sys\nprint(sys.path)", "", SandboxLimits())
-            assert r.stdout == f"{spec['sys_path']}\n", r.stderr
-        finally:
-            second.close()
+        spec = first.launcher().spec
+        assert second.launcher().spec is spec  # computed once per interpreter and allow-list
+        r = second.run("import sys\nprint(sys.path)", "", SandboxLimits())
+        assert r.stdout == f"{spec['sys_path']}\n", r.stderr
+        assert len([k for k in runner._SPECS if k[0] == first.launcher().python]) == 1
     finally:
+        second.close()
         first.close()

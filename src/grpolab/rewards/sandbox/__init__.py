@@ -156,8 +156,8 @@ def isolation_of(features, notes=(), limits=None, packages=()) -> SandboxIsolati
     limits = dict(limits or {})
     features = tuple(features)
     missing = [f for f in REQUIRED_FEATURES if f not in features]
-    mode = ("bubblewrap, root: programs under a uid of their own" if "uid" in features else
-            "bubblewrap: programs in a user namespace" if "userns" in features else
+    mode = ("root, bubblewrap: programs under a uid of their own" if "uid" in features else
+            "unprivileged, bubblewrap: programs in a user namespace" if "userns" in features else
             "no sandbox")
     if missing:
         why = "; ".join(notes) if notes else "no reason given"

@@ -246,7 +246,12 @@ def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxR
     out = bytes(p.out["stdout"]).decode("utf-8", "replace")
     err = bytes(p.out["stderr"]).decode("utf-8", "replace")
     labels = [r.get("exit") for r in recs[1:2] if isinstance(r, dict)] if p.killed != "timeout" else []
-    if p.killed == "timeout" or (rc == -9 and p.cpu_s >= limits.cpu_limit_s - 0.05):
+    # a SIGKILL the host did not send comes from the kernel (RLIMIT_CPU): the program, PID 1
+    # of its namespace, cannot SIGKILL itself
+    cpu_kill = rc == -9 and p.killed in ("", "peer_done") and p.cpu_s >= 0.5 * limits.cpu_limit_s
+    if cpu_kill:  # the kernel's own (exact) accounting reached RLIMIT_CPU = ceil(cpu_s)
+        p.cpu_s = max(p.cpu_s, float(limits.rlimits()["RLIMIT_CPU"]))
+    if p.killed == "timeout" or cpu_kill:
         reason = "timeout"
     elif p.over:
         reason = "output_limit"
@@ -261,7 +266,7 @@ def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxR
     detail = ""
     if reason == "timeout":
         detail = (f"CPU time over {limits.cpu_limit_s:g} s" if p.cpu_s > limits.cpu_limit_s
-                  else f"wall-clock limit of {limits.timeout_s:g} s")
+                  or cpu_kill else f"wall-clock limit of {limits.timeout_s:g} s")
     elif reason == "killed":
         try:
             detail = f"killed by {signal.Signals(-rc).name}"

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpolab.rewards.sandbox import seccomp
+from grpolab.rewards.sandbox import seccomp, view
 from grpolab.rewards.sandbox.limits import SandboxError, SandboxLimits
 from grpolab.rewards.sandbox.protocol import FrameReader
 
@@ -64,6 +64,9 @@ exec(marshal.loads(q['code']) if q['code'] else compile(q['src'],'harness.py','e
 del a,t,k,f,rd,marshal
 h.boot(q)
 """
+#: Environment besides PATH/LANG/HOME: RLIMIT_AS counts reserved address space, so no 64 MB
+#: malloc arena per thread and no OpenBLAS thread pool (whose buffers would eat the budget).
+ENV = {"MALLOC_ARENA_MAX": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 #: Seconds past the deadline the supervisor still drains pipes after killing.
 DRAIN_S = 0.3
 #: Cap on a sandbox's report channel (fd 4), bytes.
@@ -93,8 +96,6 @@ class Launcher:
         self.python = python or sys.executable
         self.user = user
         self.spec = _view_spec(self.python, packages)
-        from grpolab.rewards.sandbox import view  # noqa: PLC0415
-
         self.staged = view.stage(self.spec)
         self.filter = seccomp.filter_bytes() if seccomp.supported() else b""
         self.harness = _harness_payload(self.python)
@@ -110,8 +111,10 @@ class Launcher:
                 "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
         for src, dst in self.staged["binds"]:
             args += ["--ro-bind", src, dst]
-        args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
-        return args
+        args += ["--proc", "/proc", "--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
+        for dev in view.VIEW_DEVICES:  # no ptmx, pts, shm: five device nodes
+            args += ["--dev-bind", dev, dev]
+        return args + ["--remount-ro", "/dev"]
 
     def argv(self, limits: SandboxLimits, fds: list[int], seccomp_fd: int | None,
              info_fd: int) -> list[str]:
@@ -120,6 +123,8 @@ class Launcher:
                  "--remount-ro", "/", "--chdir", "/tmp", "--clearenv",
                  "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
                  "--setenv", "HOME", "/tmp", "--info-fd", str(info_fd)]
+        for k, v in ENV.items():
+            args += ["--setenv", k, v]
         if seccomp_fd is not None:
             args += ["--seccomp", str(seccomp_fd)]
         args += ["--", self.spec["executable"], "-I", "-S", "-c", BOOT, *map(str, fds)]
