@@ -159,9 +159,10 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         if state.step % tr.eval_every == 0 or state.step == tr.steps:
             row.update(evaluate_now(state, collector, eval_items, cfg))
         metrics_log.log(state.step, with_verl_names(row) if cfg.log.metric_names == "both" else row)
-        progress.update(1)
+        # the figures of the step just finished, set before the line (or bar) for it is drawn
         progress.set_postfix(reward=f"{row['reward/mean']:.2f}", acc=f"{row['accuracy']:.2f}",
                              eval=f"{state.history['eval'][-1]['accuracy']:.2f}", s=f"{row['time/step']:.1f}")
+        progress.update(1)
         if state.step % tr.save_every == 0 or state.step == tr.steps:
             state.seconds = earlier + time.time() - t_start
             save_checkpoint(run_dir.path, state.step, state.policy, state.tokenizer, state.state_dict(),
