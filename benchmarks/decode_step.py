@@ -24,8 +24,6 @@ Writes benchmarks/results/decode_step.json (atomically).
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -34,6 +32,7 @@ import torch
 
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.rollout import sample
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "decode_step.json"
@@ -63,25 +62,6 @@ def step_ms(model, tok, prompts, fused: bool) -> float:
     t2 = time.perf_counter()
     return ((t2 - t1) - (t1 - t0)) / NEW * 1e3
 
-
-def mm_rate(m: int, k: int, n: int, seconds: float = 0.3) -> float:
-    """GFLOP/s of ``[m, k] @ [k, n]`` in float32 (median of batches of calls over ~``seconds``)."""
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    for _ in range(3):
-        a @ b
-    t = time.perf_counter()
-    reps = 0
-    while time.perf_counter() - t < 0.05:
-        a @ b
-        reps += 1
-    rates = []
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end or len(rates) < 3:
-        t = time.perf_counter()
-        for _ in range(reps):
-            a @ b
-        rates.append(2 * m * k * n * reps / (time.perf_counter() - t) / 1e9)
-    return statistics.median(rates)
 
 
 def step_flops(model, prompts) -> dict:
@@ -132,18 +112,17 @@ def main(argv=None) -> int:
     times = {"fused": [], "hf": []}
     peak, shape_rates = [], []
     for _ in range(a.repeats):  # interleaved: machine load hits all measurements alike
-        peak.append(mm_rate(1024, 1024, 1024, 0.2))
+        peak.append(bench.matmul_gflops(1024, 1024, 1024, seconds=0.2))
         for name, fused in (("fused", True), ("hf", False)):
             times[name].append(step_ms(model, tok, prompts, fused))
         shapes = fl["gemm_shapes_per_layer"]
-        t_gemm = sum(2 * m * k * n / (mm_rate(m, k, n, 0.05) * 1e9) for m, k, n in shapes) * model.config.num_hidden_layers
+        t_gemm = sum(2 * m * k * n / (bench.matmul_gflops(m, k, n, seconds=0.05) * 1e9) for m, k, n in shapes) * model.config.num_hidden_layers
         m, k, n = fl["head_shape"]
-        t_gemm += 2 * m * k * n / (mm_rate(m, k, n, 0.05) * 1e9)
+        t_gemm += 2 * m * k * n / (bench.matmul_gflops(m, k, n, seconds=0.05) * 1e9)
         shape_rates.append(fl["linear"] / t_gemm / 1e9)
     peak_rate, shape_rate = statistics.median(peak), statistics.median(shape_rates)
     res = {
-        "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
-                    "torch": torch.__version__, "loadavg": os.getloadavg()},
+        "machine": bench.machine(),
         "setting": {"rows": N_PROMPTS * GROUP, "new_tokens": NEW, "model": "TinyModelConfig()",
                     "prompt_lengths": [len(x) for x in prompts]},
         "flops_per_step": fl,
@@ -160,7 +139,7 @@ def main(argv=None) -> int:
     if not a.no_profile:
         res["profile"] = {"fused": profile(model, tok, prompts, True), "hf": profile(model, tok, prompts, False)}
     print(f"decode step, batch {N_PROMPTS * GROUP}, tiny default model, torch threads {torch.get_num_threads()}, "
-          f"load average {os.getloadavg()[0]:.2f}; {a.repeats} interleaved repeats")
+          f"load average {bench.load_average()}; {a.repeats} interleaved repeats")
     print(f"FLOPs per step {fl['total'] / 1e6:.1f} M (linear {fl['linear'] / 1e6:.1f} M, attention "
           f"{fl['attention'] / 1e6:.1f} M); matmul 1024^3 {peak_rate:.1f} GFLOP/s, the step's GEMM shapes "
           f"{shape_rate:.1f} GFLOP/s -> floor {res['floor_peak_ms']:.2f} ms (peak) / {res['floor_shapes_ms']:.2f} ms (shapes)")

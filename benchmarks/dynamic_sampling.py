@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ import torch
 from grpolab.config import load_config
 from grpolab.train import train
 from grpolab.train.metrics_log import read_metrics
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 VARIANTS = {"grpo": [], "dynamic": ["rollout.dynamic_sampling=true"]}
@@ -91,7 +91,7 @@ def main() -> None:
             for v in VARIANTS:
                 runs.append(run(ws, root, s, p, v, args.steps))
                 atomic_write_json(out, {"command": "python " + " ".join(sys.argv), "commit": commit,
-                                        "machine": {"platform": platform.platform(), "threads": args.threads},
+                                        "machine": bench.machine(threads=args.threads),
                                         "warm_start_s": ws_s, "complete": False, "runs": runs})
     print(f"warm start {ws_s:.0f} s; {args.steps} RL steps per run, {args.threads} thread(s)")
     print("| prompts/step | seed | trained groups with signal (plain -> dynamic) | steps without signal | "
@@ -109,7 +109,7 @@ def main() -> None:
                   f"{a['mean_step_s']:.2f} / {b['mean_step_s']:.2f} ({b['mean_step_s'] / a['mean_step_s']:.2f}x) | "
                   f"{a['final_accuracy']:.3f} / {b['final_accuracy']:.3f} (start {a['start_accuracy']:.3f}) |")
     atomic_write_json(out, {"command": "python " + " ".join(sys.argv), "commit": commit,
-                            "machine": {"platform": platform.platform(), "threads": args.threads},
+                            "machine": bench.machine(threads=args.threads),
                             "warm_start_s": ws_s, "complete": True, "runs": runs})
     print(f"wrote {out}")
 

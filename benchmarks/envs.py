@@ -20,16 +20,15 @@ import argparse
 import collections
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import torch
 
 from grpolab.runs import greedy_episodes
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -136,8 +135,7 @@ def main() -> None:
     out = Path(args.out)
     data = json.loads(out.read_text()) if out.exists() else {}
     data[args.env] = {
-        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "load_avg": os.getloadavg(), "platform": platform.platform(), "torch": torch.__version__},
+        "machine": bench.machine(),
         "config": config, "train_overrides": args.extra, "warm_start": sft_info, "n_eval": args.n_eval,
         "start": start, "runs": runs, "mean_change": mean_change,
     }

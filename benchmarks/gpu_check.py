@@ -46,6 +46,8 @@ from pathlib import Path
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
+from grpolab.utils import bench
+
 #: Dense bf16 tensor-core peaks (FLOP/s), by a substring of ``torch.cuda.get_device_name()``.
 BF16_PEAK = [
     ("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("GH200", 989e12), ("B200", 2250e12),
@@ -93,10 +95,6 @@ def reset_peak(device: torch.device) -> None:
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def n_params(model) -> int:
-    """Parameters counted once: ``parameters()`` already skips tied (shared) tensors."""
-    return sum(p.numel() for p in model.parameters())
-
 
 def build_model(args, device, dtype, shape):
     """``(model, tokenizer)``: the real model of ``--model``, else the random chat model of ``shape``."""
@@ -138,7 +136,7 @@ def rollout_vs_hf(args, device, dtype, shape) -> dict:
     B = len(prompts) * G
     g = B * T / statistics.median(times["grpolab"])
     h = B * T / statistics.median(times["hf_generate"])
-    flops = 2 * n_params(model)
+    flops = 2 * bench.param_count(model)
     peak = peak_flops(device, args.peak_tflops)
     del model
     return {"rows": B, "max_new_tokens": T, "seconds": times, "grpolab_tok_s": g, "hf_generate_tok_s": h,
@@ -156,7 +154,7 @@ def run_one(method: str, lora: bool, args, device, dtype, shape) -> dict:
     model, tok = build_model(args, device, dtype, shape)
     if args.attn:
         model.config._attn_implementation = args.attn
-    N = n_params(model)
+    N = bench.param_count(model)
     if lora:
         apply_lora(model, {"r": args.lora_r, "alpha": 2 * args.lora_r})
     trainable, total = parameter_counts(model)

@@ -12,11 +12,11 @@ Prints a table and writes benchmarks/results/micro_batch.json.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 from pathlib import Path
 
 import performance as perf
+from grpolab.utils import bench
 
 
 def main() -> None:
@@ -45,7 +45,7 @@ def main() -> None:
     print("\n| micro_batch_tokens | update s (median) | useful GFLOP/s (median) |\n|---|---|---|")
     for b, r in summary.items():
         print(f"| {b} | {r['median_update_s']:.3f} | {r['median_gflops']:.1f} |")
-    perf.atomic_write_json(args.out, {"rounds": rows, "summary": summary, "load_avg_at_end": os.getloadavg()})
+    bench.write_json(args.out, {"rounds": rows, "summary": summary, "machine": bench.machine()})
     print(f"wrote {args.out}")
 
 

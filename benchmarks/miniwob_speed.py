@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from grpolab.envs import make_env, step_envs
 from grpolab.envs.miniwob import MiniWoBPool, shared_pool
 from grpolab.tasks import get_task
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 ONE_STEP = ["click-test-2", "click-button", "click-link", "click-dialog", "focus-text", "click-tab"]
@@ -121,7 +121,7 @@ def main() -> None:
     print(f"\nbrowser memory (PSS per browser tree, MiB): {memory}; episodes played: {episodes}")
     atomic_write_json(args.out, {"rows": rows, "memory_pss_mib": memory, "episodes": episodes,
                                  "prompts": args.prompts, "group_size": args.group_size, "rounds": args.rounds,
-                                 "cpus": os.cpu_count(), "load": os.getloadavg(), "python": platform.python_version()})
+                                 "machine": bench.machine()})
 
 
 if __name__ == "__main__":

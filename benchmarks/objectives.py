@@ -14,7 +14,6 @@ benchmarks/results/objectives.json (atomically: temp file + os.replace).
 from __future__ import annotations
 
 import argparse
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from grpolab.objectives import policy_loss
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 HERE = Path(__file__).resolve().parent
@@ -158,8 +158,7 @@ def main(argv=None) -> int:
         benchmark="objectives.policy_loss forward+backward",
         config=dict(B=args.B, T=args.T, dtype="float32", group_size=8, repeats=args.repeats,
                     policy_tokens=n_tok, small_B=args.small_B, small_T=args.small_T,
-                    torch=torch.__version__, threads=torch.get_num_threads(),
-                    python=platform.python_version(), machine=platform.machine()),
+                    machine=bench.machine()),
         target=f"every combination within {TARGET_X:g}x of token/token",
         target_met=ok,
         results=rows,

@@ -35,8 +35,6 @@ Prints tables and writes ``benchmarks/results/performance.json``.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import resource
 import statistics
 import time
@@ -54,6 +52,7 @@ from grpolab.train.optim import build_optimizer, build_scheduler
 from grpolab.train.setup import build_task_splits
 from grpolab.train.warm_start import sft_from_config
 from grpolab.train.text import decode_responses, encode_prompts
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 
@@ -61,29 +60,13 @@ from grpolab.utils.io import atomic_write_json
 # 1. the machine's matmul ceiling
 
 
-def matmul_gflops(m: int, k: int, n: int, *, seconds: float = 1.0) -> float:
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    for _ in range(3):
-        a @ b
-    reps, t0 = 0, time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        a @ b
-        reps += 1
-    return 2 * m * k * n * reps / (time.perf_counter() - t0) / 1e9
-
-
 # ---------------------------------------------------------------------------------------------
 # FLOP accounting
 
 
-def linear_params(model) -> int:
-    """Weights that multiply activations: every nn.Linear (q/k/v/o, MLP, LM head)."""
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-
-
 def forward_flops(model, lengths: list[int]) -> float:
     cfg = model.config
-    n_lin = linear_params(model)
+    n_lin = bench.linear_param_count(model)
     d, L = cfg.hidden_size, cfg.num_hidden_layers
     return float(sum(2 * n_lin * n + L * 4 * d * n * (n + 1) / 2 for n in lengths))
 
@@ -226,9 +209,9 @@ def main() -> None:
 
     # 1. the ceiling
     sizes = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]
-    peak = {f"{m}x{k}x{n}": matmul_gflops(m, k, n) for m, k, n in sizes}
+    peak = {f"{m}x{k}x{n}": bench.matmul_gflops(m, k, n, seconds=1.0) for m, k, n in sizes}
     ceiling = max(peak.values())
-    model_shaped = matmul_gflops(2048, 192, 512)
+    model_shaped = bench.matmul_gflops(2048, 192, 512, seconds=1.0)
     print(f"\nmatmul float32, {torch.get_num_threads()} threads: "
           + ", ".join(f"{k}: {v:.1f} GFLOP/s" for k, v in peak.items())
           + f"; model-shaped 2048x192x512: {model_shaped:.1f} GFLOP/s; ceiling = {ceiling:.1f}")
@@ -289,10 +272,7 @@ def main() -> None:
                   f"{r['update_tokens_per_s']:.0f} |")
 
     out = {
-        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "python": platform.python_version(),
-                    "processor": platform.processor() or platform.machine(),
-                    "load_avg_at_end": os.getloadavg()},
+        "machine": bench.machine(),
         "matmul_gflops": peak, "matmul_model_shaped_gflops": model_shaped, "ceiling_gflops": ceiling,
         "default": d, "scaling": {a: {str(k): v for k, v in r.items()} for a, r in scale.items()},
     }

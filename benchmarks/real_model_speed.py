@@ -74,6 +74,8 @@ from pathlib import Path
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
+from grpolab.utils import bench
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE.parent / "docs" / "results" / "real_model_speed.json"
 QUESTIONS = [
@@ -93,25 +95,6 @@ PARTS = ("rollout", "update", "trl", "rss")
 #: the TRL side of the comparison runs with glibc's mmap threshold at 32 MiB, where glibc's dynamic
 #: threshold settles in a torch process (a TRL user's process does not call bound_heap)
 TRL_MMAP_THRESHOLD = 32 * 2**20
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def mm_gflops(n: int = 1024, reps: int = 10) -> float:
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    for _ in range(2):
-        a @ b
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b
-    return 2 * n**3 * reps / (time.perf_counter() - t) / 1e9
-
-
-def n_params(model) -> int:
-    """Parameters counted once: ``parameters()`` already skips tied (shared) tensors."""
-    return sum(p.numel() for p in model.parameters())
 
 
 def chat_prompts(tok, n: int) -> list[list[int]]:
@@ -197,10 +180,10 @@ def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
         for side in order:
             fn = time_grpolab if side == "grpolab" else time_hf
             times[side].append(fn(model, prompts, G, T, pad, r))
-            print(f"  rollout round {r}: {side} {times[side][-1]:.2f} s (load {load()})", flush=True)
-        ceilings.append(mm_gflops())
+            print(f"  rollout round {r}: {side} {times[side][-1]:.2f} s (load {bench.load_average()})", flush=True)
+        ceilings.append(bench.matmul_gflops())
     cfg = model.config
-    N = n_params(model)
+    N = bench.param_count(model)
     P_mean = statistics.fmean(len(p) for p in prompts)
     ctx = P_mean + (T + 1) / 2  # mean keys attended per generated token
     attn = 4 * cfg.num_hidden_layers * cfg.num_attention_heads * getattr(cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads) * ctx
@@ -225,7 +208,7 @@ def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
         "flops_per_generated_token": flops_per_token,
         "flop_floor_tokens_per_s": floor_tps, "grpolab_share_of_floor": g_tps / floor_tps,
         "hf_share_of_floor": h_tps / floor_tps, "decode_profile": profile,
-        "grpolab_share_of_matmul_bound": g_tps / profile["matmul_bound_tokens_per_s"], "load_after": load(),
+        "grpolab_share_of_matmul_bound": g_tps / profile["matmul_bound_tokens_per_s"], "load_after": bench.load_average(),
     }
 
 
@@ -275,7 +258,7 @@ def part_update(model, tok, a, ceilings: list[float]) -> dict:
     # what the shared-prompt forward computes: each distinct prompt once, plus every response
     first, _ = distinct_prompts(r.prompt_ids, r.prompt_mask)
     forwarded = int(r.prompt_mask[first].sum() + r.response_mask.sum())
-    N = n_params(model)
+    N = bench.param_count(model)
     runners = {"full": update_runner(copy.deepcopy(model), False, 1e-6),
                "lora": update_runner(copy.deepcopy(model), True, 1e-5)}
     times = {"full": [], "lora": []}
@@ -285,8 +268,8 @@ def part_update(model, tok, a, ceilings: list[float]) -> dict:
         order = ("full", "lora") if rep % 2 == 0 else ("lora", "full")
         for k in order:
             times[k].append(runners[k][0](r, adv))
-            print(f"  update round {rep}: {k} {times[k][-1]:.2f} s (load {load()})", flush=True)
-        ceilings.append(mm_gflops())
+            print(f"  update round {rep}: {k} {times[k][-1]:.2f} s (load {bench.load_average()})", flush=True)
+        ceilings.append(bench.matmul_gflops())
     ceiling = max(ceilings)
     out = {"rows": r.batch_size, "tokens": tokens, "forwarded_tokens_at_most": forwarded,
            "response_tokens": int(r.response_mask.sum()),
@@ -301,7 +284,7 @@ def part_update(model, tok, a, ceilings: list[float]) -> dict:
     # the issue's field names: update.tokens_per_s and its share of the ceiling, full and LoRA
     out["tokens_per_s"] = {k: out[k]["tokens_per_s"] for k in times}
     out["share_of_ceiling"] = {k: out[k]["share_of_ceiling"] for k in times}
-    out["load_after"] = load()
+    out["load_after"] = bench.load_average()
     return out
 
 
@@ -325,7 +308,7 @@ def part_trl(model_dir: Path, a) -> dict:
             schedule = vs.prompt_schedule(len(items), a.trl_steps, a.prompts, seed)
             runs = {}
             for side in (("trl", "grpolab") if k % 2 == 0 else ("grpolab", "trl")):
-                print(f"  vs_trl seed {seed}: {side}, {a.trl_steps} steps (load {load()})", flush=True)
+                print(f"  vs_trl seed {seed}: {side}, {a.trl_steps} steps (load {bench.load_average()})", flush=True)
                 if a.heap_bounded:  # each trainer under the allocator its users get (see main)
                     from grpolab.utils.heap import bound_heap, release_heap
 
@@ -337,7 +320,7 @@ def part_trl(model_dir: Path, a) -> dict:
                     runs[side] = vs.run_grpolab(model_dir, items, schedule, s, seed, skip=False)
                 print(f"    step s {[round(x, 1) for x in runs[side]['step_s']]}, "
                       f"mean length {[round(x, 1) for x in runs[side]['mean_length']]}", flush=True)
-            by_seed.append({"seed": seed, "runs": runs, "load_after": load()})
+            by_seed.append({"seed": seed, "runs": runs, "load_after": bench.load_average()})
     # steps 2.. of every seed (step 1 is warm-up), pooled
     timed = {k: [x for r in by_seed for x in (r["runs"][k]["step_s"][1:] or r["runs"][k]["step_s"])]
              for k in ("trl", "grpolab")}
@@ -366,7 +349,7 @@ def part_trl(model_dir: Path, a) -> dict:
             "median_update_s": {k: med("update_s", k) for k in timed},
             "seeds": a.trl_seeds, "steps": a.trl_steps, "timed_steps_per_side": len(timed["trl"]),
             "max_new_tokens": T, "lr": a.lr, "task": "arith (plain-text prompts, both sides)",
-            "by_seed": by_seed, "load_after": load()}
+            "by_seed": by_seed, "load_after": bench.load_average()}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -402,7 +385,7 @@ def run_child(overrides: dict, mode: str, threads: int) -> dict:
     peak = hwm[-1] / 2**20 if hwm else usage.ru_maxrss / 2**20
     return {"peak_rss_gib": peak, "peak_rss_gib_after_step": by_step,
             "ru_maxrss_gib": usage.ru_maxrss / 2**20,  # counts the parent's image at fork (Linux)
-            "seconds": time.perf_counter() - t, "load_after": load()}
+            "seconds": time.perf_counter() - t, "load_after": bench.load_average()}
 
 
 def part_rss(model_dir: Path, a) -> dict:
@@ -432,7 +415,7 @@ def part_rss(model_dir: Path, a) -> dict:
                     res["peak_rss_gib_after_step"] = {k: v for k, v in res["peak_rss_gib_after_step"].items()
                                                       if k not in out[name]["peak_rss_gib_after_step"]}
                 out[key] = res
-                print(f"  peak RSS {key}: {res['peak_rss_gib']:.2f} GiB ({res['seconds']:.0f} s, load {load()})",
+                print(f"  peak RSS {key}: {res['peak_rss_gib']:.2f} GiB ({res['seconds']:.0f} s, load {bench.load_average()})",
                       flush=True)
 
         # the two configurations run side by side (each is its own process; memory does not mix)
@@ -519,7 +502,7 @@ def main(argv=None) -> int:
     except (OSError, StopIteration):
         pass
     result = {
-        "model": str(a.model), "model_type": model.config.model_type, "params": n_params(model),
+        "model": str(a.model), "model_type": model.config.model_type, "params": bench.param_count(model),
         "threads": torch.get_num_threads(), "batch": {"prompts": a.prompts, "group_size": a.group_size,
                                                        "rows": a.prompts * a.group_size,
                                                        "max_new_tokens": a.max_new_tokens},
@@ -527,12 +510,12 @@ def main(argv=None) -> int:
         "cpu": {"count": os.cpu_count(), "processor": platform.processor(),
                 "avx512_bf16": "avx512_bf16" in cpu_flags, "amx_bf16": "amx_bf16" in cpu_flags},
         "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
-        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "load_at_start": load(),
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "load_at_start": bench.load_average(),
     }
-    ceilings = [mm_gflops()]
+    ceilings = [bench.matmul_gflops()]
     print(f"{result['model']}: {result['params'] / 1e6:.1f} M params, {a.threads} threads, "
           f"{a.prompts} x {a.group_size} rows, {a.max_new_tokens} new tokens; ceiling {ceilings[0]:.1f} GFLOP/s, "
-          f"load {load()}", flush=True)
+          f"load {bench.load_average()}", flush=True)
     if "rollout" not in skip:
         result["rollout"] = part_rollout(model, tok, a, ceilings)
     if "update" not in skip:
@@ -544,11 +527,11 @@ def main(argv=None) -> int:
         rss = part_rss(a.model, a)
         result["peak_rss_gib"] = {k: v["peak_rss_gib"] for k, v in rss.items() if k != "settings"}
         result["peak_rss_runs"] = rss
-    ceilings.append(mm_gflops())
+    ceilings.append(bench.matmul_gflops())
     result["ceiling_gflops"] = max(ceilings)
     result["ceiling_gflops_all"] = ceilings
     result["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-    result["load_at_end"] = load()
+    result["load_at_end"] = bench.load_average()
     targets = {}
     if "rollout" in result:
         ro = result["rollout"]

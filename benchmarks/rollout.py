@@ -33,6 +33,7 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from grpolab.rollout import left_pad, response_logprobs, sample
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 VOCAB, PAD, BOS, EOS = 48, 0, 1, 2
@@ -61,13 +62,6 @@ def _timed(fn):
     out = fn()
     return time.perf_counter() - w0, time.process_time() - c0, out
 
-
-def _load() -> float:
-    """1-minute load average (other processes compete for the cores on a shared machine)."""
-    try:
-        return os.getloadavg()[0]
-    except OSError:  # pragma: no cover
-        return float("nan")
 
 
 def run_ours(model, prompts, eos, seed):
@@ -151,7 +145,7 @@ def main() -> None:
 
     model = build_model()
     prompts = build_prompts()
-    n_params = sum(p.numel() for p in model.parameters())
+    n_params = bench.param_count(model)
     results = {
         "setting": {
             "model": "Llama hidden 192, 4 layers, 4 heads, intermediate 512, vocab 48",
@@ -171,9 +165,9 @@ def main() -> None:
     labels = (("grpolab_sample", "grpolab sample"), ("hf_generate", "HF generate (TRL-style)"),
               ("hf_generate_plus_logprob_forward", "HF generate + logprob forward"))
     for name, eos in (("eos", EOS), ("fixed", None)):
-        load_before = _load()
+        load_before = bench.load_average()[0]
         res = bench(model, prompts, eos, args.repeats)
-        res["load_average_1min"] = [load_before, _load()]
+        res["load_average_1min"] = [load_before, bench.load_average()[0]]
         results["scenarios"][name] = res
         for key, label in labels:
             s = res[key]

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import torch
 
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 
@@ -75,8 +73,7 @@ def main() -> None:
     print(f"\ntargets: wall <= 600 s: {'met' if ok_time else 'MISSED'}; gain >= 15 points every seed: "
           f"{'met' if ok_gain else 'MISSED'}")
     atomic_write_json(args.out, {
-        "machine": {"cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "platform": platform.platform(), "torch": torch.__version__},
+        "machine": bench.machine(),
         "extra_overrides": args.extra, "runs": rows,
         "targets": {"wall_s_max": 600, "gain_points_min": 15, "time_met": ok_time, "gain_met": ok_gain},
     })

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ from grpolab.rollout import sample
 from grpolab.rollout.logprobs import distinct_prompts
 from grpolab.train import Experience, UpdateSpec, update
 from grpolab.train.policy_update import LossSpec, micro_batches
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 RESULTS = Path(__file__).resolve().parent / "results" / "update_profile.json"
@@ -96,15 +96,6 @@ def linear_params(model) -> int:
     return sum(p.numel() for n, p in model.named_parameters() if p.dim() == 2 and "embed" not in n)
 
 
-def mm_rate(m: int = 2048, k: int = 192, n: int = 512, repeats: int = 20) -> float:
-    a, b = torch.randn(m, k), torch.randn(k, n)
-    for _ in range(3):
-        a @ b
-    t = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    return 2 * m * k * n * repeats / (time.perf_counter() - t) / 1e9
-
 
 def categorize(prof) -> dict:
     out = {name: 0.0 for name, _ in CATEGORIES}
@@ -142,7 +133,7 @@ def main(argv=None) -> int:
     times = {k: [] for k in specs}
     rates = []
     for r in range(a.repeats):
-        rates.append(mm_rate())
+        rates.append(bench.matmul_gflops(2048, 192, 512, reps=20, warmup=3))
         for k in (specs if r % 2 == 0 else list(specs)[::-1]):
             t = time.perf_counter()
             update(model, opt, sch, exp, specs[k])
@@ -160,8 +151,7 @@ def main(argv=None) -> int:
             update(model, opt, sch, exp, spec)
         breakdown[k] = categorize(prof)
     res = {
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads(), "loadavg": list(os.getloadavg())},
+        "machine": bench.machine(),
         "setting": {"prompts": N_PROMPTS, "group": GROUP, "max_new_tokens": NEW, "rows": exp.batch_size,
                     "micro_batch_tokens": base.micro_batch_tokens, "linear_params": n_lin},
         "update_s": times, "median_update_s": med, "ratio_joint_over_shared": med["joint"] / med["shared"],

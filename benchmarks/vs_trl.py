@@ -65,7 +65,6 @@ import argparse
 import hashlib
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -77,6 +76,7 @@ from pathlib import Path
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 HERE = Path(__file__).resolve().parent
@@ -99,39 +99,6 @@ def cpu_seconds() -> float:
     t = os.times()
     return t.user + t.system
 
-
-def machine_info() -> dict:
-    import accelerate
-    import transformers
-    import trl
-
-    try:
-        import grpolab
-
-        grpolab_version = getattr(grpolab, "__version__", "unknown")
-    except Exception:  # pragma: no cover
-        grpolab_version = "import failed"
-    try:
-        affinity = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover
-        affinity = None
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": affinity,
-        "torch_num_threads": torch.get_num_threads(),
-        "torch_num_interop_threads": torch.get_num_interop_threads(),
-        "cuda_available": torch.cuda.is_available(),
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "python": sys.version.split()[0],
-        "versions": {
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "trl": trl.__version__,
-            "accelerate": accelerate.__version__,
-            "grpolab": grpolab_version,
-        },
-    }
 
 
 def load_items(n: int):
@@ -156,12 +123,12 @@ def build_checkpoint(path: Path, source: Path | None = None) -> dict:
     if source is not None:  # a warm-started model (e.g. `grpolab sft --out DIR`): rewards are mixed
         model, tok = load_model(source)
         save_model(model, tok, path)
-        return {"n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tok),
+        return {"n_params": bench.param_count(model), "vocab_size": len(tok),
                 "source": str(source)}
     tok = build_tokenizer()
     model = build_tiny_model(tok, TinyModelConfig(), seed=0)
     save_model(model, tok, path)
-    return {"n_params": sum(p.numel() for p in model.parameters()), "vocab_size": len(tok),
+    return {"n_params": bench.param_count(model), "vocab_size": len(tok),
             "config": dict(TinyModelConfig().__dict__)}
 
 
@@ -198,12 +165,6 @@ def wait_for_idle(max_wait: float, threshold: float = 0.25, window: float = 2.0)
         if last is None or last < threshold or time.perf_counter() - t0 >= max_wait:
             return {"waited_s": round(time.perf_counter() - t0, 1), "others_cores": last}
 
-
-def loadavg():
-    try:
-        return list(os.getloadavg())
-    except OSError:  # pragma: no cover
-        return None
 
 
 def prompt_schedule(n_items: int, steps: int, per_step: int, seed: int) -> list[list[int]]:
@@ -657,8 +618,8 @@ def main(argv=None) -> int:
         "trl_activation_checkpointing": bool(a.trl_checkpointing),
         "length_tolerance_for_verdict": LENGTH_TOLERANCE,
     }
-    machine = machine_info()
-    print(f"torch threads: {torch.get_num_threads()}, cpus: {machine['cpu_count']}, load average: {loadavg()}, "
+    machine = bench.machine(packages=("grpolab", "torch", "transformers", "trl", "accelerate"))
+    print(f"torch threads: {torch.get_num_threads()}, cpus: {machine['cpu_count']}, load average: {bench.load_average()}, "
           f"versions: {machine['versions']}", flush=True)
     if a.fixed_batch:
         return main_fixed(a, s, seeds, machine)
@@ -711,7 +672,7 @@ def main(argv=None) -> int:
     # ---- table ----
     print(f"\nper side, steps 2..{a.steps} of {len(seeds)} seed(s), lr {a.lr:g}; {s['prompts_per_step']} prompts x "
           f"{s['group_size']} = {s['completions_per_step']} completions, <= {s['max_new_tokens']} tokens; "
-          f"torch threads {machine['torch_num_threads']}, {machine['cpu_count']} CPUs")
+          f"torch threads {machine['torch_threads']}, {machine['cpu_count']} CPUs")
     hdr = (f"{'trainer':<13} {'steps':>5} {'median s/step':>13} {'rollout s':>9} {'update s':>8} {'mean len':>8} "
            f"{'reward':>6} {'gen tok/step':>12} {'trained tok/step':>16} {'rollout tok/s':>13} {'update tok/s':>12}")
     print(hdr)

@@ -1,0 +1,137 @@
+"""The benchmark toolkit: what every measurement under benchmarks/ records and how it times.
+
+Written once here so that the scripts do not each carry a copy (they had: the machine record and
+load averages in about fifteen scripts, the matmul ceiling and parameter counts in four):
+
+- :func:`machine` -- the machine record every results JSON carries (CPU, threads, platform,
+  library versions, load averages).
+- :func:`load_average` -- the 1/5/15-minute load averages (other processes share the cores).
+- :func:`matmul_gflops` -- the machine's float32 matmul rate, the ceiling a step's useful
+  GFLOP/s are read against.
+- :func:`interleaved` -- time several contenders in alternating rounds, so that a noisy machine
+  affects each alike (compare side by side, as ratios).
+- :func:`param_count`, :func:`linear_param_count` -- parameters, counted once.
+- :func:`write_json` -- the results file, written atomically.
+
+torch is imported inside the functions that need it, so that importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from grpolab.utils.io import atomic_write_json
+
+__all__ = ["command_line", "interleaved", "linear_param_count", "load_average", "machine", "matmul_gflops",
+           "param_count", "write_json"]
+
+#: the libraries whose versions :func:`machine` records when they are installed
+PACKAGES = ("grpolab", "torch", "transformers")
+
+
+def load_average() -> list[float] | None:
+    """The 1, 5 and 15-minute load averages, rounded to 0.01; None where the system has none."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):  # pragma: no cover - not on Linux/macOS
+        return None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def machine(packages: Iterable[str] = PACKAGES, **extra: Any) -> dict[str, Any]:
+    """The machine record of a results file.
+
+    Keys: ``platform``, ``processor``, ``python``, ``cpu_count``, ``cpu_affinity`` (the cores this
+    process may use), ``torch_threads``, ``torch_interop_threads``, ``cuda_available``, ``loadavg``
+    (:func:`load_average`) and ``versions`` (each of ``packages`` installed: its version); plus
+    ``extra`` as given (e.g. the run's thread setting).
+    """
+    import torch
+
+    try:
+        affinity = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not on Linux
+        affinity = None
+    versions = {name: v for name in packages if (v := _version(name)) is not None}
+    return {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+            "python": platform.python_version(), "cpu_count": os.cpu_count(), "cpu_affinity": affinity,
+            "torch_threads": torch.get_num_threads(), "torch_interop_threads": torch.get_num_interop_threads(),
+            "cuda_available": torch.cuda.is_available(), "loadavg": load_average(), "versions": versions, **extra}
+
+
+def matmul_gflops(m: int = 1024, k: int = 1024, n: int = 1024, *, reps: int = 10, seconds: float | None = None,
+                  warmup: int = 2) -> float:
+    """GFLOP/s of a float32 ``[m, k] @ [k, n]`` matmul on the CPU at torch's current thread count.
+
+    ``reps`` timed products after ``warmup`` untimed ones; with ``seconds``, as many products as
+    fit in that many seconds instead. ``2 m k n`` FLOPs per product.
+    """
+    import torch
+
+    a, b = torch.randn(m, k), torch.randn(k, n)
+    for _ in range(warmup):
+        a @ b
+    done, t0 = 0, time.perf_counter()
+    while (done < reps) if seconds is None else (time.perf_counter() - t0 < seconds):
+        a @ b
+        done += 1
+    return 2 * m * k * n * done / (time.perf_counter() - t0) / 1e9
+
+
+def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int, *,
+                on_round: Callable[[int, str, float], None] | None = None) -> dict[str, list[float]]:
+    """Wall-clock seconds of each contender, ``rounds`` calls each, in alternating order.
+
+    Round ``r`` runs the contenders in their given order rotated by ``r`` (two contenders: AB, BA,
+    AB, ...), so drift in the machine's load falls on each alike. ``on_round(r, name, seconds)``
+    is called after each call (a progress line). Returns ``{name: [seconds per round]}``.
+    """
+    names = list(contenders)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names) if names else 0
+        for name in names[k:] + names[:k]:
+            t0 = time.perf_counter()
+            contenders[name]()
+            dt = time.perf_counter() - t0
+            out[name].append(dt)
+            if on_round is not None:
+                on_round(r, name, dt)
+    return out
+
+
+def param_count(model) -> int:
+    """Parameters counted once (``parameters()`` already skips tied, shared tensors)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def linear_param_count(model) -> int:
+    """Weights that multiply activations: every ``nn.Linear`` (attention and MLP projections, the
+    LM head; a head tied to the embedding counts here too, as the matmul it is)."""
+    import torch
+
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def write_json(path: str | Path, data: Any) -> Path:
+    """Write ``data`` as indented JSON atomically (:func:`grpolab.utils.io.atomic_write_json`: temp
+    file + rename, the folder created); returns the path."""
+    atomic_write_json(path, data)
+    return Path(path)
+
+
+def command_line() -> str:
+    """The command that ran this script, as a results file records it."""
+    return "python " + " ".join(sys.argv)
