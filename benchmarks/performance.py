@@ -8,7 +8,8 @@ Three parts, all in one process so that the ratios compare like with like:
 2. **The default config, phase by phase**: the default warm-started model (``--model``; built
    with the default warm start and cached in ``--cache`` when not given), the default batch
    (32 prompts x 8 samples, at most 48 new tokens, temperature 1), timed over ``--steps`` steps
-   through grpolab's own pieces in the loop's order: rollout (``sample``), reward, advantages,
+   through grpolab's own pieces in the loop's order: rollout and reward (the run's collector,
+   ``collector_for``), advantages,
    update (``grpolab.train.update``: forward + backward + AdamW over micro-batches, zero-advantage
    rows skipped as by default). Reported: seconds per step and per phase, the fraction of step
    time in each phase, tokens per second for rollout (generated tokens) and update (tokens
@@ -46,12 +47,12 @@ import torch
 from grpolab import objectives as obj
 from grpolab.config import load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model, save_model
-from grpolab.rollout import sample
 from grpolab.train import Experience, UpdateSpec, policy_update, update
+from grpolab.tasks import PromptFormat
+from grpolab.train.collector import collector_for
 from grpolab.train.optim import build_optimizer, build_scheduler
 from grpolab.train.setup import build_task_splits
 from grpolab.train.warm_start import sft_from_config
-from grpolab.train.text import decode_responses, encode_prompts
 from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
@@ -97,18 +98,17 @@ class TokenCounter:
 
 
 def one_step(policy, tokenizer, optimizer, scheduler, items, cfg, gen, *, eos=True, rewards_fn=None):
-    G = cfg.rollout.group_size
+    """One training step as the trainer takes it: the run's collector samples and scores (``eos=False``:
+    no stop token, every response runs to the cap), then the update; ``rewards_fn(B)`` replaces the
+    verifier's rewards (the scaling runs' coin flips)."""
+    collector = collector_for(cfg, tokenizer, prompt_format=PromptFormat(chat_template="off"),
+                              stop_ids=None if eos else [])
     t0 = time.perf_counter()
-    rollout = sample(policy, encode_prompts(tokenizer, [it.prompt for it in items]), group_size=G,
-                     max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                     top_p=cfg.rollout.top_p, eos_token_id=tokenizer.eos_token_id if eos else None,
-                     pad_token_id=tokenizer.pad_token_id, generator=gen)
-    t1 = time.perf_counter()
-    if rewards_fn is None:
-        completions = decode_responses(tokenizer, rollout.response_ids, rollout.response_mask)
-        rewards = torch.tensor([items[i // G].score(c).score for i, c in enumerate(completions)])
-    else:
-        rewards = rewards_fn(len(rollout))
+    exp = collector.collect(policy, items, group_size=cfg.rollout.group_size, temperature=cfg.rollout.temperature,
+                            top_p=cfg.rollout.top_p, generator=gen)
+    rollout = exp.rollout
+    t1 = t0 + exp.seconds["rollout"]
+    rewards = exp.rewards if rewards_fn is None else rewards_fn(len(rollout))
     t2 = time.perf_counter()
     advantages = obj.get_advantage_estimator(cfg.objective.advantage)(rewards, rollout.group_ids)
     with TokenCounter() as counter:

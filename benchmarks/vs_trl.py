@@ -27,8 +27,8 @@ What is timed (evaluation, checkpointing and logging are outside both timers):
   every step and the old-log-prob forward is skipped. TRL's activation checkpointing is off
   (``--trl-checkpointing`` keeps it).
 * grpolab: the calls of one step of ``grpolab.train.train``, made here so the prompts can follow the
-  shared schedule: ``sample`` -> ``decode_responses`` -> ``score_batch`` -> advantage estimator (the
-  "rollout" phase), then ``grpolab.train.update`` (forward + backward, grad clip, AdamW, scheduler: the
+  shared schedule: the trainer's collector (``collector_for``: sample, decode, score) -> advantage
+  estimator (the "rollout" phase), then ``grpolab.train.update`` (forward + backward, grad clip, AdamW, scheduler: the
   "update" phase). Being on-policy with one optimizer step it skips the old-log-prob pass too.
   ``grpolab`` has ``trainer.skip_zero_advantage`` off (every row goes through forward/backward,
   like TRL: the equal-work comparison); ``grpolab+skip`` has it on (rows whose advantage is exactly
@@ -324,28 +324,23 @@ def grpolab_setup(model_dir: Path, s: dict, seed: int, skip: bool, steps: int, s
 
 def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool) -> dict:
     from grpolab import objectives as obj
-    from grpolab.rewards import score_batch
-    from grpolab.rollout import sample
-    from grpolab.train.text import decode_responses, encode_prompts
+    from grpolab.tasks import PromptFormat
+    from grpolab.train.collector import collector_for
 
     cfg, update, update_name, gen, policy, tok, optimizer, scheduler = grpolab_setup(
         model_dir, s, seed, skip, len(schedule))
     advantage_fn = obj.get_advantage_estimator("grpo")
     G = cfg.rollout.group_size
+    collector = collector_for(cfg, tok, prompt_format=PromptFormat(chat_template="off"))  # the trainer's step
     out = {k: [] for k in ("step_s", "rollout_s", "update_s", "others_cores", "mean_length", "gen_tokens",
                            "trained_tokens", "mean_reward")}
     for step_items in schedule:
         batch = [items[i] for i in step_items]
         c0 = cpu_counters()
         t0 = time.perf_counter()
-        rollout = sample(policy, encode_prompts(tok, [it.prompt for it in batch]), group_size=G,
-                         max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-                         top_p=cfg.rollout.top_p, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                         generator=gen)
-        completions = decode_responses(tok, rollout.response_ids, rollout.response_mask)
-        results = score_batch([(batch[i // G], c) for i, c in enumerate(completions)],
-                              workers=cfg.rollout.reward_workers)
-        rewards = torch.tensor([r.score for r in results], dtype=torch.float32)
+        exp = collector.collect(policy, batch, group_size=G, temperature=cfg.rollout.temperature,
+                                top_p=cfg.rollout.top_p, generator=gen)
+        rollout, rewards = exp.rollout, exp.rewards
         adv = advantage_fn(rewards, rollout.group_ids)
         t1 = time.perf_counter()
         update(policy, optimizer, scheduler, rollout, adv, cfg)
@@ -370,20 +365,15 @@ def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool
 def fixed_batch(model_dir: Path, items, step_items: list[int], s: dict, seed: int):
     """One batch sampled once by grpolab from the starting model: ``(rollout, rewards [B], batch items)``."""
     from grpolab.models import load_model
-    from grpolab.rewards import score_batch
-    from grpolab.rollout import sample
-    from grpolab.train.text import decode_responses, encode_prompts
+    from grpolab.tasks import PromptFormat
+    from grpolab.train.collector import SingleTurnCollector
 
     policy, tok = load_model(model_dir)
     batch = [items[i] for i in step_items]
-    G = s["group_size"]
-    rollout = sample(policy, encode_prompts(tok, [it.prompt for it in batch]), group_size=G,
-                     max_new_tokens=s["max_new_tokens"], temperature=s["temperature"], top_p=s["top_p"],
-                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                     generator=torch.Generator().manual_seed(seed))
-    completions = decode_responses(tok, rollout.response_ids, rollout.response_mask)
-    rewards = torch.tensor([r.score for r in score_batch([(batch[i // G], c) for i, c in enumerate(completions)])])
-    return rollout, rewards, batch
+    collector = SingleTurnCollector(tok, max_new_tokens=s["max_new_tokens"], prompt_format=PromptFormat(chat_template="off"))
+    exp = collector.collect(policy, batch, group_size=s["group_size"], temperature=s["temperature"], top_p=s["top_p"],
+                            generator=torch.Generator().manual_seed(seed))
+    return exp.rollout, exp.rewards, batch
 
 
 def run_fixed_trl(model_dir: Path, rollout, rewards, batch, s: dict, seed: int, steps: int, work: Path) -> dict:
