@@ -313,3 +313,55 @@ def register() -> list[str]:
         _balanced_estimator.__grpolab__ = True  # type: ignore[attr-defined]
         core_algos.ADV_ESTIMATOR_REGISTRY[BALANCED_ESTIMATOR] = _balanced_estimator
     return [*POLICY_LOSSES, BALANCED_ESTIMATOR]
+
+
+def trl_has_value_head() -> bool:
+    """Whether the installed TRL still ships ``AutoModelForCausalLMWithValueHead`` (TRL 1.16 does not)."""
+    import importlib.util
+
+    if importlib.util.find_spec("trl") is None:
+        return False
+    try:
+        from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+        return True
+    except ImportError:
+        pass
+    try:
+        from trl import AutoModelForCausalLMWithValueHead  # noqa: F401,F811
+        return True
+    except ImportError:
+        return False
+
+
+def guard_trl_value_head() -> None:
+    """Let verl 0.9 build models next to TRL 1.16 (``grpolab[verl,trl]``).
+
+    verl asks ``verl.utils.import_utils.is_trl_available()`` and, if TRL is importable, imports
+    TRL's ``AutoModelForCausalLMWithValueHead`` to patch its ``state_dict`` (every actor and
+    reference model build, ``verl/models/transformers/monkey_patch.py``) or to wrap a critic
+    (``verl/utils/model.py``). TRL 1.16 removed that class, so with both installed every verl model
+    build fails with an ImportError. This replaces verl's check with "TRL is importable *and* has
+    the value-head model" (what verl's code actually needs), in ``verl.utils.import_utils`` and in
+    the verl modules that already imported the name. With TRL 1.16 the state_dict patch is then
+    skipped -- there is no such model to patch -- and a critic that would need TRL's value-head
+    wrapper gets verl's own "install trl" error instead of an ImportError. Idempotent.
+    """
+    import functools
+    import sys
+
+    import verl.utils.import_utils as iu
+
+    if getattr(iu.is_trl_available, "__grpolab__", False):
+        return
+    base = iu.is_trl_available
+
+    @functools.cache
+    def is_trl_available() -> bool:
+        return bool(base()) and trl_has_value_head()
+
+    is_trl_available.__grpolab__ = True  # type: ignore[attr-defined]
+    iu.is_trl_available = is_trl_available
+    for name in ("verl.models.transformers.monkey_patch", "verl.utils.model"):
+        mod = sys.modules.get(name)
+        if mod is not None and getattr(mod, "is_trl_available", None) is base:
+            mod.is_trl_available = is_trl_available

@@ -308,12 +308,15 @@ class TeacherCall:
         method: ``compute_ref_log_prob`` (reference worker) or ``compute_log_prob`` (actor).
         mesh: the dispatch mesh of that method (``ref`` or ``actor``).
         no_lora_adapter: score with the LoRA adapter disabled (the reference inside the actor).
+        micro_batch_size: rows per micro-batch when the worker splits by a fixed size (no dynamic
+            batch size): verl's engine then needs each rank's rows to be a multiple of it.
     """
 
     worker_group: Any
     method: str
     mesh: str
     no_lora_adapter: bool = False
+    micro_batch_size: int = 1
 
 
 def worker_response_logprobs(call: TeacherCall, batch, *, temperature: float) -> torch.Tensor:
@@ -322,7 +325,8 @@ def worker_response_logprobs(call: TeacherCall, batch, *, temperature: float) ->
     Follows verl's own path for padded batches (``ray_trainer._compute_ref_log_prob``):
     ``to_tensordict`` -> ``left_right_2_no_padding`` -> the worker's log-prob method ->
     ``no_padding_2_padding``. Rows are repeated at the end up to a multiple of the worker's
-    data-parallel size (verl's dispatch splits evenly) and dropped afterwards; with ``dp > 1`` they
+    data-parallel size times ``call.micro_batch_size`` (verl's dispatch splits evenly, its engine
+    splits each rank's rows into whole micro-batches) and dropped afterwards; with ``dp > 1`` they
     are reordered so that each rank gets a similar token workload (verl's ``_balance_batch``
     partitioner) and put back in order afterwards.
     """
@@ -333,7 +337,7 @@ def worker_response_logprobs(call: TeacherCall, batch, *, temperature: float) ->
 
     b = len(batch)
     dp = worker_dp_size(call.worker_group, call.mesh)
-    extra = (-b) % dp
+    extra = (-b) % (dp * max(1, int(call.micro_batch_size)))
     if extra:
         batch = DataProto.concat([batch, batch[[b - 1] * extra]])
     order = list(range(len(batch)))
@@ -540,11 +544,18 @@ class CreditTrainerMixin:
 
     def grpolab_teacher_call(self) -> TeacherCall:
         """The reference worker (``teacher=frozen``: the initial policy) or the actor (``live``)."""
+        def micro(section: str) -> int:  # verl's fixed micro-batch size of that log-prob call, else 1
+            cfg = self.config.actor_rollout_ref[section]
+            if cfg.get("log_prob_use_dynamic_bsz", False):
+                return 1
+            return int(cfg.get("log_prob_micro_batch_size_per_gpu", None) or 1)
+
         if self.grpolab_credit.teacher == "live":
-            return TeacherCall(self.actor_rollout_wg, "compute_log_prob", "actor")
+            return TeacherCall(self.actor_rollout_wg, "compute_log_prob", "actor", micro_batch_size=micro("rollout"))
         if self.ref_in_actor:
-            return TeacherCall(self.actor_rollout_wg, "compute_log_prob", "actor", no_lora_adapter=True)
-        return TeacherCall(self.ref_policy_wg, "compute_ref_log_prob", "ref")
+            return TeacherCall(self.actor_rollout_wg, "compute_log_prob", "actor", no_lora_adapter=True,
+                               micro_batch_size=micro("ref"))
+        return TeacherCall(self.ref_policy_wg, "compute_ref_log_prob", "ref", micro_batch_size=micro("ref"))
 
     def _compute_advantage(self, batch, metrics):
         batch = super()._compute_advantage(batch, metrics)
