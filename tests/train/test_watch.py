@@ -35,12 +35,18 @@ def test_no_signal_warning_off_with_zero():
     assert not any(w.observe(s, _row(signal=0.0)) for s in range(1, 50))
 
 
-def test_all_verifier_errors_warn_on_the_first_step():
-    w = TrainingWatch(no_signal_steps=0)
-    assert w.observe(1, _row(errors=31.0)) == []  # one call succeeded
-    lines = w.observe(2, _row(errors=32.0))
-    assert len(lines) == 1 and "every verifier call failed (32 of 32 errored" in lines[0]
-    assert "task.options.reward" in lines[0]
+def test_reward_errors_warn_on_the_first_failing_step_with_the_cause():
+    w = TrainingWatch(no_signal_steps=0, run_dir="runs/x")
+    assert w.observe(1, _row()) == []
+    ex = {"error": "ValueError: boom", "reward": "mod:fn", "completion": "12", "reference": "3"}
+    lines = w.observe(2, _row(errors=5.0), ex)  # some calls failed: warned at once, with the cause
+    assert len(lines) == 1 and "step 2: the reward failed on 5 of 32 responses, each scored 0" in lines[0]
+    assert "ValueError: boom (reward 'mod:fn'); e.g. completion '12' with reference '3'" in lines[0]
+    assert "task.options.reward" in lines[0] and "RUN_DIR" not in lines[0]
+    assert "this step's completions with their rewards are in runs/x/completions.jsonl" in lines[0]
+    assert w.warned("errors", 2) and not w.warned("errors", 1)
+    lines = TrainingWatch(no_signal_steps=0).observe(1, _row(errors=32.0), ex)
+    assert "every response (32)" in lines[0]
 
 
 def test_truncation_warns_above_the_share():
@@ -57,8 +63,37 @@ def test_run_health_counts_and_headline():
     h = run_health(rows, truncated_frac=0.5)
     assert (h.steps, h.no_signal_steps, h.all_error_steps, h.truncated_steps) == (4, 2, 1, 1)
     assert h.peak_rss_mb == 900.0 and h.cuda_peak_mb is None
-    assert h.headline().startswith("**Warning: 2 of 4 steps updated nothing")
-    assert run_health([_row(), _row()]).headline() is None
+    # two steps without signal in the first five are normal early: a note, not a warning
+    assert h.headline() == "**Warning: 1 step had every verifier call fail; 1 step had most responses truncated.**"
+    assert h.note().startswith("Note: 2 of 4 steps updated nothing (all within the first 5 steps")
+    assert run_health([_row(), _row()]).headline() is None and run_health([_row()]).note() is None
+
+
+def _steps(*signals):
+    return [{**_row(signal=s), "step": i} for i, s in enumerate(signals, 1)]
+
+
+def test_no_signal_early_is_a_note_persisting_or_most_is_a_warning():
+    # the working example: the first 2 of 10 steps updated nothing, the run gained +55 points
+    h = run_health(_steps(0, 0, 3, 3, 3, 3, 3, 3, 3, 3))
+    assert h.headline() is None and not h.not_learning and "2 of 10 steps" in h.note()
+    # persisting after the first 5 steps: 5 in a row later on
+    h = run_health(_steps(3, 3, 3, 3, 3, 3, 0, 0, 0, 0, 0, 3), early_steps=5)
+    assert h.not_learning and h.headline().startswith("**Warning: 5 of 12 steps updated nothing (5 in a row after "
+                                                      "the first 5 steps") and h.note() is None
+    # scattered late steps, fewer than half: a note that says how many in a row at most
+    h = run_health(_steps(3, 3, 3, 3, 3, 3, 0, 3, 0, 3), early_steps=5)
+    assert h.headline() is None and "at most 1 in a row after the first 5 steps" in h.note()
+    # most of the run, even early
+    h = run_health(_steps(0, 0, 0, 3), early_steps=5)
+    assert h.not_learning and "(most of the run" in h.headline()
+    assert h.to_dict()["not_learning"] is True
+
+
+def test_one_step_is_singular():
+    h = run_health([_row(errors=32.0, trunc=0.9), _row(), _row()])
+    assert "1 step had every verifier call fail; 1 step had most responses truncated" in h.headline()
+    assert "1 steps" not in h.headline()
 
 
 def test_memory_metrics_reads_this_process():
@@ -115,7 +150,13 @@ def test_a_run_that_cannot_learn_says_so(tmp_path, monkeypatch):
     lines: list[str] = []
     train(cfg, log=lines.append)
     warnings = [x for x in lines if x.startswith("warning:")]
-    assert any("step 1: every verifier call failed (16 of 16" in x for x in warnings)
+    reward_warnings = [x for x in warnings if "the reward failed" in x]
+    assert len(reward_warnings) == 1 and "step 1: the reward failed on every response (16)" in reward_warnings[0]
+    assert "RuntimeError: this verifier always fails (reward 'failing_reward:broken')" in reward_warnings[0]
+    assert "e.g. completion " in reward_warnings[0] and "RUN_DIR" not in reward_warnings[0]
+    assert f"this step's completions with their rewards are in {run}/completions.jsonl" in reward_warnings[0]
+    logged = [json.loads(x) for x in (run / "completions.jsonl").read_text().splitlines()]
+    assert logged and {r["step"] for r in logged} == {1} and all(r["reward"] == 0 for r in logged)
     assert any("step 2: no prompt group had reward variance in the last 2 steps" in x for x in warnings)
     rows = read_metrics(run)
     assert rows[0]["length/truncated_frac"] > 0.1  # the untrained model rarely stops within 2 tokens
@@ -123,7 +164,8 @@ def test_a_run_that_cannot_learn_says_so(tmp_path, monkeypatch):
                for x in warnings)
     assert any("3 of 3 steps updated nothing" in x for x in warnings)  # the closing line
     summary = (run / "summary.md").read_text()
-    assert summary.splitlines()[2].startswith("**Warning: 3 of 3 steps updated nothing")
+    assert summary.splitlines()[2].startswith("**Held-out greedy accuracy ")  # gains first
+    assert summary.splitlines()[4].startswith("**Warning: 3 of 3 steps updated nothing (most of the run")
     assert "- peak memory: RSS " in summary
     health = json.loads((run / "summary.json").read_text())["health"]
     assert health["steps_without_signal"] == 3 and health["steps_all_verifier_errors"] == 3

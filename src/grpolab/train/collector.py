@@ -80,8 +80,12 @@ class SingleTurnCollector:
         row_items = [items[i] for i in rollout.group_ids.tolist()]
         results = score_batch(list(zip(row_items, texts)), workers=self.reward_workers)
         rewards = torch.tensor([r.score for r in results], dtype=torch.float32)
+        failed = next((i for i, r in enumerate(results) if "error" in r.info), None)
+        example = None if failed is None else {  # the cause a warning shows (grpolab.train.watch)
+            "error": str(results[failed].info["error"]), "reward": str(results[failed].info.get("reward", "")),
+            "completion": texts[failed], "reference": getattr(row_items[failed], "reference", None)}
         return Experience(items=list(items), rollout=rollout, texts=texts, rewards=rewards,
-                          reward_errors=sum("error" in r.info for r in results),
+                          reward_errors=sum("error" in r.info for r in results), reward_error_example=example,
                           seconds={"rollout": t1 - t0, "reward": time.time() - t1})
 
 

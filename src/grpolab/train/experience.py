@@ -30,6 +30,8 @@ class Experience:
         texts: ``B`` decoded responses (multi-turn: the episode transcript after the prompt).
         rewards: ``FloatTensor [B]`` (on the CPU): verifier scores, or episode returns.
         reward_errors: rows whose verifier failed (they score 0).
+        reward_error_example: the first failing row's ``{"error", "reward", "completion",
+            "reference"}`` (the exception text the verifier raised), or None.
         reward_scored: rows the verifier scored for this step (with dynamic sampling, every
             round's rows: more than ``B``); None = ``B``.
         reward_shaping: ``FloatTensor [B]`` added to ``rewards`` for the advantage only (DAPO's
@@ -48,6 +50,7 @@ class Experience:
     texts: list[str]
     rewards: torch.Tensor
     reward_errors: int = 0
+    reward_error_example: dict | None = None
     reward_scored: int | None = None
     reward_shaping: torch.Tensor | None = None
     episode_metrics: dict[str, float] = field(default_factory=dict)
@@ -119,7 +122,7 @@ def select_groups(exp: Experience, groups: list[int]) -> Experience:
     ro.group_ids = new_id[idx[rows]].to(ro.group_ids.device)
     return Experience(items=[exp.items[g] for g in groups], rollout=ro, texts=[exp.texts[i] for i in rows.tolist()],
                       rewards=exp.rewards[rows], reward_errors=exp.reward_errors,
-                      episode_metrics=exp.episode_metrics, seconds=dict(exp.seconds))
+                      reward_error_example=exp.reward_error_example, episode_metrics=exp.episode_metrics, seconds=dict(exp.seconds))
 
 
 def concat_experiences(parts: list[Experience], *, pad_id: int = 0) -> Experience:
@@ -140,4 +143,6 @@ def concat_experiences(parts: list[Experience], *, pad_id: int = 0) -> Experienc
     return Experience(items=[it for p in parts for it in p.items], rollout=concat_rollouts(rollouts, pad_id=pad_id),
                       texts=[t for p in parts for t in p.texts], rewards=torch.cat([p.rewards for p in parts]),
                       reward_errors=sum(p.reward_errors for p in parts), episode_metrics=parts[0].episode_metrics,
+                      reward_error_example=next((p.reward_error_example for p in parts if p.reward_error_example),
+                                                None),
                       seconds=seconds)

@@ -71,6 +71,7 @@ class TrainResult:
     # {family: {"accuracy", "solved", "n"}} (empty when the items have no family label)
     start_families: dict = field(default_factory=dict)
     final_families: dict = field(default_factory=dict)
+    n_eval: int = 0  # held-out items of each greedy evaluation
 
 
 def seed_everything(seed: int) -> torch.Generator:
@@ -133,7 +134,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     advantage_fn = obj.get_advantage_estimator(cfg.objective.advantage)
     tr = cfg.trainer
     watch = TrainingWatch(no_signal_steps=cfg.log.warn_no_signal_steps, truncated_frac=cfg.log.warn_truncated_frac,
-                          max_new_tokens=cfg.rollout.max_new_tokens)
+                          max_new_tokens=cfg.rollout.max_new_tokens, run_dir=str(run_dir.path))
     warn = _warner(cfg, log)
     while state.step < tr.steps:
         timer = PhaseTimer()
@@ -148,10 +149,12 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         state.finish_step()
         row = {**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics, **exp.episode_metrics,
                **_throughput(state, exp, timer), **memory_metrics()}
-        for line in watch.observe(state.step, row):  # a run that cannot learn says so
+        for line in watch.observe(state.step, row, exp.reward_error_example):  # a run that cannot learn says so
             warn(line)
         every = cfg.log.completions_every
-        if every and state.step % every == 0:  # what the model writes, like TRL's log_completions
+        # what the model writes, like TRL's log_completions; and the step whose reward failing was
+        # warned about, so that the completions.jsonl the warning names holds its rows
+        if (every and state.step % every == 0) or watch.warned("errors", state.step):
             rows = completion_rows(exp.items, collector.prompt_texts(exp.items), exp.texts, exp.rewards.tolist(),
                                    prompt_index=exp.prompt_index.tolist(), n=cfg.log.completions_n, step=state.step)
             append_jsonl(run_dir.path / "completions.jsonl", rows)
@@ -169,7 +172,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
                             keep=tr.keep_checkpoints)
     progress.close()
     metrics_log.close()
-    return finish_run(state, cfg, run_dir, seconds=earlier + time.time() - t_start, log=log)
+    return finish_run(state, cfg, run_dir, seconds=earlier + time.time() - t_start, log=log, n_eval=len(eval_items))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -277,24 +280,26 @@ def evaluate_now(state: TrainState, collector: Collector, eval_items, cfg: Confi
 
 
 def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: float,
-               log: Callable[[str], None]) -> TrainResult:
+               log: Callable[[str], None], n_eval: int = 0) -> TrainResult:
     """Save ``final/``, write the report, return the result."""
     save_final(cfg.model, state.policy, state.tokenizer, run_dir.final)
     evals = state.history["eval"]
     result = TrainResult(
         run_dir=run_dir.path, steps=state.step, start_accuracy=evals[0]["accuracy"],
         final_accuracy=evals[-1]["accuracy"], best_accuracy=max(e["accuracy"] for e in evals), seconds=seconds,
-        start_families=evals[0].get("families", {}), final_families=evals[-1].get("families", {}),
+        start_families=evals[0].get("families", {}), final_families=evals[-1].get("families", {}), n_eval=n_eval,
     )
     write_report(run_dir.path, cfg, result, plots=cfg.log.plots)
     from grpolab.train.metrics_log import read_metrics
     from grpolab.train.watch import run_health
 
-    headline = run_health(read_metrics(run_dir.path), truncated_frac=cfg.log.warn_truncated_frac).headline()
-    if headline:
-        log("warning: " + headline.strip("*").removeprefix("Warning: "))
+    health = run_health(read_metrics(run_dir.path), truncated_frac=cfg.log.warn_truncated_frac,
+                        early_steps=cfg.log.warn_no_signal_steps)
     log(f"done: held-out greedy accuracy {result.start_accuracy:.3f} -> {result.final_accuracy:.3f} "
-        f"(best {result.best_accuracy:.3f}) in {result.seconds:.0f}s; report: {run_dir.path / 'summary.md'}")
+        f"({result.final_accuracy - result.start_accuracy:+.3f}, best {result.best_accuracy:.3f}"
+        f"{f', {n_eval} items' if n_eval else ''}) in {result.seconds:.0f}s; report: {run_dir.path / 'summary.md'}")
+    if health.headline():  # after the gains: what went wrong
+        log("warning: " + health.headline().strip("*").removeprefix("Warning: "))
     return result
 
 

@@ -193,18 +193,32 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
     return lines + [""]
 
 
+def gains_line(result, n_eval: int | None = None) -> str:
+    """The summary's first line: held-out greedy accuracy before RL and at the end, the change,
+    the best, the steps and (when known) the number of held-out items it rests on."""
+    change = result.final_accuracy - result.start_accuracy
+    on = f", on {n_eval} held-out items" if n_eval else ""
+    steps = f"{result.steps} step{'' if result.steps == 1 else 's'}"
+    return (f"**Held-out greedy accuracy {result.start_accuracy:.3f} -> {result.final_accuracy:.3f} "
+            f"({change:+.3f}; best {result.best_accuracy:.3f}) after {steps}{on}.**")
+
+
 def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
     figs = plot_metrics(run_dir, rows, start={"eval/accuracy": result.start_accuracy}) if plots and rows else []
     o = cfg.objective
     last = rows[-1] if rows else {}
-    health = run_health(rows, truncated_frac=cfg.log.warn_truncated_frac)
-    headline = health.headline()
+    health = run_health(rows, truncated_frac=cfg.log.warn_truncated_frac, early_steps=cfg.log.warn_no_signal_steps)
+    headline, note = health.headline(), health.note()
+    n_eval = getattr(result, "n_eval", 0) or None
     lines = [
         f"# grpolab run: {run_dir.name}",
         "",
+        gains_line(result, n_eval),  # what the run gained first, then what went wrong
+        "",
         *([headline, ""] if headline else []),
+        *([note, ""] if note else []),
         f"- task: `{cfg.task.name}`, model: `{cfg.model.path or 'tiny (built-in)'}`",
         f"- objective: advantage `{o.advantage}`, ratio `{o.ratio}`, aggregation `{o.aggregation}`, "
         f"clip [{o.clip_low}, {o.clip_high}], KL {o.kl_coef} ({o.kl_estimator})",
@@ -215,7 +229,7 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
         *_dapo_line(cfg),
         *_sandbox_line(run_dir),
         "",
-        "| held-out greedy accuracy | value |",
+        f"| held-out greedy accuracy{f' ({n_eval} items)' if n_eval else ''} | value |",
         "|---|---|",
         f"| before RL | {result.start_accuracy:.3f} |",
         f"| final | {result.final_accuracy:.3f} |",
