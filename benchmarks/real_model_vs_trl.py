@@ -21,12 +21,15 @@ grpolab run's own step-0 evaluation.
 Time to TRL's accuracy: the target is plain TRL's final held-out accuracy (mean of the seeds); on
 each side's seed-mean curve (accuracy and cumulative wall time at each evaluated step) the time of
 the first evaluated step at or above it (:func:`time_to_accuracy`); the ratio is that time over
-plain TRL's own. With evaluations every few steps the times are upper bounds at that resolution.
+plain TRL's own on the same seeds. With evaluations every few steps the times are upper bounds at
+that resolution. Every comparison is paired by seed (:func:`summarize`): ``seeds`` are those on
+which grpolab and plain TRL both finished; the adapter is compared with plain TRL on the seeds it
+shares with it.
 
 Each (side, seed) runs in its own process at one torch thread (peak memory is per run), one after
-another, seed by seed, and its result is kept in ``--work``; a rerun skips finished runs, and the
-JSON and page are rewritten after every run (so a cut-short measurement holds exactly the seeds
-that finished: ``complete_seeds``).
+another -- seed by seed, or in the order ``--plan side:seed,...`` gives -- and its result is kept
+in ``--work``; a rerun skips finished runs, and the JSON and page are rewritten after every run (so
+a cut-short measurement holds exactly the runs that finished).
 
     python benchmarks/real_model_vs_trl.py [--seeds 0,1,2] [--sides grpolab,adapter,trl] [--eval-every 5]
         [--work runs/real_model_vs_trl] [--json docs/results/real_model_vs_trl.json]
@@ -52,7 +55,7 @@ LABELS = {"grpolab": "grpolab (own trainer)", "adapter": "TRL + grpolab objectiv
 #: the record's required keys (:func:`check_record`)
 RECORD_KEYS = ("seeds", "complete_seeds", "sides", "trl_final", "time_to_trl_final_s", "time_to_trl_final_ratio",
                "command", "commit")
-SIDE_KEYS = ("final", "final_mean", "wall_s", "wall_s_mean", "s_per_step_median", "peak_rss_gib", "curve")
+SIDE_KEYS = ("seeds", "final", "final_mean", "wall_s", "wall_s_mean", "s_per_step_median", "peak_rss_gib", "curve")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -80,45 +83,56 @@ def mean_curve(runs: list[dict], start_accuracy: float | None) -> list[dict]:
     return out
 
 
+def _side_summary(side: str, rs: list[dict], start: float | None) -> dict:
+    later = [x for r in rs for x in r["step_s"][1:]]
+    return {
+        "label": LABELS.get(side, side), "seeds": [r["seed"] for r in rs],
+        "final": [r["final"] for r in rs], "final_mean": statistics.fmean(r["final"] for r in rs),
+        "wall_s": [r["wall_s"] for r in rs], "wall_s_mean": statistics.fmean(r["wall_s"] for r in rs),
+        "s_per_step_median": statistics.median(later) if later else None,
+        "first_step_s": [r["step_s"][0] for r in rs],
+        "peak_rss_gib": [r["peak_rss_mb"] / 1024 for r in rs],
+        "cpu_s": [r.get("cpu_s") for r in rs],
+        "curve": mean_curve(rs, start),
+        "per_seed": [{k: r[k] for k in ("seed", "final", "wall_s", "curve", "step_s", "step_cpu_s", "peak_rss_mb",
+                                        "peak_rss_mb_steps", "cpu_s", "process_wall_s", "load_avg") if k in r}
+                     for r in rs],
+    }
+
+
 def summarize(runs: list[dict], *, seeds: list[int], sides=SIDES, command: str, commit: str,
               extra: dict | None = None) -> dict:
-    """The JSON record from the per-run results (``run_one``'s output). Only seeds that every side
-    finished count (``complete_seeds``), so the sides are compared on the same seeds."""
-    done = {(r["side"], r["seed"]) for r in runs}
-    complete = [s for s in seeds if all((side, s) in done for side in sides)]
-    by = {side: sorted((r for r in runs if r["side"] == side and r["seed"] in complete), key=lambda r: r["seed"])
-          for side in sides}
+    """The JSON record from the per-run results (``run_one``'s output).
+
+    Every comparison is paired by seed: ``seeds`` are the seeds on which grpolab and plain TRL
+    both finished (the headline); each other side is summarised on the seeds it shares with plain
+    TRL (its own ``seeds``), and its time to TRL's final accuracy uses TRL's mean final and TRL's
+    own time on exactly those seeds.
+    """
+    done = {(r["side"], r["seed"]): r for r in runs}
+    head = [s for s in seeds if all((side, s) in done for side in sides if side in ("grpolab", "trl"))]
     starts = [r["start_accuracy"] for r in runs if r.get("start_accuracy") is not None]
     start = starts[0] if starts else None
-    out_sides = {}
+    out_sides, t_to, t_trl_same, ratio = {}, {}, {}, {}
     for side in sides:
-        rs = by[side]
-        if not rs:
+        own = head if side in ("grpolab", "trl") else [s for s in seeds if (side, s) in done and ("trl", s) in done]
+        if not own:
             continue
-        later = [x for r in rs for x in r["step_s"][1:]]
-        out_sides[side] = {
-            "label": LABELS.get(side, side),
-            "final": [r["final"] for r in rs], "final_mean": statistics.fmean(r["final"] for r in rs),
-            "wall_s": [r["wall_s"] for r in rs], "wall_s_mean": statistics.fmean(r["wall_s"] for r in rs),
-            "s_per_step_median": statistics.median(later) if later else None,
-            "first_step_s": [r["step_s"][0] for r in rs],
-            "peak_rss_gib": [r["peak_rss_mb"] / 1024 for r in rs],
-            "cpu_s": [r.get("cpu_s") for r in rs],
-            "curve": mean_curve(rs, start),
-            "per_seed": [{k: r[k] for k in ("seed", "final", "wall_s", "curve", "step_s", "peak_rss_mb",
-                                            "process_wall_s", "load_avg") if k in r} for r in rs],
-        }
-    trl = out_sides.get("trl")
-    target = trl["final_mean"] if trl else None
-    t_to = {side: (time_to_accuracy(v["curve"], target) if target is not None else None)
-            for side, v in out_sides.items()}
-    t_trl = t_to.get("trl")
-    ratio = {side: (t / t_trl if t is not None and t_trl else None) for side, t in t_to.items()}
+        out_sides[side] = v = _side_summary(side, [done[(side, s)] for s in own], start)
+        if "trl" not in sides:
+            continue
+        trl = _side_summary("trl", [done[("trl", s)] for s in own], start)
+        v["trl_final_same_seeds"] = target = trl["final_mean"]
+        t_to[side] = time_to_accuracy(v["curve"], target)
+        t_trl_same[side] = time_to_accuracy(trl["curve"], target)
+        ratio[side] = t_to[side] / t_trl_same[side] if t_to[side] is not None and t_trl_same[side] else None
     record = {
-        "seeds": complete, "requested_seeds": list(seeds), "complete_seeds": len(complete),
-        "start_accuracy": start, "sides": out_sides, "trl_final": target,
-        "time_to_trl_final_s": t_to, "time_to_trl_final_ratio": ratio,
-        "command": command, "commit": commit,
+        "seeds": head, "requested_seeds": list(seeds), "complete_seeds": len(head),
+        "all_sides_seeds": [s for s in seeds if all((side, s) in done for side in sides)],
+        "start_accuracy": start, "sides": out_sides,
+        "trl_final": out_sides["trl"]["final_mean"] if "trl" in out_sides else None,
+        "time_to_trl_final_s": t_to, "trl_time_to_final_s_same_seeds": t_trl_same,
+        "time_to_trl_final_ratio": ratio, "command": command, "commit": commit,
     }
     if extra:
         record.update(extra)
@@ -136,8 +150,10 @@ def check_record(record: dict) -> None:
         lack = [k for k in SIDE_KEYS if k not in v]
         if lack:
             raise ValueError(f"side {side!r} lacks {lack}")
-        if len(v["final"]) != len(record["seeds"]) or len(v["wall_s"]) != len(record["seeds"]):
+        if len(v["final"]) != len(v["seeds"]) or len(v["wall_s"]) != len(v["seeds"]):
             raise ValueError(f"side {side!r}: one final and one wall_s per seed")
+        if side in ("grpolab", "trl") and v["seeds"] != record["seeds"]:
+            raise ValueError(f"side {side!r}: seeds {v['seeds']} are not the record's {record['seeds']}")
     for side, r in record["time_to_trl_final_ratio"].items():
         if r is not None and not (isinstance(r, float) and r >= 0):
             raise ValueError(f"time_to_trl_final_ratio[{side!r}] = {r!r}")
@@ -158,18 +174,21 @@ def markdown(record: dict) -> str:
         "[real_model_vs_trl.json](real_model_vs_trl.json).",
         "",
         f"Seeds: {', '.join(map(str, seeds)) or 'none'} ({record['complete_seeds']} of "
-        f"{len(record['requested_seeds'])} requested finished on every side).",
+        f"{len(record['requested_seeds'])} requested finished for grpolab and plain TRL; every comparison is paired "
+        "by seed, each side on the seeds it shares with plain TRL).",
         "",
-        "| side | held-out accuracy after the last step, per seed | mean | wall s (training steps), per seed "
-        "| median s/step (steps 2+) | peak RSS GiB | time to plain TRL's final accuracy | ratio to plain TRL |",
-        "|---|---|---|---|---|---|---|---|",
+        "| side | seeds | held-out accuracy after the last step, per seed | mean | wall s (training steps), per seed "
+        "| median s/step (steps 2+) | peak RSS GiB | time to plain TRL's final accuracy (same seeds) "
+        "| ratio to plain TRL |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for side, v in sides.items():
         t = record["time_to_trl_final_s"].get(side)
         r = record["time_to_trl_final_ratio"].get(side)
         sps = v["s_per_step_median"]
         lines.append(
-            f"| {v['label']} | {' / '.join(f'{x:.3f}' for x in v['final'])} | {v['final_mean']:.3f} | "
+            f"| {v['label']} | {', '.join(map(str, v['seeds']))} | {' / '.join(f'{x:.3f}' for x in v['final'])} | "
+            f"{v['final_mean']:.3f} | "
             f"{' / '.join(f'{x:.0f}' for x in v['wall_s'])} | {'--' if sps is None else f'{sps:.1f}'} | "
             f"{max(v['peak_rss_gib']):.2f} | {'not reached' if t is None else f'{t:.0f} s'} | "
             f"{'--' if r is None else f'{r:.2f}'} |")
@@ -226,7 +245,8 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
             cum += r["time/step"]
             if r.get("eval/accuracy") is not None:
                 curve.append({"step": r["step"], "accuracy": r["eval/accuracy"], "wall_s": cum})
-        rec.update(start_accuracy=res.start_accuracy, peak_rss_mb=rows[-1]["memory/peak_rss_mb"])
+        rec.update(start_accuracy=res.start_accuracy, peak_rss_mb=rows[-1]["memory/peak_rss_mb"],
+                   peak_rss_mb_steps=[r["memory/peak_rss_mb"] for r in rows])
     else:
         import tempfile
 
@@ -250,7 +270,8 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
             holder.update(trainer=trainer, eval_items=eval_items, fmt=fmt)
             trainer.train()
         step_s = clock.step_s
-        rec.update(start_accuracy=None, peak_rss_mb=clock.peak_rss_mb[-1],
+        rec.update(start_accuracy=None, peak_rss_mb=clock.peak_rss_mb[-1], step_cpu_s=clock.cpu_s,
+                   peak_rss_mb_steps=clock.peak_rss_mb,
                    trl_rewards=[row["reward"] for row in trainer.state.log_history if "reward" in row])
     rec.update(step_s=step_s, curve=curve, final=curve[-1]["accuracy"], wall_s=sum(step_s),
                peak_rss_mb_end=memory_metrics()["memory/peak_rss_mb"], cpu_s=_cpu_s() - c0,
@@ -273,6 +294,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default="docs/results/real_model_vs_trl.json")
     p.add_argument("--md", default="docs/results/real_model_vs_trl.md")
     p.add_argument("--notes", default="", help="markdown appended to the page")
+    p.add_argument("--plan", default="", help="run order as SIDE:SEED,... (default: seed by seed, every side)")
+    p.add_argument("--after-pid", type=int, default=0, help="wait until this process has exited before running")
     p.add_argument("--report-only", action="store_true", help="rewrite the JSON and page from --work; run nothing")
     p.add_argument("--one", nargs=2, metavar=("SIDE", "SEED"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -292,7 +315,11 @@ def main(argv=None) -> int:
     if unknown:
         print(f"error: unknown sides {sorted(unknown)}; choose from {', '.join(SIDES)}", file=sys.stderr)
         return 2
-    command = "python benchmarks/real_model_vs_trl.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    given = list(argv if argv is not None else sys.argv[1:])
+    if "--after-pid" in given:  # how this process was scheduled, not what it measured
+        k = given.index("--after-pid")
+        del given[k:k + 2]
+    command = "python benchmarks/real_model_vs_trl.py " + " ".join(given)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
 
     def report():
@@ -312,24 +339,27 @@ def main(argv=None) -> int:
             print(f"{side:8s} final {v['final_mean']:.3f} {v['final']}  wall {v['wall_s_mean']:.0f} s  "
                   f"ratio {rec['time_to_trl_final_ratio'].get(side)}")
 
+    plan = [(x.split(":")[0], int(x.split(":")[1])) for x in args.plan.split(",") if x] or \
+        [(side, seed) for seed in seeds for side in sides]
+    while args.after_pid and Path(f"/proc/{args.after_pid}").exists():
+        time.sleep(5)
     if not args.report_only:
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        for seed in seeds:
-            for side in sides:
-                out = work / f"{side}_s{seed}.json"
-                if out.exists():
-                    continue
-                cmd = [sys.executable, str(Path(__file__).resolve()), "--one", side, str(seed), "--config", args.config,
-                       "--eval-every", str(args.eval_every), "--work", str(work)]
-                for o in args.overrides:
-                    cmd += ["--set", o]
-                t = time.time()
-                print(f"run {side} seed {seed} ...", file=sys.stderr, flush=True)
-                rc = subprocess.run(cmd, env=env).returncode
-                print(f"run {side} seed {seed}: rc={rc} in {time.time() - t:.0f} s", file=sys.stderr, flush=True)
-                if rc != 0:
-                    return rc
-                report()
+        for side, seed in plan:
+            out = work / f"{side}_s{seed}.json"
+            if out.exists():
+                continue
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--one", side, str(seed), "--config", args.config,
+                   "--eval-every", str(args.eval_every), "--work", str(work)]
+            for o in args.overrides:
+                cmd += ["--set", o]
+            t = time.time()
+            print(f"run {side} seed {seed} ...", file=sys.stderr, flush=True)
+            rc = subprocess.run(cmd, env=env).returncode
+            print(f"run {side} seed {seed}: rc={rc} in {time.time() - t:.0f} s", file=sys.stderr, flush=True)
+            if rc != 0:
+                return rc
+            report()
     report()
     return 0
 

@@ -59,6 +59,7 @@ def main(argv=None) -> int:
     later = clock.step_s[1:] or clock.step_s
     print(f"{'plain TRL' if args.plain else 'GrpolabGRPOTrainer'}: {len(clock.step_s)} steps, "
           f"median {statistics.median(later):.1f} s/step after the first ({clock.step_s[0]:.1f} s), "
+          f"CPU {statistics.median(clock.cpu_s[1:] or clock.cpu_s):.1f} s/step, "
           f"peak RSS {clock.peak_rss_mb[-1] / 1024:.2f} GiB")
     print("sampled reward per step: " + " ".join(f"{r:.2f}" for r in rewards))
     print(f"model: {final}  (grpolab eval {final} --config {args.config} --samples 0)")

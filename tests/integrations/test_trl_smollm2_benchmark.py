@@ -1,6 +1,6 @@
 """benchmarks/real_model_vs_trl.py: time to plain TRL's final accuracy, the seed-mean curves, the
 record's schema (issue 46: ``seeds``, per side ``final`` and ``wall_s``, ``time_to_trl_final_ratio``,
-``command``, ``commit``) and that only seeds every side finished are compared."""
+``command``, ``commit``) and that every comparison with plain TRL is paired by seed."""
 
 import importlib.util
 from pathlib import Path
@@ -40,11 +40,20 @@ def _runs():
     ]
 
 
-def test_only_seeds_every_side_finished_are_compared():
+def test_every_comparison_is_paired_by_seed():
     rec = bench.summarize(_runs(), seeds=[0, 1], command="python benchmarks/real_model_vs_trl.py", commit="abc")
-    assert rec["seeds"] == [0] and rec["complete_seeds"] == 1 and rec["requested_seeds"] == [0, 1]
-    assert rec["sides"]["grpolab"]["final"] == [0.7] and rec["sides"]["adapter"]["wall_s"] == [120.0]
     bench.check_record(rec)
+    assert rec["seeds"] == [0, 1] and rec["complete_seeds"] == 2 and rec["all_sides_seeds"] == [0]
+    assert rec["sides"]["grpolab"]["seeds"] == [0, 1] and rec["sides"]["trl"]["seeds"] == [0, 1]
+    a = rec["sides"]["adapter"]  # seed 1 of the adapter did not finish: compared with TRL on seed 0 only
+    assert a["seeds"] == [0] and a["final"] == [0.6] and a["wall_s"] == [120.0]
+    assert a["trl_final_same_seeds"] == pytest.approx(0.6) and rec["trl_final"] == pytest.approx(0.6)
+    # the adapter reaches TRL's seed-0 final (0.6) at its step 10 (120 s); TRL's seed 0 at its step 10 (100 s)
+    assert rec["time_to_trl_final_s"]["adapter"] == pytest.approx(120.0)
+    assert rec["trl_time_to_final_s_same_seeds"]["adapter"] == pytest.approx(100.0)
+    assert rec["time_to_trl_final_ratio"]["adapter"] == pytest.approx(1.2)
+    only_trl_s0 = bench.summarize(_runs()[:3] + [_runs()[4]], seeds=[0, 1], command="c", commit="x")
+    assert only_trl_s0["seeds"] == [0] and only_trl_s0["sides"]["grpolab"]["final"] == [0.7]
 
 
 def test_summary_means_target_and_ratio():
@@ -62,7 +71,7 @@ def test_summary_means_target_and_ratio():
     assert rec["time_to_trl_final_ratio"] == {"grpolab": pytest.approx(0.3), "trl": pytest.approx(1.0)}
     assert g["s_per_step_median"] == 3.0 and t["peak_rss_gib"] == [2.0, 2.0]  # steps 2+ of both seeds
     page = bench.markdown(rec)
-    assert "| grpolab (own trainer) | 0.700 / 0.800 | 0.750 | 20 / 40 |" in page and "0.30 |" in page
+    assert "| grpolab (own trainer) | 0, 1 | 0.700 / 0.800 | 0.750 | 20 / 40 |" in page and "0.30 |" in page
 
 
 def test_a_side_that_never_reaches_the_target_has_no_ratio():
@@ -83,4 +92,7 @@ def test_the_schema_check_fails_on_a_record_that_lacks_what_the_issue_asks():
         bench.check_record(broken)
     broken = dict(rec, sides={"trl": dict(rec["sides"]["trl"], final=[0.6])})
     with pytest.raises(ValueError, match="one final"):
+        bench.check_record(broken)
+    broken = dict(rec, sides={"trl": dict(rec["sides"]["trl"], seeds=[0], final=[0.6], wall_s=[100.0])})
+    with pytest.raises(ValueError, match="not the record's"):
         bench.check_record(broken)

@@ -217,6 +217,8 @@ class StepClock(_step_clock_base()):
 
     Attributes:
         step_s: seconds of each step, in order.
+        cpu_s: CPU seconds of this process (user + system, all threads) in each step: unlike the
+            wall time, not inflated by other processes on a shared machine.
         peak_rss_mb: peak RSS (MiB) after each step.
         after_step: optional ``callable(step, trainer_state)`` run after the step's clock stops
             (e.g. a held-out evaluation that must not count as training time).
@@ -224,21 +226,26 @@ class StepClock(_step_clock_base()):
 
     def __init__(self, after_step: Callable[[int, Any], None] | None = None):
         self.step_s: list[float] = []
+        self.cpu_s: list[float] = []
         self.peak_rss_mb: list[float] = []
         self.after_step = after_step
         self._t0: float | None = None
+        self._c0: float | None = None
 
     def on_step_begin(self, args, state, control, **kwargs):
+        import os
         import time
 
-        self._t0 = time.perf_counter()
+        self._t0, self._c0 = time.perf_counter(), sum(os.times()[:2])
 
     def on_step_end(self, args, state, control, **kwargs):
+        import os
         import time
 
         from grpolab.train.watch import memory_metrics
 
         self.step_s.append(time.perf_counter() - self._t0)
+        self.cpu_s.append(sum(os.times()[:2]) - self._c0)
         self.peak_rss_mb.append(memory_metrics()["memory/peak_rss_mb"])
         if self.after_step is not None:
             self.after_step(state.global_step, state)
