@@ -123,6 +123,14 @@ def cmd_headroom(args: argparse.Namespace) -> int:
                             out=args.out, config=args.config, overrides=args.overrides)
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from grpolab.commands import preflight_command
+
+    return preflight_command(args.model, config=args.config, overrides=args.overrides, n=args.n, k=args.k,
+                             budget=args.budget, seed=args.seed, out=args.out, readability=not args.no_readability,
+                             until_decided=args.until_decided)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     from grpolab.commands import sweep_command
 
@@ -204,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--examples", type=COUNT, default=3, help="print a table of this many examples to stderr (0: none)")
     e.set_defaults(func=cmd_eval)
 
-    h = sub.add_parser("headroom", help="is there headroom for RL? greedy vs sampled success, pass@k, verdict")
+    h = sub.add_parser("headroom", help="greedy vs sampled success, pass@k, verdict (superseded by "
+                       "`grpolab preflight`, which also reads why responses fail)")
     h.add_argument("model", help="a model directory (HF format) or a grpolab run directory")
     h.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
     h.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
@@ -222,6 +231,30 @@ def build_parser() -> argparse.ArgumentParser:
     h.add_argument("--out", default=None, help="write headroom.json/.md here (default: the run directory, "
                    "if MODEL is one)")
     h.set_defaults(func=cmd_headroom)
+
+    pf = sub.add_parser("preflight", help="before a run: which method can help here? headroom with failure "
+                        "reasons, signal at the group size, length coupling, teacher readability; one verdict per "
+                        "method with the --set lines to use")
+    pf.add_argument("model", nargs="?", default=None, help="a model directory (HF format) or a grpolab run "
+                    "directory (default: the config's model.path, else the tiny model)")
+    pf.add_argument("--config", default=None, help="the training config to measure for (task, prompt format, "
+                    "rollout settings, env)")
+    pf.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a --config value (repeatable; also works without --config)")
+    pf.add_argument("--n", type=POSITIVE_INT, default=128, help="held-out items at most (all of them when the "
+                    "task holds fewer)")
+    pf.add_argument("--k", type=POSITIVE_INT, default=None, help="samples per item (default: the run's "
+                    "rollout.group_size, at least 8)")
+    pf.add_argument("--budget", type=_number(float, low=0), default=0.0, help="seconds the measurement may "
+                    "take (0 = no limit): no chunk of items is started that would end past it")
+    pf.add_argument("--seed", type=int, default=0)
+    pf.add_argument("--out", default=None, help="write preflight.json/.md here (default: the run directory, "
+                    "else runs/preflight)")
+    pf.add_argument("--no-readability", action="store_true", help="skip the teacher-readability measurement")
+    pf.add_argument("--until-decided", type=COUNT, default=0, metavar="N", help="stop once N items are measured "
+                    "and the GRPO verdict is decided (0 = measure all --n items); a sequential look, slightly "
+                    "above the nominal 5%% error")
+    pf.set_defaults(func=cmd_preflight)
 
     w = sub.add_parser("sweep", help="a grid of training runs (resumable, several at once) and its summary")
     _add_config_args(w)

@@ -62,12 +62,12 @@ def test_train_summary_has_the_per_task_table(miniwob_run):
     summary = json.loads((run / "summary.json").read_text())
     rows = {r["task"]: r for r in summary["per_task"]}
     assert list(rows) == TASKS
-    headroom = json.loads((run / "headroom.json").read_text())
+    preflight = json.loads((run / "preflight.json").read_text())  # the pre-check is the preflight (issue 43)
     for task in TASKS:
         r = rows[task]
         assert r["n"] == 4  # 8 held-out items dealt round-robin over 2 tasks
         assert r["before"] in (0.0, 0.25, 0.5, 0.75, 1.0) and r["after"] in (0.0, 0.25, 0.5, 0.75, 1.0)
-        fam = headroom["families"][f"family={task}"]
+        fam = preflight["families"][f"family={task}"]
         assert r["headroom_verdict"] == fam["verdict"] and r["headroom_items"] == fam["n_items"] == 4
     overall = summary["accuracy"]
     assert overall["before_rl"] == pytest.approx(sum(rows[t]["before"] for t in TASKS) / 2)

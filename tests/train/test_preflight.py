@@ -1,27 +1,47 @@
-"""The headroom check before RL keeps to trainer.headroom_budget: chunks of 8 items, progress lines,
-no chunk started that would end past the budget, and the same outcomes as an unbounded check on
-the items it did measure."""
+"""The pre-check before RL (the preflight, issue 43) keeps to trainer.headroom_budget: the first chunk is
+one item, each next one is sized from the last chunk's cost to end inside the budget, no chunk is
+started that would end past it -- even when the first chunk carries a warm-up several times an item's
+cost (a 60 s budget had overrun to 68 s on SmolLM2) -- and the measured items give the same outcomes as
+an unbounded check of that prefix."""
 
 import json
+import random
 
 import pytest
 
 from grpolab.config import ConfigError, load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.tasks import get_task
-from grpolab.train.headroom import TRAIN_CHECK_CHUNK, run_headroom_check
+from grpolab.train.collector import make_collector
+from grpolab.train.headroom import run_headroom_check
+from grpolab.train.preflight import MARGIN, RESERVE_S, BudgetPlanner, measure_preflight
 
 
-class FakeClock:
-    """Each call advances by `tick` seconds: a chunk's evaluate calls do not call it, so a chunk
-    costs exactly the ticks read around it."""
+class Clock:
+    """Fake time: reading it costs nothing; the collector below advances it."""
 
-    def __init__(self, tick):
-        self.t, self.tick = 0.0, tick
+    def __init__(self):
+        self.t = 0.0
 
     def __call__(self):
-        self.t += self.tick
         return self.t
+
+
+class TimedCollector:
+    """The real collector, but each collect call costs ``per_row`` fake seconds per response (times a
+    random factor in [1, jitter]), plus ``warmup`` on the very first call."""
+
+    def __init__(self, inner, clock, *, per_row, warmup=0.0, jitter=1.0, seed=0):
+        self.inner, self.clock, self.per_row, self.warmup, self.jitter = inner, clock, per_row, warmup, jitter
+        self.rng = random.Random(seed)
+        self.calls = 0
+
+    def collect(self, model, items, *, group_size, **kw):
+        exp = self.inner.collect(model, items, group_size=group_size, **kw)
+        self.clock.t += (self.warmup if self.calls == 0 else 0.0) + \
+            self.per_row * len(items) * group_size * self.rng.uniform(1.0, self.jitter)
+        self.calls += 1
+        return exp
 
 
 @pytest.fixture(scope="module")
@@ -36,33 +56,71 @@ def _cfg(budget, tmp_path):
                               f"trainer.run_dir={tmp_path}"])
 
 
-def test_budget_stops_before_an_overrunning_chunk(policy, tmp_path):
+@pytest.mark.parametrize("warmup,jitter", [(0.0, 1.0), (20.0, 1.0), (5.0, 1.2)])
+def test_the_budget_is_never_overrun(policy, tmp_path, warmup, jitter):
     model, tok = policy
     items = get_task("arith").items("eval", 64)
+    clock = Clock()
+    col = TimedCollector(make_collector(tok, max_new_tokens=8), clock, per_row=0.2, warmup=warmup, jitter=jitter)
     lines = []
-    # every clock read is 10 s later: a chunk costs 10 s (c0 -> after), each loop check 10 s more
-    res = run_headroom_check(model, tok, items, _cfg(45, tmp_path), tmp_path, log=lines.append, clock=FakeClock(10))
-    progress = [ln for ln in lines if ln.startswith("headroom: ")]
-    # t0=10; chunk 1 read c0=20, end 30 (slowest 10), log 40; check at 50: 40 elapsed + 10 > 45 -> stop
-    assert progress == [f"headroom: {TRAIN_CHECK_CHUNK}/64 held-out items x 8 samples, 30 s of a 45 s budget"]
-    assert "stopped at trainer.headroom_budget=45 s" in lines[-1] and f"({TRAIN_CHECK_CHUNK} held-out items" in lines[-1]
-    saved = json.loads((tmp_path / "headroom.json").read_text())
-    assert saved["overall"]["n_items"] == TRAIN_CHECK_CHUNK
-    assert res.overall.n_items == TRAIN_CHECK_CHUNK
+    budget = 60.0
+    res = measure_preflight(model, tok, items, col, k=8, group_size=8, temperature=1.0, max_new_tokens=8,
+                            budget=budget, log=lines.append, clock=clock, readability=False)
+    n = res.stats["n_items"]
+    assert clock.t <= budget  # the budget is a budget, the first chunk's warm-up included
+    assert res.settings["stopped_at_budget"] and 1 <= n < 64
+    # it stopped because one more item at the last rate (with the margin) would not have fit
+    assert clock.t + 1.8 * jitter * MARGIN > budget - RESERVE_S
+    assert [ln for ln in lines if ln.startswith("preflight: ")][-1].startswith(f"preflight: {n}/64 items")
+    assert "of a 60 s budget" in lines[-1] and "ETA" in lines[-1]
 
 
-def test_no_budget_measures_all_items_and_a_cut_check_equals_a_check_of_its_prefix(policy, tmp_path):
+def test_a_warmup_longer_than_the_budget_stops_after_the_first_item(policy):
     model, tok = policy
-    items = get_task("arith").items("eval", 64)
+    items = get_task("arith").items("eval", 16)
+    clock = Clock()
+    col = TimedCollector(make_collector(tok, max_new_tokens=8), clock, per_row=0.1, warmup=100.0)
+    res = measure_preflight(model, tok, items, col, k=8, group_size=8, temperature=1.0, max_new_tokens=8,
+                            budget=30, log=lambda s: None, clock=clock, readability=False)
+    assert res.stats["n_items"] == 1 and res.verdict("GRPO") == "can't tell"  # never "no headroom" from 1 item
+
+
+def test_planner_sizes():
+    p = BudgetPlanner(60)
+    assert p.next_size(0.0, 64) == 1
+    p.record(1, 10.0)  # first item: 10 s (warm-up)
+    # 50 s left less the reserve at 10 s/item x 1.25: 3 fit, but a chunk grows at most 2x
+    assert p.next_size(10.0, 63) == 2
+    p.record(2, 2.0)  # 1 s/item now
+    assert p.next_size(12.0, 61) == 4
+    assert p.next_size(59.0, 61) == 0
+    assert BudgetPlanner(0).next_size(1e9, 5) == 1  # no budget: never stops early
+    assert BudgetPlanner(0.2).next_size(0.0, 5) == 0  # not even the first item fits the reserve
+
+
+def test_train_check_writes_preflight(policy, tmp_path):
+    model, tok = policy
+    items = get_task("arith").items("eval", 16)
     lines = []
     full = run_headroom_check(model, tok, items, _cfg(0, tmp_path), tmp_path, log=lines.append)
-    assert sum(ln.startswith("headroom: ") for ln in lines) == 64 // TRAIN_CHECK_CHUNK
-    assert full.overall.n_items == 64 and "stopped" not in lines[-1]
-    cut = run_headroom_check(model, tok, items, _cfg(45, tmp_path), tmp_path, log=lambda s: None,
-                             clock=FakeClock(10))
-    prefix = run_headroom_check(model, tok, items[:TRAIN_CHECK_CHUNK], _cfg(0, tmp_path), tmp_path,
-                                log=lambda s: None)
-    assert cut.overall.to_dict() == prefix.overall.to_dict()  # same items, same sampling stream
+    saved = json.loads((tmp_path / "preflight.json").read_text())
+    assert saved["stats"]["n_items"] == 16 and saved["verdict"] == full.verdict("GRPO")
+    assert (tmp_path / "preflight.md").read_text().startswith("# Preflight")
+    assert any(ln.startswith("preflight (16 held-out items x 8 samples") for ln in lines)
+    assert "stopped at" not in "\n".join(lines)
+
+
+def test_a_cut_check_equals_an_unbounded_check_of_its_prefix(policy):
+    model, tok = policy
+    items = get_task("arith").items("eval", 32)
+    clock = Clock()
+    col = TimedCollector(make_collector(tok, max_new_tokens=8), clock, per_row=1.0)  # 9 s per item
+    kw = dict(k=8, group_size=8, temperature=1.0, max_new_tokens=8, seed=3, readability=False, log=lambda s: None)
+    cut = measure_preflight(model, tok, items, col, budget=35, clock=clock, **kw)
+    n = cut.stats["n_items"]
+    assert cut.settings["stopped_at_budget"] and n == 3  # chunks of 1 and 2 items (27 s); one more item x 1.25 would end past 35 s
+    prefix = measure_preflight(model, tok, items[:n], make_collector(tok, max_new_tokens=8), **kw)
+    assert cut.stats == prefix.stats  # the same items in the same chunks from the same sampling stream
 
 
 @pytest.mark.parametrize("bad", ["-1", "inf", "true", "abc"])

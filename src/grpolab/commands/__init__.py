@@ -9,6 +9,7 @@ exits with code 2.
 
 - :mod:`~grpolab.commands.train`: ``train``, ``sft``
 - :mod:`~grpolab.commands.models`: ``eval``, ``headroom``, ``models import``
+- :mod:`~grpolab.commands.preflight`: ``preflight``
 - :mod:`~grpolab.commands.diagnose`: ``diagnose``
 - :mod:`~grpolab.commands.credit`: ``credit``
 - :mod:`~grpolab.commands.sweep`: ``sweep``, ``compare``
@@ -19,8 +20,9 @@ from grpolab.commands.config import config_command, dry_run, train_run_dir
 from grpolab.commands.credit import credit_command
 from grpolab.commands.diagnose import diagnose_command
 from grpolab.commands.models import eval_command, headroom_command, models_import_command
+from grpolab.commands.preflight import preflight_command
 from grpolab.commands.sweep import compare_command, sweep_command
 from grpolab.commands.train import sft_command, train_command
 
 __all__ = ["ConfigError", "compare_command", "config_command", "dry_run", "credit_command", "diagnose_command", "eval_command", "headroom_command",
-           "models_import_command", "sft_command", "sweep_command", "train_command", "train_run_dir"]
+           "models_import_command", "preflight_command", "sft_command", "sweep_command", "train_command", "train_run_dir"]

@@ -1,5 +1,8 @@
 """Measure headroom (greedy vs sampled success) of a model on task items; write it to a run dir.
 
+``grpolab headroom`` still uses :func:`measure_headroom`; the check ``grpolab train`` runs before RL
+is the preflight now (:mod:`grpolab.train.preflight`, ``run_headroom_check`` delegates to it).
+
 The statistics and the verdict are pure functions in :mod:`grpolab.diagnostics.headroom`; this
 module runs the model. Sampling uses its own ``torch.Generator``, so calling it (e.g. at the start
 of ``grpolab train``) leaves every other random stream untouched.
@@ -62,64 +65,18 @@ def write_headroom(out_dir: str | Path, res: HeadroomResult, name: str = "headro
     return j, m
 
 
-#: The automatic check at the start of ``grpolab train``: at most this many held-out items x k samples,
-#: measured in chunks of :data:`TRAIN_CHECK_CHUNK` items within ``trainer.headroom_budget`` seconds.
-TRAIN_CHECK_ITEMS = 64
-TRAIN_CHECK_K = 8
-TRAIN_CHECK_CHUNK = 8
-
-
-def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print, collector=None,
-                       clock=None) -> HeadroomResult:
-    """The headroom check ``train`` runs before RL (``trainer.headroom``); writes headroom.{json,md}.
-
-    Measures up to :data:`TRAIN_CHECK_ITEMS` held-out items x :data:`TRAIN_CHECK_K` samples at the
-    rollout temperature, with a generator seeded from ``trainer.seed`` that nothing else shares, in
-    chunks of :data:`TRAIN_CHECK_CHUNK` items, logging progress after each. With
-    ``trainer.headroom_budget`` > 0 (seconds) it stops before a chunk that would end past the budget
-    (judged by the slowest chunk so far; the first chunk always runs), so a slow model gets fewer
-    items -- and wider intervals, which the verdict reports -- instead of a long wait. ``clock``:
-    a ``time.perf_counter``-like function (tests).
-    """
+def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print, collector=None, clock=None):
+    """The check ``train`` runs before RL (``trainer.headroom``): since issue 43 the budgeted preflight
+    (:func:`grpolab.train.preflight.run_preflight_check`), which writes ``RUN_DIR/preflight.{json,md}``
+    and returns a :class:`grpolab.diagnostics.preflight.PreflightResult`. The old check said "no
+    headroom" from 8 items on a task where GRPO then gained 58 points (docs/when-grpo-helps.md)."""
     import time
 
-    clock = clock or time.perf_counter
-    budget = float(getattr(cfg.trainer, "headroom_budget", 0.0) or 0.0)
-    items = list(eval_items[:TRAIN_CHECK_ITEMS])
-    k = TRAIN_CHECK_K
-    seed = cfg.trainer.seed + 7919
-    kw = {"env": getattr(cfg, "env", None)}
-    if collector is not None:
-        kw["collector"] = collector
-    gen = torch.Generator().manual_seed(seed)
-    was_training = policy.training
-    t0 = clock()
-    slowest = 0.0
-    greedy_ok: list[bool] = []
-    counts: list[int] = []
-    done = 0
-    while done < len(items):
-        if budget > 0 and done > 0 and (clock() - t0) + slowest > budget:
-            break
-        chunk = items[done:done + TRAIN_CHECK_CHUNK]
-        c0 = clock()
-        greedy = evaluate(policy, tokenizer, chunk, greedy=True, max_new_tokens=cfg.rollout.max_new_tokens, **kw)
-        sampled = evaluate(policy, tokenizer, chunk, greedy=False, samples=k, temperature=cfg.rollout.temperature,
-                           top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens, generator=gen, **kw)
-        slowest = max(slowest, clock() - c0)
-        greedy_ok += [s >= SOLVED for s in greedy.scores]
-        counts += sampled.solved_per_item()
-        done += len(chunk)
-        log(f"headroom: {done}/{len(items)} held-out items x {k} samples, {clock() - t0:.0f} s"
-            + (f" of a {budget:.0f} s budget" if budget > 0 else ""))
-    if was_training:
-        policy.train()
-    measured = items[:done]
-    res = headroom_from_outcomes(greedy_ok, counts, k, [family_of(it.meta) for it in measured], seed=seed)
-    res.temperature = cfg.rollout.temperature
-    res.source = cfg.model.path or "policy at the start of RL"
-    write_headroom(run_dir, res)
-    cut = (f"; stopped at trainer.headroom_budget={budget:g} s, raise it for a tighter estimate"
-           if done < len(items) else "")
-    log(f"headroom ({done} held-out items x {k} samples, {clock() - t0:.0f} s{cut}): {res.message}")
-    return res
+    from grpolab.train.collector import collector_for
+    from grpolab.train.preflight import run_preflight_check
+
+    if collector is None:
+        collector = collector_for(cfg, tokenizer)
+    return run_preflight_check(policy, tokenizer, eval_items, cfg, run_dir, collector=collector,
+                               prompt_format=getattr(collector, "prompt_format", None), log=log,
+                               clock=clock or time.perf_counter)

@@ -3,8 +3,10 @@
 ``RUN_DIR/summary.md`` and ``RUN_DIR/summary.json`` hold the held-out greedy accuracy before RL
 and at the end and, when the items carry a task family (``item.meta["family"]``, e.g. the
 MiniWoB++ task name), a per-task table: success before and after RL, the number of held-out
-episodes, and the headroom verdict measured before training (``RUN_DIR/headroom.json``, written
-when ``trainer.headroom`` is on; see docs/when-grpo-helps.md).
+episodes, and the preflight's GRPO verdict measured before training with the number of items it
+rests on (``RUN_DIR/preflight.json``, written when ``trainer.headroom`` is on; runs from before
+issue 43 have ``RUN_DIR/headroom.json`` instead, which is read the same way; see
+docs/when-grpo-helps.md).
 """
 
 from __future__ import annotations
@@ -124,13 +126,21 @@ def _sandbox_line(run_dir: Path) -> list[str]:
     return [f"- {'**WARNING** ' if iso['degraded'] else ''}{iso['description']}"]
 
 
-def _read_headroom(run_dir: Path) -> dict[str, Any] | None:
-    path = run_dir / "headroom.json"
+def _read_headroom(run_dir: Path, name: str = "headroom.json") -> dict[str, Any] | None:
+    path = run_dir / name
     if not path.exists():
         return None
     import json
 
     return json.loads(path.read_text())
+
+
+def _preflight_family(fam: dict[str, Any], k: int | None) -> dict[str, Any]:
+    """A preflight family (``preflight.json`` ``families``) in the row fields of a headroom family."""
+    if not fam:
+        return {}
+    return {"verdict": fam.get("verdict"), "n_items": fam.get("n_items"), "greedy": fam.get("greedy"),
+            "pass_at_k": {str(k): fam.get("pass_at_k")}, "k": k, "reachable": fam.get("reachable")}
 
 
 def _headroom_family(fams: dict[str, Any], name: str) -> dict[str, Any]:
@@ -146,19 +156,26 @@ def _headroom_family(fams: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 def per_task_rows(start: dict[str, dict], final: dict[str, dict],
-                  headroom: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+                  headroom: dict[str, Any] | None = None,
+                  preflight: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """One row per task family: held-out greedy success before RL and at the end, episodes, and
-    the family's headroom verdict before training (``None`` where not measured).
+    the family's verdict before training (``None`` where not measured).
 
     ``start`` / ``final``: ``{family: {"accuracy", "solved", "n"}}`` (``TrainResult.start_families``);
-    ``headroom``: the parsed ``headroom.json`` (its families are keyed ``KIND=NAME``, e.g.
-    ``family=click-button`` or ``difficulty=3``).
+    ``preflight``: the parsed ``preflight.json`` (its GRPO verdict per family, with the items it rests
+    on, is the row's ``headroom_verdict`` / ``headroom_items``; ``verdict_source`` "preflight");
+    ``headroom``: a parsed ``headroom.json`` of an older run, used when there is no preflight. Both
+    key their families ``KIND=NAME`` (``family=click-button``, ``difficulty=3``).
     """
-    fams = (headroom or {}).get("families", {})
+    source = "preflight" if preflight is not None else ("headroom" if headroom is not None else None)
+    fams = (preflight or headroom or {}).get("families", {})
+    k = ((preflight or {}).get("stats") or {}).get("k")
     rows = []
     for name in list(dict.fromkeys([*start, *final])):
         b, a = start.get(name), final.get(name)
         h = _headroom_family(fams, name)
+        if preflight is not None:
+            h = _preflight_family(h, k)
         rows.append({
             "task": name,
             "n": (a or b)["n"],
@@ -170,6 +187,8 @@ def per_task_rows(start: dict[str, dict], final: dict[str, dict],
             "headroom_greedy": (h.get("greedy") or {}).get("value"),
             "headroom_sampled": (h.get("sampled") or {}).get("value"),
             "headroom_pass_at_k": ((h.get("pass_at_k") or {}).get(str(h.get("k"))) or {}).get("value"),
+            "headroom_reachable": (h.get("reachable") or {}).get("value"),
+            "verdict_source": source if h else None,
         })
     return rows
 
@@ -180,6 +199,21 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
         return []
     f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     pk = f"pass@{k}" if k else "pass@k"
+    if any(r.get("verdict_source") == "preflight" for r in rows):
+        lines = ["Per task: held-out greedy success before RL and at the end (on the run's held-out episodes), "
+                 "and the preflight's GRPO verdict before RL (RUN_DIR/preflight.md), which rests on the first "
+                 "held-out items of the task (their number in brackets) and on the share of them within reach "
+                 "(a sample solves it, or the answer is already in a failed response).", "",
+                 f"| task | held-out episodes | before RL | final | change | GRPO verdict before RL (items) | "
+                 f"preflight greedy / {pk} / reachable |",
+                 "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            ch = "-" if r["change"] is None else f"{r['change']:+.3f}"
+            v = (f"{r['headroom_verdict']} ({r['headroom_items']})" if r["headroom_verdict"] else "not measured")
+            h = ("-" if r["headroom_greedy"] is None else
+                 f"{f(r['headroom_greedy'])} / {f(r['headroom_pass_at_k'])} / {f(r['headroom_reachable'])}")
+            lines.append(f"| {r['task']} | {r['n']} | {f(r['before'])} | {f(r['after'])} | {ch} | {v} | {h} |")
+        return lines + [""]
     lines = ["Per task (held-out greedy success; headroom measured before RL on the first held-out items):", "",
              f"| task | held-out episodes | before RL | final | change | headroom verdict | headroom items | "
              f"greedy / sampled / {pk} |",
@@ -237,10 +271,17 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
         f"| change | {result.final_accuracy - result.start_accuracy:+.3f} |",
         "",
     ]
-    headroom = _read_headroom(run_dir)
+    preflight = _read_headroom(run_dir, "preflight.json")
+    headroom = None if preflight is not None else _read_headroom(run_dir)
     tasks = per_task_rows(getattr(result, "start_families", {}) or {}, getattr(result, "final_families", {}) or {},
-                          headroom)
-    lines += per_task_markdown(tasks, k=(headroom or {}).get("overall", {}).get("k"))
+                          headroom, preflight)
+    if preflight is not None:
+        st = preflight.get("stats", {})
+        lines += [f"Preflight before RL (RUN_DIR/preflight.md, {st.get('n_items')} held-out items x {st.get('k')} "
+                  f"samples): **GRPO {preflight.get('verdict')}** -- "
+                  + "; ".join(f"{m['method']}: {m['verdict']}" for m in preflight.get("methods", [])[1:]), ""]
+    k = ((preflight or {}).get("stats") or {}).get("k") or (headroom or {}).get("overall", {}).get("k")
+    lines += per_task_markdown(tasks, k=k)
     if last:
         lines += [
             f"Last step: reward {last.get('reward/mean', 0):.3f}, response length "
@@ -253,7 +294,9 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
         "steps": result.steps, "seconds": result.seconds,
         "accuracy": {"before_rl": result.start_accuracy, "final": result.final_accuracy,
                      "best": result.best_accuracy, "change": result.final_accuracy - result.start_accuracy},
-        "headroom_verdict": (headroom or {}).get("verdict"),
+        "headroom_verdict": (preflight or headroom or {}).get("verdict"),
+        "preflight_verdict": (preflight or {}).get("verdict"),
+        "preflight_items": ((preflight or {}).get("stats") or {}).get("n_items"),
         "health": health.to_dict(),
         "per_task": tasks,
     })

@@ -1,0 +1,301 @@
+"""Calibrate `grpolab preflight` against real GRPO runs (issue 43).
+
+For each setting (a model, a task setup and the standard short GRPO recipe for that model): run
+the preflight on the starting model, then one GRPO run per seed, and measure each run's gain in
+held-out greedy accuracy on the same held-out items (all of them up to ``--gain-items``, 256 by
+default), paired by item against the starting model. The record is rewritten atomically after every
+step, so a partial calibration survives an interruption; run the same command again to continue
+(finished preflights, warm starts, runs and evaluations are reused).
+
+    OMP_NUM_THREADS=1 python benchmarks/preflight_calibration.py --root runs/calib \\
+        --json docs/results/preflight_calibration.json --seeds 0 1 2
+
+The settings are visited seed by seed (every setting's seed 0 first, then seed 1, ...), so a
+budget that runs out leaves many settings with one seed rather than a few with three.
+``--recorded``: also add the settings whose gains come from earlier results in docs/results/
+(their preflight verdict is computed from the recorded headroom numbers of that run by
+:func:`grpolab.diagnostics.preflight.verdicts_from_counts`; no failure reasons there).
+
+Agreement: the preflight's GRPO verdict ("indicated" = go, "not indicated" = no-go) against the sign
+of the mean measured gain (a gain within +-``--null`` points counts as no gain, i.e. agrees with
+no-go); "can't tell" settings are counted apart. Also: no "not indicated" where every seed gained
+>= 10 points, and whether the measured gain lies at or below the preflight's gain ceiling.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOL = "models/smollm2-135m-instruct"
+
+# The standard short run of each model: SmolLM2 as examples/smollm2_sums.yaml (GRPO + LoRA r 16,
+# lr 5e-4, 4 prompts x 8 at T 0.7, 10 steps, chat template); the tiny model as the headroom study
+# (studies/headroom.yaml: 40 steps of 16 prompts x 8 at T 1, lr 1e-4) from a default warm start.
+SMOL_BASE = ["examples/smollm2_sums.yaml", ["task.n_eval=16", "trainer.eval_every=10", "trainer.save_every=10",
+                                            "log.completions_every=0", "log.plots=false", "log.progress=false"]]
+TINY_RUN = ["rollout.prompts_per_step=16", "rollout.group_size=8", "rollout.max_new_tokens=48",
+            "rollout.temperature=1.0", "optim.lr=1e-4", "trainer.steps=40", "trainer.eval_every=40",
+            "trainer.save_every=40", "task.n_eval=32", "log.tensorboard=false", "log.plots=false",
+            "log.progress=false", "sft.enabled=no"]
+
+SETTINGS: list[dict] = [
+    {"name": "smollm2/sums0-20/cap12", "model": "SmolLM2-135M-Instruct",
+     "task": "short_arith sums 0..20, 12-token cap (examples/smollm2_sums.yaml)", "set": [],
+     "recorded": "docs/results/real_model.json"},
+    {"name": "smollm2/sums0-20/cap32", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..20, 32-token cap",
+     "set": ["rollout.max_new_tokens=32"]},
+    {"name": "smollm2/sums0-50", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..50 (operand range)",
+     "set": ["task.options.max_operand=50", "task.options.eval_fraction=0.2"]},
+    {"name": "smollm2/diff0-20", "model": "SmolLM2-135M-Instruct", "task": "short_arith differences 0..20",
+     "set": ["task.options.ops='-'"]},
+    {"name": "smollm2/digits2+1", "model": "SmolLM2-135M-Instruct", "task": "short_arith 2-digit + 1-digit",
+     "set": ["task.options.max_operand=null", "task.options.digits=[2,1]", "task.options.eval_fraction=0.2"]},
+    {"name": "tiny/arith", "model": "tiny (1.8M, warm start)", "task": "arith (1-digit operands)", "tiny": "arith",
+     "set": []},
+    {"name": "tiny/arith3", "model": "tiny (1.8M, warm start)", "task": "arith, operands of up to 3 digits",
+     "tiny": "arith", "set": ["task.options.max_digits=3"]},
+    {"name": "smollm2/sums0-20/number-only", "model": "SmolLM2-135M-Instruct",
+     "task": "short_arith sums 0..20, 'Answer with the number only.'",
+     "set": ["task.prompt_template={prompt} Answer with the number only."]},
+    {"name": "tiny/reverse", "model": "tiny (1.8M, warm start)", "task": "reverse", "tiny": "reverse", "set": []},
+    {"name": "tiny/pairsum", "model": "tiny (1.8M, warm start)", "task": "pairsum (96 tokens)", "tiny": "pairsum",
+     "set": ["rollout.max_new_tokens=96", "rollout.prompts_per_step=8"]},
+    {"name": "smollm2/sums0-10", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..10 (operand range)",
+     "set": ["task.options.max_operand=10"]},
+    {"name": "smollm2/sums0-20/cap6", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..20, 6-token cap",
+     "set": ["rollout.max_new_tokens=6"]},
+]
+
+
+def _atomic_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _run(cmd: list[str], log_path: Path) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    t0 = time.time()
+    with open(log_path, "a") as f:
+        f.write(f"$ {' '.join(cmd)}\n")
+        f.flush()
+        rc = subprocess.call(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    print(f"  [{time.time() - t0:.0f} s] {' '.join(cmd[:3])} ... -> rc {rc}", flush=True)
+    if rc != 0:
+        raise RuntimeError(f"command failed (rc {rc}), see {log_path}: {' '.join(cmd)}")
+
+
+def _config(s: dict, root: Path) -> tuple[str | None, list[str]]:
+    """``(config file, --set lines)`` of a setting's runs."""
+    if "tiny" in s:
+        return None, [f"task.name={s['tiny']}", f"model.path={root / ('ws_' + s['tiny'])}", *TINY_RUN, *s["set"]]
+    return SMOL_BASE[0], [f"model.path={SMOL}", *SMOL_BASE[1], *s["set"]]
+
+
+def _sets(lines: list[str]) -> list[str]:
+    out = []
+    for x in lines:
+        out += ["--set", x]
+    return out
+
+
+def _cfg_args(cfg: str | None, sets: list[str]) -> list[str]:
+    return ([cfg] if cfg else []) + _sets(sets)
+
+
+def warm_start(task: str, root: Path) -> Path:
+    """The tiny model's default warm start on ``task`` (``grpolab sft``, deterministic)."""
+    out = root / f"ws_{task}"
+    if not (out / "sft.json").exists():
+        _run([sys.executable, "-m", "grpolab.cli", "sft", "--set", f"task.name={task}", "--out", str(out)],
+             root / "logs" / f"ws_{task}.log")
+    return out
+
+
+def greedy_items(model: str, cfg: str | None, sets: list[str], n: int | None, out: Path, log: Path) -> list[float]:
+    """Per-item greedy rewards of ``model`` on the setting's held-out items (cached in ``out``)."""
+    if not out.exists():
+        cmd = [sys.executable, "-m", "grpolab.cli", "eval", model, "--samples", "0", "--examples", "0",
+               "--completions", str(out)]
+        if cfg:
+            cmd += ["--config", cfg]
+        cmd += _sets([x for x in sets if not x.startswith("task.n_eval=")])
+        try:
+            _run(cmd + (["--n", str(n)] if n else []), log)
+        except RuntimeError:
+            import re
+
+            m = re.search(r"has only (\d+) eval items", log.read_text()[-2000:])
+            if not n or not m:
+                raise
+            _run(cmd + ["--n", m.group(1)], log)  # the task holds fewer held-out items: all of them
+    return [json.loads(line)["reward"] for line in out.read_text().splitlines() if line.strip()]
+
+
+def paired_gain(base: list[float], final: list[float]) -> dict:
+    from grpolab.diagnostics.stats import paired_bootstrap_ci
+
+    b = [float(x >= 1 - 1e-9) for x in base]
+    f = [float(x >= 1 - 1e-9) for x in final]
+    ci = paired_bootstrap_ci(f, b, seed=0)
+    return {"start": sum(b) / len(b), "final": sum(f) / len(f), "gain": ci.value, "gain_ci": [ci.low, ci.high],
+            "fixed": sum(1 for x, y in zip(b, f) if y > x), "broken": sum(1 for x, y in zip(b, f) if y < x),
+            "items": len(b)}
+
+
+def preflight(s: dict, base: str, cfg: str | None, sets: list[str], out: Path, log: Path, k: int) -> dict | None:
+    try:
+        import grpolab.train.preflight  # noqa: F401
+    except ImportError:
+        return None
+    if not (out / "preflight.json").exists():
+        _run([sys.executable, "-m", "grpolab.cli", "preflight", base, *(["--config", cfg] if cfg else []),
+              *_sets([x for x in sets if not x.startswith("task.n_eval=")]), "--n", str(k), "--out", str(out),
+              "--until-decided", "32", "--no-readability"], log)
+    d = json.loads((out / "preflight.json").read_text())
+    rec = dict(d["calibration"])
+    st = d["settings"]
+    rec.update({"seconds": st.get("seconds"), "stopped_when_decided": st.get("stopped_when_decided"),
+                "rests_on": d["methods"][0]["rests_on"], "note": d["methods"][0]["note"],
+                "failures": {r: (d["stats"]["responses"].get(r) or {}).get("value")
+                             for r in ("cut at the cap", "no parseable answer", "wrong answer", "verifier error")}})
+    return rec
+
+
+def summarise(record: dict, null: float) -> None:
+    """``agreement``, ``misses`` and the targets, from the settings as they stand."""
+    rows = [s for s in record["settings"] if s.get("gain", {}).get("seeds") and s.get("preflight")]
+    decided, agree, cant, misses = 0, 0, 0, []
+    never_miss = True
+    covered = n_cov = 0
+    for s in rows:
+        gains = [g["gain"] for g in s["gain"]["seeds"].values()]
+        mean = sum(gains) / len(gains)
+        s["gain"]["final"] = mean
+        v = s["preflight"]["grpo"]
+        sign = "up" if mean > null else ("down" if mean < -null else "none")
+        if v == "not indicated" and gains and min(gains) >= 0.10:
+            never_miss = False
+            misses.append({"setting": s["name"], "why": f"'not indicated' but every seed gained >= 10 points "
+                                                        f"({', '.join(f'{g:+.3f}' for g in gains)})"})
+        if v == "can't tell":
+            cant += 1
+            continue
+        decided += 1
+        ok = (v == "indicated") == (sign == "up")
+        agree += ok
+        if not ok:
+            misses.append({"setting": s["name"], "why": f"GRPO {v}, measured mean gain {mean:+.3f} "
+                                                        f"({len(gains)} seed(s))"})
+        ceil = s["preflight"].get("gain_ceiling")
+        if ceil is not None:
+            n_cov += 1
+            covered += mean <= ceil + 1e-9
+    record["agreement"] = {
+        "settings_with_runs": len(rows), "decided": decided, "cant_tell": cant,
+        "agree_decided": agree, "share_of_decided": agree / decided if decided else None,
+        "share_of_all": agree / len(rows) if rows else None,
+        "never_not_indicated_where_all_seeds_gain_10pts": never_miss,
+        "gain_at_or_below_ceiling": {"covered": covered, "settings": n_cov,
+                                     "share": covered / n_cov if n_cov else None},
+        "null_band_points": null * 100,
+    }
+    record["misses"] = misses
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", default="runs/calib")
+    ap.add_argument("--json", default="docs/results/preflight_calibration.json")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--only", nargs="*", default=None, help="setting names (default: all)")
+    ap.add_argument("--gain-items", type=int, default=256)
+    ap.add_argument("--preflight-items", type=int, default=128)
+    ap.add_argument("--null", type=float, default=0.02, help="|mean gain| at most this counts as no gain")
+    ap.add_argument("--stop-at", default=None, help="HH:MM (UTC): start nothing new after this time")
+    ap.add_argument("--no-runs", action="store_true", help="preflights and summary only")
+    ap.add_argument("--no-preflight", action="store_true", help="runs and gains only (preflights in a later pass)")
+    args = ap.parse_args()
+    root = (ROOT / args.root).resolve()
+    out_json = ROOT / args.json
+    record = json.loads(out_json.read_text()) if out_json.exists() else {}
+    record.setdefault("settings", [])
+    record["command"] = "OMP_NUM_THREADS=1 python " + " ".join(sys.argv)
+    record["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                      cwd=ROOT).stdout.strip()
+    by_name = {s["name"]: s for s in record["settings"]}
+    settings = [s for s in SETTINGS if args.only is None or s["name"] in args.only]
+
+    def late() -> bool:
+        if not args.stop_at:
+            return False
+        hh, mm = map(int, args.stop_at.split(":"))
+        now = time.gmtime()
+        return (now.tm_hour, now.tm_min) >= (hh, mm)
+
+    def save() -> None:
+        summarise(record, args.null)
+        _atomic_json(out_json, record)
+
+    for seed in args.seeds:
+        for s in settings:
+            if late():
+                print("stop time reached; nothing new started", flush=True)
+                save()
+                return
+            rec = by_name.get(s["name"])
+            if rec is None:
+                rec = {"name": s["name"], "model": s["model"], "task": s["task"], "source": "run here",
+                       "gain": {"seeds": {}}}
+                record["settings"].append(rec)
+                by_name[s["name"]] = rec
+            cfg, sets = _config(s, root)
+            rec["config"] = cfg
+            rec["set"] = sets
+            d = root / s["name"].replace("/", "_")
+            try:
+                base = str(warm_start(s["tiny"], root)) if "tiny" in s else SMOL
+                if rec.get("preflight") is None and not args.no_preflight:
+                    pf = preflight(s, base, cfg, sets, d / "preflight", d / "preflight.log", args.preflight_items)
+                    if pf is not None:
+                        rec["preflight"] = pf
+                        save()
+                if "recorded" in s:  # the runs exist: docs/results/real_model.json (3 seeds, 219 items)
+                    rm = json.loads((ROOT / s["recorded"]).read_text())["variants"]["grpo"]
+                    rec["source"] = f"preflight run here; gains from {s['recorded']}"
+                    rec["gain"]["seeds"] = {str(sd): {"start": a, "final": b, "gain": g, "items": 219}
+                                            for sd, a, b, g in zip(rm["seeds"], rm["start"], rm["final"], rm["gain"])}
+                    save()
+                    continue
+                if args.no_runs or str(seed) in rec["gain"]["seeds"]:
+                    continue
+                print(f"{s['name']} seed {seed}", flush=True)
+                b = greedy_items(base, cfg, sets, args.gain_items, d / "base_greedy.jsonl", d / "eval.log")
+                run_dir = d / f"s{seed}"
+                if not (run_dir / "final" / "config.json").exists():
+                    _run([sys.executable, "-m", "grpolab.cli", "train", *_cfg_args(cfg, sets), "--set",
+                          f"trainer.seed={seed}", "--set", f"trainer.run_dir={run_dir}", "--set",
+                          "trainer.headroom=false", "--overwrite"], d / f"train_s{seed}.log")
+                f = greedy_items(str(run_dir / "final"), cfg, sets, args.gain_items, d / f"final_s{seed}.jsonl",
+                                 d / "eval.log")
+                rec["gain"]["seeds"][str(seed)] = paired_gain(b, f)
+                save()
+                print(f"  gain {rec['gain']['seeds'][str(seed)]['gain']:+.3f}", flush=True)
+            except RuntimeError as e:
+                rec.setdefault("errors", []).append(str(e))
+                print(f"  failed: {e}", flush=True)
+                save()
+    save()
+
+
+if __name__ == "__main__":
+    main()

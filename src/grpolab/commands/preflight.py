@@ -1,0 +1,66 @@
+"""``grpolab preflight MODEL_OR_RUN``: before a run, which method can help here?
+
+Opens the model with :func:`grpolab.runs.open_run` (a run directory brings its config; a bare model
+directory takes ``--config`` + ``--set``, so it is measured exactly as training will prompt, sample
+and score it), measures it with :func:`grpolab.train.preflight.measure_preflight` -- within
+``--budget`` seconds when given -- and writes ``preflight.json`` and ``preflight.md``
+(:mod:`grpolab.diagnostics.preflight`: the verdicts, the numbers they rest on, the thresholds and
+the ``--set`` lines to use).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Callable
+
+__all__ = ["preflight_command"]
+
+
+def _open(model, config, overrides, n, log):
+    """:func:`grpolab.runs.open_run` with ``n`` held-out items, or all of them when the task holds fewer."""
+    from grpolab.config import ConfigError
+    from grpolab.runs import open_run
+
+    try:
+        return open_run(model, config, overrides, n_eval=n, log=log)
+    except ConfigError as e:
+        m = re.search(r"has only (\d+) eval items", str(e))
+        if n is None or not m or int(m.group(1)) == 0:
+            raise
+        log(f"the task holds {m.group(1)} held-out items; measuring all of them")
+        return open_run(model, config, overrides, n_eval=int(m.group(1)), log=log)
+
+
+def preflight_command(model: str, *, config: str | None = None, overrides: list[str] = (), n: int | None = 128,
+                      k: int | None = None, budget: float = 0.0, seed: int = 0, out: str | None = None,
+                      readability: bool = True, until_decided: int = 0, log: Callable[[str], None] = print) -> int:
+    """Measure ``model`` (a model directory, a run directory, or None: the config's model) on ``n``
+    held-out items with ``k`` samples each (default: the run's group size, at least 8) and write
+    ``preflight.{json,md}`` to ``out`` (default: the run directory, else ``runs/preflight``).
+    ``until_decided`` > 0: stop once that many items are measured and the GRPO verdict is decided."""
+    from grpolab.config import ConfigError
+    from grpolab.train.preflight import default_k, is_off_policy, measure_preflight, write_preflight
+
+    if budget < 0:
+        raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
+    run = _open(model, config, overrides, n, log)
+    cfg = run.config
+    k = k or default_k(cfg)
+    res = measure_preflight(
+        run.model, run.tokenizer, run.eval_items, run.collector, k=k, group_size=cfg.rollout.group_size,
+        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
+        seed=seed, budget=budget, readability=readability, prompt_format=run.prompt_format, credit=cfg.credit,
+        off_policy=is_off_policy(cfg), log=log, until_decided=until_decided,
+        settings={"model": str(run.model_dir) if run.model_dir else "the tiny model built from scratch",
+                  "task": cfg.task.name, "task_options": cfg.task.options or None})
+    target = Path(out) if out is not None else (run.run_dir if run.run_dir is not None else Path("runs/preflight"))
+    j, m = write_preflight(target, res)
+    width = max(len(x.method) for x in res.methods)
+    for x in res.methods:
+        log(f"  {x.method:<{width}}  {x.verdict:<13}  {x.rests_on}")
+        for line in x.set_lines:
+            log(f"  {'':<{width}}  {'':<13}  --set {line}" if "=" in line else f"  {'':<{width}}  {'':<13}  {line}")
+    log(res.message)
+    log(f"wrote {j} and {m}")
+    return 0

@@ -1,0 +1,54 @@
+"""`grpolab preflight`: files written, progress, the method table on stdout, bad input as one error line."""
+
+import json
+
+import pytest
+
+from grpolab.cli import main
+
+TINY = ["--set", "model.hidden_size=32", "--set", "model.num_layers=1", "--set", "model.num_heads=2",
+        "--set", "model.intermediate_size=64", "--set", "rollout.max_new_tokens=8", "--set", "task.options.max_digits=1"]
+
+
+def test_preflight_writes_json_and_markdown(tmp_path, capsys):
+    out = tmp_path / "pf"
+    assert main(["preflight", *TINY, "--n", "10", "--out", str(out)]) == 0
+    data = json.loads((out / "preflight.json").read_text())
+    assert data["stats"]["n_items"] == 10 and data["stats"]["k"] == 8 and data["stats"]["group_size"] == 8
+    assert [m["method"] for m in data["methods"]] == ["GRPO", "dynamic sampling",
+                                                       "overlong shaping / truncation masking", "RLSD / GEAR",
+                                                       "Balanced Aggregation", "CTPO / GSPO"]
+    assert all(m["verdict"] in ("indicated", "not indicated", "can't tell") for m in data["methods"])
+    assert all(m["source"].startswith("docs/") for m in data["methods"])
+    assert data["settings"]["task"] == "arith" and data["settings"]["items_measured"] == 10
+    md = (out / "preflight.md").read_text()
+    assert md.startswith("# Preflight") and "| method | verdict | rests on |" in md and "(n=10)" in md
+    stdout = capsys.readouterr().out
+    assert "preflight: 10/10 items x (1 greedy + 8 sampled)" in stdout and "ETA" in stdout  # progress
+    assert "  GRPO " in stdout and f"wrote {out / 'preflight.json'}" in stdout
+
+
+def test_preflight_budget_and_fewer_items_than_asked(tmp_path, capsys):
+    out = tmp_path / "pf"
+    # short_arith with operands 0..3: 16 sums, 9 held out; --n 100 measures all 9
+    sets = ["--set", "task.name=short_arith", "--set", "task.options={max_operand: 3, eval_fraction: 0.5}",
+            "--set", "model.tokenizer_alphabet=printable"]
+    assert main(["preflight", *TINY[:8], *sets, "--n", "100", "--k", "4", "--budget", "600", "--out", str(out)]) == 0
+    data = json.loads((out / "preflight.json").read_text())
+    assert data["stats"]["n_items"] == 9 and data["settings"]["budget_s"] == 600
+    assert "the task holds 9 held-out items; measuring all of them" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--budget", "-1"], "--budget"),
+    (["--n", "0"], "--n"),
+    (["--set", "rollout.group_size=0"], "rollout.group_size"),
+])
+def test_bad_input_is_one_error_line(args, needle, capsys):
+    try:
+        rc = main(["preflight", *args])
+    except SystemExit as e:  # argparse refuses a bad value itself, with the same one-line form
+        rc = e.code
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
