@@ -4,25 +4,29 @@ Rows:
   * math / plain numbers: ``safe_score("math", "#<n>", "<n>")`` in this process;
   * math / LaTeX via math-verify: ``\\boxed{\\frac{a}{b}}`` against ``\\frac{2a}{2b}``, in this
     process, and through ``score_batch`` (verifier worker processes, one per CPU);
-  * sandbox / run_sandboxed: a trivial program (``print(6 * 7)``) through the fork-server pool
-    (``--threads`` callers, default one per pool server) vs ``mode="fresh"`` (a new sandbox
-    server process -- a fresh interpreter that sets up the same namespaces -- per program);
-  * code verifier: ``score("code", "def f(x): return x + 1", ["assert f(1) == 2"])`` through the
-    pool (``score_batch``) vs fresh.
+  * sandbox / run_sandboxed: a trivial program (``print(6 * 7)``) through the sandbox pool
+    (``--threads`` callers, default one per pool slot): a fresh bubblewrap sandbox per program;
+  * code verifier, fast path: ``score("code", "def f(x): return x + 1", ["assert f(1) == 2"])``
+    through ``score_batch`` (one sandbox per item);
+  * code verifier, judge path: the same check as ``r = f(1); assert r == 2`` (a solver sandbox
+    and a judge sandbox per item).
 
-Fork-server and fresh rows are measured in alternating rounds so machine load hits both alike;
-each number is the median over ``--rounds`` rounds. The machine is shared: read ratios rather
-than absolute numbers when the load average is high (it is printed and saved). A load-free
-figure: the CPU seconds one fork-server program costs in total (this process + the servers +
-the children they reaped, from /proc), turned into programs/s for 2 otherwise idle cores.
+Each number is the median over ``--rounds`` rounds. The machine is shared: read ratios rather
+than absolute numbers when the load average is high (it is printed and saved). Load-free
+figures: the CPU seconds one item costs (this process + every process it reaped: the sandboxes,
+whose programs run as PID 1 of their namespace and are reaped through bubblewrap; for the old
+fork server, its servers' CPU from /proc), turned into items/s for 2 otherwise idle cores; and
+the machine's busy time per item (/proc/stat: counts the kernel's namespace teardown too, and
+everything else running on the machine, so an upper bound on a shared machine).
 
-Run:  python benchmarks/rewards.py [--rounds 3] [--n-code 400] [--n-fresh 24]
+Run:  python benchmarks/rewards.py [--rounds 3] [--n-code 400]
 Writes benchmarks/results/rewards.json (atomically).
 
-Before/after:  python benchmarks/rewards.py --before /path/to/old/src [--rounds 5]
-measures only the fork-server rows (trivial program, code verifier) for the grpolab under
+Before/after:  python benchmarks/rewards.py --before /path/to/old/src [--rounds 3]
+measures the sandbox rows (trivial program, fast path, judge path) for the grpolab under
 ``--before`` and for this one, each round in a fresh subprocess per side, sides alternating, and
-prints the medians and after/before ratios; writes benchmarks/results/rewards_before_after.json.
+prints the medians and after/before ratios; writes docs/results/sandbox_throughput.json
+(``--out``).
 """
 
 from __future__ import annotations
@@ -62,19 +66,28 @@ def sandbox_many(n: int, threads: int, mode: str) -> None:
         list(ex.map(one, range(n)))
 
 
-def code_batch(n: int, mode: str, threads: int, tests: list[str] = TESTS) -> None:
-    if mode == "forkserver":
-        out = score_batch([("code", CODE, tests)] * n)
-    else:
-        with ThreadPoolExecutor(threads) as ex:
-            out = list(ex.map(lambda _: safe_score("code", CODE, TESTS, mode="fresh"), range(n)))
+def code_batch(n: int, tests: list[str] = TESTS) -> None:
+    out = score_batch([("code", CODE, tests)] * n)
     assert all(r.score == 1.0 for r in out), [r.info for r in out if r.score != 1.0][:2]
 
 
+def machine_busy_s() -> float:
+    """Busy CPU seconds of the whole machine so far (/proc/stat: user+nice+system+irq+softirq)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return (v[0] + v[1] + v[2] + v[5] + v[6]) / os.sysconf("SC_CLK_TCK")
+
+
+def server_pids(pool) -> list[int]:
+    """The old fork server's server processes (none in the bubblewrap sandbox)."""
+    return [srv.proc.pid for srv in getattr(pool, "_all", [])]
+
+
 def cpu_seconds(server_pids: list[int]) -> float:
-    """CPU time so far of this process, its sandbox servers and everything they reaped."""
+    """CPU time so far of this process, everything it reaped, the old sandbox servers and
+    everything they reaped."""
     t = os.times()
-    total = t.user + t.system
+    total = t.user + t.system + t.children_user + t.children_system
     tick = os.sysconf("SC_CLK_TCK")
     for pid in server_pids:
         try:
@@ -86,23 +99,30 @@ def cpu_seconds(server_pids: list[int]) -> float:
     return total
 
 
+def _measured(n: int, pool, fn) -> tuple[float, float, float]:
+    """(items/s, CPU ms per item, machine-busy ms per item) of ``fn`` over ``n`` items."""
+    c0, b0 = cpu_seconds(server_pids(pool)), machine_busy_s()
+    r = rate(n, fn)
+    c1, b1 = cpu_seconds(server_pids(pool)), machine_busy_s()
+    return r, (c1 - c0) / n * 1000, (b1 - b0) / n * 1000
+
+
 def worker(n: int) -> dict:
-    """One round of the fork-server rows in this process (for ``--before``)."""
+    """One round of the sandbox rows in this process (for ``--before``)."""
     pool = default_pool()
     pool.warm_up()
-    sandbox_many(20, pool.size, "forkserver")  # warm
-    code_batch(20, "forkserver", pool.size)
-    pids = [srv.proc.pid for srv in pool._all]
-    c0 = cpu_seconds(pids)
-    trivial = rate(n, lambda: sandbox_many(n, pool.size, "forkserver"))
-    c1 = cpu_seconds(pids)
-    code = rate(n, lambda: code_batch(n, "forkserver", pool.size))
-    c2 = cpu_seconds(pids)
-    judge = rate(n, lambda: code_batch(n, "forkserver", pool.size, JUDGE_TESTS))
-    c3 = cpu_seconds(pids)
-    return {"trivial_per_s": trivial, "code_per_s": code, "code_judge_per_s": judge,
-            "trivial_cpu_ms": (c1 - c0) / n * 1000, "code_cpu_ms": (c2 - c1) / n * 1000,
-            "code_judge_cpu_ms": (c3 - c2) / n * 1000, "isolation": list(pool.features())}
+    size = pool.size
+    sandbox_many(20, size, "auto")  # warm
+    code_batch(20)
+    out = {}
+    for key, fn in (("trivial", lambda: sandbox_many(n, size, "auto")),
+                    ("code", lambda: code_batch(n)),
+                    ("code_judge", lambda: code_batch(n, JUDGE_TESTS))):
+        r, cpu, busy = _measured(n, pool, fn)
+        out.update({f"{key}_per_s": r, f"{key}_cpu_ms": cpu, f"{key}_busy_ms": busy})
+    out["isolation"] = list(pool.features())
+    out["pool_size"] = size
+    return out
 
 
 def before_after(args) -> None:
@@ -124,14 +144,17 @@ def before_after(args) -> None:
     keys = ("trivial_per_s", "code_per_s", "code_judge_per_s", "trivial_cpu_ms", "code_cpu_ms",
             "code_judge_cpu_ms")
     med = {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in runs.items()}
-    print(f"{'fork server, ' + str(args.n_code) + ' programs/round':<44}  {'before':>9}  "
-          f"{'after':>9}  after/before")
+    print(f"{str(args.n_code) + ' items/round, pool of ' + str(runs['after'][0]['pool_size']):<44}  "
+          f"{'before':>9}  {'after':>9}  after/before")
     labels = {"trivial_per_s": "run_sandboxed trivial program (items/s)",
-              "code_per_s": "code verifier, score_batch (items/s)",
-              "code_judge_per_s": "code verifier, multi-statement test (items/s)",
-              "code_judge_cpu_ms": "CPU per multi-statement code item (ms)",
+              "code_per_s": "code verifier, fast path (items/s)",
+              "code_judge_per_s": "code verifier, judge path (items/s)",
               "trivial_cpu_ms": "CPU per trivial program (ms)",
-              "code_cpu_ms": "CPU per code-verifier item (ms)"}
+              "code_cpu_ms": "CPU per fast-path item (ms)",
+              "code_judge_cpu_ms": "CPU per judge-path item (ms)",
+              "trivial_busy_ms": "machine busy per trivial program (ms)",
+              "code_busy_ms": "machine busy per fast-path item (ms)",
+              "code_judge_busy_ms": "machine busy per judge-path item (ms)"}
     for k in keys:
         b, a = med["before"][k], med["after"][k]
         print(f"{labels[k]:<44}  {b:9.2f}  {a:9.2f}  x{a / b:.3f}")
@@ -139,8 +162,12 @@ def before_after(args) -> None:
         print(f"{n}: {sides[n]} isolation={runs[n][0]['isolation']}")
     print(f"rounds={args.rounds} cpus={os.cpu_count()} load average before={load_before[0]:.1f} "
           f"after={load_after[0]:.1f}")
-    path = RESULTS.with_name("rewards_before_after.json")
-    atomic_write_json(path, {"median": med, "rounds": runs, "sides": sides,
+    idle = {n: {k.replace("_cpu_ms", "_per_s_on_2_idle_cores_from_cpu"): 2000 / med[n][k]
+                for k in keys if k.endswith("_cpu_ms")} for n in sides}
+    for k in idle["after"]:
+        print(f"{k}: before {idle['before'][k]:.0f}, after {idle['after'][k]:.0f}")
+    path = Path(args.out)
+    atomic_write_json(path, {"median": med, "from_cpu": idle, "rounds": runs, "sides": sides,
                              "config": {"rounds": args.rounds, "n_code": args.n_code},
                              "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                          "load_average_before": load_before,
@@ -152,7 +179,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-code", type=int, default=400, help="programs per fork-server round")
-    ap.add_argument("--n-fresh", type=int, default=24, help="programs per fresh-mode round")
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "results"
+                                         / "sandbox_throughput.json"),
+                    help="where --before writes its JSON")
     ap.add_argument("--n-math", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=None, help="callers (default: pool size)")
     ap.add_argument("--before", default=None,
@@ -193,20 +222,15 @@ def main() -> None:
                 rate(len(latex), lambda: [safe_score("math", c, r) for c, r in latex]))
             add("math LaTeX via math-verify (score_batch, worker processes)",
                 rate(len(latex), lambda: score_batch([("math", c, r) for c, r in latex])))
-        pids = [srv.proc.pid for srv in pool._all]
-        c0 = cpu_seconds(pids)
-        add(f"run_sandboxed trivial program: fork server ({threads} callers)",
-            rate(args.n_code, lambda: sandbox_many(args.n_code, threads, "forkserver")))
-        cpu_ms.append((cpu_seconds(pids) - c0) / args.n_code * 1000)
-        add(f"run_sandboxed trivial program: fresh interpreter ({threads} callers)",
-            rate(args.n_fresh, lambda: sandbox_many(args.n_fresh, threads, "fresh")))
-        pids = [srv.proc.pid for srv in pool._all]
-        c0 = cpu_seconds(pids)
-        add("code verifier: fork server (score_batch)",
-            rate(args.n_code, lambda: code_batch(args.n_code, "forkserver", threads)))
-        code_cpu_ms.append((cpu_seconds(pids) - c0) / args.n_code * 1000)
-        add(f"code verifier: fresh interpreter ({threads} callers)",
-            rate(args.n_fresh, lambda: code_batch(args.n_fresh, "fresh", threads)))
+        r, cpu, _ = _measured(args.n_code, pool,
+                              lambda: sandbox_many(args.n_code, threads, "auto"))
+        add(f"run_sandboxed trivial program ({threads} callers)", r)
+        cpu_ms.append(cpu)
+        r, cpu, _ = _measured(args.n_code, pool, lambda: code_batch(args.n_code))
+        add("code verifier: fast path (score_batch)", r)
+        code_cpu_ms.append(cpu)
+        add("code verifier: judge path (score_batch)",
+            rate(args.n_code, lambda: code_batch(args.n_code, JUDGE_TESTS)))
     load_after = os.getloadavg()
 
     table = {k: statistics.median(v) for k, v in rows.items()}
@@ -214,25 +238,21 @@ def main() -> None:
     print(f"{'verification':<{width}}  items/s")
     for k, v in table.items():
         print(f"{k:<{width}}  {v:8.1f}")
-    fs = [v for k, v in table.items() if "run_sandboxed" in k]
-    cv = [v for k, v in table.items() if k.startswith("code verifier")]
-    print(f"fork server / fresh: run_sandboxed x{fs[0] / fs[1]:.1f}, code verifier x{cv[0] / cv[1]:.1f}")
     per_item = statistics.median(cpu_ms)
     per_code = statistics.median(code_cpu_ms)
-    print(f"fork server CPU per trivial program (client + server + child): {per_item:.2f} ms "
+    print(f"CPU per trivial program (caller + sandbox): {per_item:.2f} ms "
           f"-> {2000 / per_item:.0f} programs/s on 2 otherwise idle cores")
-    print(f"fork server CPU per code-verifier item: {per_code:.2f} ms "
+    print(f"CPU per fast-path code item: {per_code:.2f} ms "
           f"-> {2000 / per_code:.0f} items/s on 2 otherwise idle cores")
     print(f"cpus={os.cpu_count()} pool={pool.size} isolation={pool.features()} "
           f"load average before={load_before[0]:.1f} after={load_after[0]:.1f}")
     atomic_write_json(RESULTS, {
         "items_per_s": table,
         "rounds": {k: v for k, v in rows.items()},
-        "forkserver_cpu_ms_per_program": per_item,
-        "forkserver_programs_per_s_on_2_idle_cores_from_cpu": 2000 / per_item,
+        "cpu_ms_per_program": per_item,
+        "programs_per_s_on_2_idle_cores_from_cpu": 2000 / per_item,
         "code_verifier_cpu_ms_per_item": per_code,
         "code_verifier_items_per_s_on_2_idle_cores_from_cpu": 2000 / per_code,
-        "speedup_forkserver_vs_fresh": {"run_sandboxed": fs[0] / fs[1], "code_verifier": cv[0] / cv[1]},
         "config": vars(args) | {"threads": threads, "pool_size": pool.size,
                                 "isolation": list(pool.features())},
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),

@@ -72,6 +72,8 @@ DRAIN_S = 0.3
 #: Cap on a sandbox's report channel (fd 4), bytes.
 MAX_REPORT_BYTES = 64 << 20
 SAMPLE_S = 0.02
+#: Seconds the other sandboxes (the solver) get to exit by themselves after the primary did.
+PEER_GRACE_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -266,15 +268,17 @@ def spawn(launcher: Launcher, role: str, limits: SandboxLimits, stdin: bytes,
 
 def supervise(procs: list[Proc], limits: SandboxLimits, primary: Proc, on_start=None) -> float:
     """Run ``procs`` to their end: feed, read (capped), sample CPU, kill at the wall-clock
-    deadline or past ``cpu_s``; when ``primary`` exits, the others are killed. Returns the
+    deadline or past ``cpu_s``; once ``primary`` exits, the others get PEER_GRACE_S to exit
+    by themselves, then are killed. Returns the
     wall time. Every process is dead and reaped when it returns."""
     t0 = time.monotonic()
     deadline = t0 + limits.timeout_s
     next_sample = t0 + SAMPLE_S
+    primary_end = 0.0
     try:
         while True:
             now = time.monotonic()
-            if now >= deadline:
+            if now >= deadline and not primary_end:
                 for p in procs:
                     p.kill("timeout")
             if now >= next_sample:
@@ -285,8 +289,13 @@ def supervise(procs: list[Proc], limits: SandboxLimits, primary: Proc, on_start=
                         p.kill("timeout")
             _reap(procs)
             if primary.returncode is not None:
-                for p in procs:
-                    p.kill("peer_done")
+                # the others (the solver) see their channel close and exit by themselves
+                # (reaped, so their CPU is counted); whatever is left at PEER_GRACE_S dies
+                deadline = min(deadline, primary_end or now + PEER_GRACE_S)
+                primary_end = deadline
+                if now >= deadline:
+                    for p in procs:
+                        p.kill("peer_done")
             if all(p.returncode is not None for p in procs):
                 break
             _pump(procs, limits, min(max(deadline - now, 0.001), SAMPLE_S))
