@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 
@@ -27,44 +26,14 @@ RESULTS = Path(__file__).parent / "results"
 
 
 def length_coupling(lengths: list[float], correct: list[bool], group_size: int) -> dict:
-    """Within-group fail/success lengths of rows in groups of ``group_size`` consecutive rows.
+    """Within-group fail/success lengths of rows in groups of ``group_size`` consecutive rows (the last
+    group may be shorter): :func:`grpolab.diagnostics.preflight.length_coupling`, the measure
+    ``grpolab preflight`` reports, on flat rows."""
+    from grpolab.diagnostics.preflight import length_coupling as coupling
 
-    The within-group ratio and means are the training metric ``length/mixed_*``
-    (:func:`grpolab.train.step_metrics.within_group_lengths`), in float64; this adds the per-group ratio, the
-    shares of longer / shorter failures and the pooled ratio. A field with no group to average is None."""
-    import torch
-
-    from grpolab.train.step_metrics import group_lengths, within_group_lengths
-
-    len_B = torch.tensor(lengths, dtype=torch.float64)
-    ok_B = torch.tensor(correct, dtype=torch.bool)
-    group_B = torch.arange(len(lengths)) // group_size
-    n_groups = -(-len(lengths) // group_size)
-    core = within_group_lengths(len_B, ok_B, group_B, n_groups)
-    core = {k: (None if math.isnan(v) else v) for k, v in core.items()}
-    g = group_lengths(len_B, ok_B, group_B, n_groups)
-    mixed = g.mixed_G
-    ratios = (g.incorrect_G[mixed] / g.correct_G[mixed].clamp_min(1e-9)).tolist()
-    fail_mixed_B = ~ok_B & mixed[group_B]  # failures of mixed groups, against their group's mean success
-    n_fail_mixed = int(fail_mixed_B.sum())
-    longer = int((fail_mixed_B & (len_B > g.correct_G[group_B])).sum())
-    shorter = int((fail_mixed_B & (len_B < g.correct_G[group_B])).sum())
-    mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
-    fail_all = [x for x, c in zip(lengths, correct) if not c]
-    succ_all = [x for x, c in zip(lengths, correct) if c]
-    return {
-        "responses": len(lengths), "correct_frac": sum(correct) / max(len(correct), 1),
-        "mixed_groups": int(mixed.sum()),
-        "fail_success_length_ratio": core["length/mixed_ratio"],
-        "mean_group_ratio": mean(ratios),
-        "mean_fail_tokens_mixed": core["length/mixed_incorrect"],
-        "mean_success_tokens_mixed": core["length/mixed_correct"],
-        "pooled_fail_success_ratio": (mean(fail_all) / mean(succ_all)) if fail_all and succ_all else None,
-        "mean_response_tokens": mean(lengths),
-        # which failures dominate: longer / shorter than their group's mean success length
-        "fail_longer_frac": longer / n_fail_mixed if n_fail_mixed else None,
-        "fail_shorter_frac": shorter / n_fail_mixed if n_fail_mixed else None,
-    }
+    groups = range(0, len(lengths), group_size)
+    return coupling([lengths[i:i + group_size] for i in groups], [correct[i:i + group_size] for i in groups],
+                    ci=False)
 
 
 def lengths(args) -> None:

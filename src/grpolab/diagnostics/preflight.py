@@ -176,13 +176,23 @@ def all_equal_share(rewards: Sequence[Sequence[float]], group_size: int) -> np.n
     return np.asarray(out, dtype=float)
 
 
-def length_coupling(lengths: Sequence[Sequence[float]], solved: Sequence[Sequence[bool]], *, seed: int = 0) -> dict:
-    """Within-group fail/success lengths over groups with both (the training metric ``length/mixed_ratio``,
-    :func:`grpolab.train.step_metrics.within_group_lengths`): the mean over mixed groups of the failures'
-    mean length over the same for the successes, with a bootstrap interval over mixed groups, the shares
-    of failures longer / shorter than their group's mean success, and the pooled ratio (not within
-    groups: mixes easy and hard prompts). ``lengths``/``solved``: ``[N][k]`` per item's samples."""
-    inc, cor, longer, shorter, n_fail = [], [], 0, 0, 0
+def length_coupling(lengths: Sequence[Sequence[float]], solved: Sequence[Sequence[bool]], *, seed: int = 0,
+                    ci: bool = True) -> dict:
+    """Sign-length coupling: lengths of failed and solved responses *within* prompt groups.
+
+    Over the groups with both (mixed groups): ``fail_success_length_ratio`` is the mean of the
+    failures' mean lengths over the mean of the successes' (the training metric ``length/mixed_ratio``,
+    :func:`grpolab.train.step_metrics.within_group_lengths`; the precondition of Balanced Aggregation,
+    docs/results/aggregation_coupled.md), with a bootstrap interval over mixed groups (``ratio_ci``,
+    when ``ci``); ``mean_group_ratio`` the mean of the per-group ratios; ``fail_longer_frac`` /
+    ``fail_shorter_frac`` the shares of the mixed groups' failures longer / shorter than their group's
+    mean success; ``pooled_fail_success_ratio`` the same ratio over all responses (not within groups:
+    it mixes easy and hard prompts). A field with nothing to average is None.
+
+    Args:
+        lengths / solved: ``[G][k_g]`` per group (prompt), its responses' lengths and outcomes.
+    """
+    inc, cor, ratios, longer, shorter, n_fail = [], [], [], 0, 0, 0
     all_f, all_s = [], []
     for L, S in zip(lengths, solved):
         f = [float(x) for x, s in zip(L, S) if not s]
@@ -193,24 +203,28 @@ def length_coupling(lengths: Sequence[Sequence[float]], solved: Sequence[Sequenc
             mf, ms = sum(f) / len(f), sum(s_) / len(s_)
             inc.append(mf)
             cor.append(ms)
+            ratios.append(mf / max(ms, 1e-9))
             longer += sum(x > ms for x in f)
             shorter += sum(x < ms for x in f)
             n_fail += len(f)
-    out: dict[str, Any] = {"responses": sum(len(x) for x in lengths), "mixed_groups": len(inc),
-                           "fail_success_length_ratio": None, "mean_fail_tokens_mixed": None,
-                           "mean_success_tokens_mixed": None, "fail_longer_frac": None, "fail_shorter_frac": None,
-                           "pooled_fail_success_ratio": None}
-    if all_f and all_s and sum(all_s) > 0:
-        out["pooled_fail_success_ratio"] = (sum(all_f) / len(all_f)) / (sum(all_s) / len(all_s))
-    if not inc:
-        return out
-    pairs = np.stack([np.asarray(inc), np.asarray(cor)], axis=1)
-    ratio = lambda x: float(x[:, 0].mean() / x[:, 1].mean()) if x[:, 1].mean() > 0 else float("nan")  # noqa: E731
-    ci = bootstrap_ci(pairs, ratio, seed=seed, n_boot=1000)
-    out.update({"fail_success_length_ratio": ci.value, "ratio_ci": [ci.low, ci.high],
-                "mean_fail_tokens_mixed": float(np.mean(inc)), "mean_success_tokens_mixed": float(np.mean(cor)),
-                "fail_longer_frac": longer / n_fail if n_fail else None,
-                "fail_shorter_frac": shorter / n_fail if n_fail else None})
+    total = len(all_f) + len(all_s)
+    mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
+    out: dict[str, Any] = {
+        "responses": total, "correct_frac": len(all_s) / max(total, 1), "mixed_groups": len(inc),
+        "fail_success_length_ratio": None, "mean_group_ratio": mean(ratios),
+        "mean_fail_tokens_mixed": mean(inc), "mean_success_tokens_mixed": mean(cor),
+        "pooled_fail_success_ratio": (mean(all_f) / mean(all_s)) if all_f and all_s and sum(all_s) > 0 else None,
+        "mean_response_tokens": (sum(all_f) + sum(all_s)) / total if total else None,
+        "fail_longer_frac": longer / n_fail if n_fail else None,
+        "fail_shorter_frac": shorter / n_fail if n_fail else None,
+    }
+    if inc and sum(cor) > 0:
+        out["fail_success_length_ratio"] = sum(inc) / sum(cor)
+        if ci:
+            pairs = np.stack([np.asarray(inc), np.asarray(cor)], axis=1)
+            ratio = lambda x: float(x[:, 0].mean() / x[:, 1].mean()) if x[:, 1].mean() > 0 else float("nan")  # noqa: E731
+            c = bootstrap_ci(pairs, ratio, seed=seed, n_boot=1000)
+            out["ratio_ci"] = [c.low, c.high]
     return out
 
 
