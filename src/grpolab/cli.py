@@ -202,8 +202,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
     e.add_argument("--n", type=POSITIVE_INT, default=None,
                    help="held-out items (default: the run's task.n_eval, else all rows / 256 generated)")
-    e.add_argument("--samples", type=COUNT, default=8, help="samples per item for sampled accuracy/pass@k (0: greedy only)")
-    e.add_argument("--temperature", type=TEMPERATURE, default=1.0, help="sampling temperature (> 0)")
+    e.add_argument("--samples", type=COUNT, default=None, help="samples per item for sampled accuracy/pass@k "
+                   "(0: greedy only; default: the run's or config's rollout.group_size, 8 by default)")
+    e.add_argument("--temperature", type=TEMPERATURE, default=None, help="sampling temperature (> 0; default: "
+                   "the run's or config's rollout.temperature, 1.0 by default; top_p is the run's too)")
     e.add_argument("--max-new-tokens", type=NEW_TOKENS, default=None,
                    help="default: the run's or config's rollout.max_new_tokens (48 by default)")
     e.add_argument("--seed", type=int, default=0)

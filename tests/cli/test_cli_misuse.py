@@ -182,7 +182,8 @@ def test_subcommand_help_names_every_section_and_default(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--help"])
     out = " ".join(capsys.readouterr().out.split())
-    assert "(default: 8)" in out and "(default: 1.0)" in out  # --samples, --temperature
+    # --samples, --temperature: the run's rollout settings unless given
+    assert "rollout.group_size, 8 by default" in out and "rollout.temperature, 1.0 by default" in out
     assert "(default: None)" not in out
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])

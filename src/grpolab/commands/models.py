@@ -42,7 +42,7 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
     run = open_run(model, config, overrides, task=task, task_options=task_option, n_eval=n,
                    max_new_tokens=max_new_tokens, log=lambda line: print(line, file=sys.stderr))
     lm, tok, items, mnt = run.model, run.tokenizer, run.eval_items, run.config.rollout.max_new_tokens
-    sampling = eval_sampling(run, samples=samples, temperature=temperature)
+    sampling = eval_sampling(run, samples=samples, temperature=temperature, config_given=bool(config or overrides))
     samples, temperature = sampling["samples"], sampling["temperature"]
     print(sampling_line(sampling), file=sys.stderr)
     from grpolab.train.progress import LineProgress
@@ -74,16 +74,17 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
     return 0
 
 
-def eval_sampling(run, *, samples: int | None = None, temperature: float | None = None) -> dict:
+def eval_sampling(run, *, samples: int | None = None, temperature: float | None = None,
+                  config_given: bool = False) -> dict:
     """How ``grpolab eval`` samples: ``{"samples", "temperature", "top_p", "source"}``. Unset values
     come from the opened run's (or config's) rollout settings: ``rollout.group_size`` samples per
     item at ``rollout.temperature`` with ``rollout.top_p``; ``source`` says so (or ``--samples`` /
     ``--temperature`` where given, ``defaults`` for a bare model directory without a config)."""
     ro = run.config.rollout
-    origin = "the run's" if run.run_dir is not None else "the config's"
+    origin = ("the run's rollout settings" if run.run_dir is not None else
+              "the config's rollout settings" if config_given else "the default rollout settings")
     given = [name for name, v in (("--samples", samples), ("--temperature", temperature)) if v is not None]
-    source = (f"{origin} rollout settings" + (f", {' and '.join(given)} given" if given else "")
-              if len(given) < 2 else " and ".join(given))
+    source = origin + (f", {' and '.join(given)} given" if given else "") if len(given) < 2 else " and ".join(given)
     return {"samples": ro.group_size if samples is None else samples,
             "temperature": ro.temperature if temperature is None else temperature,
             "top_p": ro.top_p, "source": source}

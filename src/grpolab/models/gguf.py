@@ -178,6 +178,27 @@ def _dtype(dtype) -> torch.dtype:
     return torch.float32 if resolved is None else resolved
 
 
+def check_gguf_file(path) -> None:
+    """Refuse (:class:`ConfigError`) a GGUF file that is corrupt or truncated: its header, metadata
+    and tensor table must parse and every tensor's data must lie inside the file. Reads the header
+    and tensor table only (the data is memory-mapped, not read)."""
+    path = Path(path)
+    size = path.stat().st_size
+    fix = "copy or download it again (or reinstall the package that holds it)"
+    try:
+        from gguf import GGUFReader
+
+        reader = GGUFReader(str(path))
+        end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
+    except Exception as e:  # noqa: BLE001 - the reader fails in many ways on a cut file (struct, numpy, index)
+        raise ConfigError(f"{path}: not a readable GGUF file ({size} bytes; {type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:120]}); it is corrupt or truncated: {fix}") from None
+    if end > size:
+        raise ConfigError(f"{path}: the GGUF file is truncated ({size} bytes, its tensors end at byte {end}): {fix}")
+    if not reader.tensors:
+        raise ConfigError(f"{path}: the GGUF file holds no tensors; it is not a model: {fix}")
+
+
 def load_gguf(source, *, dtype="auto", device="cpu", attn_implementation: str | None = None):
     """``(model, tokenizer)`` from a GGUF file (a path, a folder holding one, or a known name).
 
@@ -188,6 +209,7 @@ def load_gguf(source, *, dtype="auto", device="cpu", attn_implementation: str | 
     """
     src = source if isinstance(source, GGUFSource) else resolve_source(source)
     require_gguf_support()
+    check_gguf_file(src.path)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     folder, name = str(src.folder), src.filename
