@@ -62,12 +62,13 @@ SIDE_KEYS = ("seeds", "final", "final_mean", "wall_s", "wall_s_mean", "s_per_ste
 # pure functions (tests/integrations/test_trl_smollm2_benchmark.py)
 
 
-def time_to_accuracy(curve: list[dict], target: float) -> float | None:
-    """Wall seconds of the first point of ``curve`` (``[{wall_s, accuracy}]``, in step order) whose
-    accuracy reaches ``target``; None if none does."""
+def time_to_accuracy(curve: list[dict], target: float, key: str = "wall_s") -> float | None:
+    """Seconds (``key``: ``wall_s`` or ``cpu_s``) of the first point of ``curve`` (``[{wall_s,
+    accuracy}]``, in step order) whose accuracy reaches ``target``; None if none does (or the
+    curve has no ``key``)."""
     for point in curve:
         if point["accuracy"] is not None and point["accuracy"] >= target - 1e-12:
-            return float(point["wall_s"])
+            return float(point[key]) if key in point else None
     return None
 
 
@@ -75,11 +76,15 @@ def mean_curve(runs: list[dict], start_accuracy: float | None) -> list[dict]:
     """The seed-mean curve ``[{step, accuracy, wall_s}]`` over the steps every run evaluated; step 0
     (wall 0) is ``start_accuracy`` when known."""
     steps = sorted(set.intersection(*[{p["step"] for p in r["curve"]} for r in runs])) if runs else []
-    out = [{"step": 0, "accuracy": start_accuracy, "wall_s": 0.0}] if start_accuracy is not None else []
+    with_cpu = all("cpu_s" in p for r in runs for p in r["curve"])
+    out = [{"step": 0, "accuracy": start_accuracy, "wall_s": 0.0, **({"cpu_s": 0.0} if with_cpu else {})}] \
+        if start_accuracy is not None else []
     for s in steps:
         pts = [next(p for p in r["curve"] if p["step"] == s) for r in runs]
         out.append({"step": s, "accuracy": statistics.fmean(p["accuracy"] for p in pts),
                     "wall_s": statistics.fmean(p["wall_s"] for p in pts)})
+        if with_cpu:
+            out[-1]["cpu_s"] = statistics.fmean(p["cpu_s"] for p in pts)
     return out
 
 
@@ -113,7 +118,7 @@ def summarize(runs: list[dict], *, seeds: list[int], sides=SIDES, command: str, 
     head = [s for s in seeds if all((side, s) in done for side in sides if side in ("grpolab", "trl"))]
     starts = [r["start_accuracy"] for r in runs if r.get("start_accuracy") is not None]
     start = starts[0] if starts else None
-    out_sides, t_to, t_trl_same, ratio = {}, {}, {}, {}
+    out_sides, t_to, t_trl_same, ratio, cpu_to, cpu_ratio = {}, {}, {}, {}, {}, {}
     for side in sides:
         own = head if side in ("grpolab", "trl") else [s for s in seeds if (side, s) in done and ("trl", s) in done]
         if not own:
@@ -126,13 +131,16 @@ def summarize(runs: list[dict], *, seeds: list[int], sides=SIDES, command: str, 
         t_to[side] = time_to_accuracy(v["curve"], target)
         t_trl_same[side] = time_to_accuracy(trl["curve"], target)
         ratio[side] = t_to[side] / t_trl_same[side] if t_to[side] is not None and t_trl_same[side] else None
+        c_side, c_trl = time_to_accuracy(v["curve"], target, "cpu_s"), time_to_accuracy(trl["curve"], target, "cpu_s")
+        cpu_to[side], cpu_ratio[side] = c_side, (c_side / c_trl if c_side is not None and c_trl else None)
     record = {
         "seeds": head, "requested_seeds": list(seeds), "complete_seeds": len(head),
         "all_sides_seeds": [s for s in seeds if all((side, s) in done for side in sides)],
         "start_accuracy": start, "sides": out_sides,
         "trl_final": out_sides["trl"]["final_mean"] if "trl" in out_sides else None,
         "time_to_trl_final_s": t_to, "trl_time_to_final_s_same_seeds": t_trl_same,
-        "time_to_trl_final_ratio": ratio, "command": command, "commit": commit,
+        "time_to_trl_final_ratio": ratio, "cpu_to_trl_final_s": cpu_to, "cpu_to_trl_final_ratio": cpu_ratio,
+        "command": command, "commit": commit,
     }
     if extra:
         record.update(extra)
@@ -178,20 +186,23 @@ def markdown(record: dict) -> str:
         "by seed, each side on the seeds it shares with plain TRL).",
         "",
         "| side | seeds | held-out accuracy after the last step, per seed | mean | wall s (training steps), per seed "
-        "| median s/step (steps 2+) | peak RSS GiB | time to plain TRL's final accuracy (same seeds) "
-        "| ratio to plain TRL |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| training CPU s, per seed | median s/step (steps 2+) | peak RSS GiB "
+        "| time to plain TRL's final accuracy (same seeds): wall / CPU | ratio to plain TRL: wall / CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    def fmt(x, form, none="--"):
+        return none if x is None else format(x, form)
+
     for side, v in sides.items():
-        t = record["time_to_trl_final_s"].get(side)
-        r = record["time_to_trl_final_ratio"].get(side)
-        sps = v["s_per_step_median"]
+        t, tc = record["time_to_trl_final_s"].get(side), record.get("cpu_to_trl_final_s", {}).get(side)
+        r, rc = record["time_to_trl_final_ratio"].get(side), record.get("cpu_to_trl_final_ratio", {}).get(side)
+        cpu = [r_["curve"][-1].get("cpu_s") for r_ in v["per_seed"]]
+        reached = "not reached" if t is None else f"{t:.0f} s / {fmt(tc, '.0f')} s"
         lines.append(
             f"| {v['label']} | {', '.join(map(str, v['seeds']))} | {' / '.join(f'{x:.3f}' for x in v['final'])} | "
-            f"{v['final_mean']:.3f} | "
-            f"{' / '.join(f'{x:.0f}' for x in v['wall_s'])} | {'--' if sps is None else f'{sps:.1f}'} | "
-            f"{max(v['peak_rss_gib']):.2f} | {'not reached' if t is None else f'{t:.0f} s'} | "
-            f"{'--' if r is None else f'{r:.2f}'} |")
+            f"{v['final_mean']:.3f} | {' / '.join(f'{x:.0f}' for x in v['wall_s'])} | "
+            f"{' / '.join(fmt(x, '.0f') for x in cpu)} | {fmt(v['s_per_step_median'], '.1f')} | "
+            f"{max(v['peak_rss_gib']):.2f} | {reached} | {fmt(r, '.2f')} / {fmt(rc, '.2f')} |")
     start = "--" if record["start_accuracy"] is None else f"{record['start_accuracy']:.3f}"
     target = "--" if record["trl_final"] is None else f"{record['trl_final']:.3f}"
     steps = [p["step"] for p in next(iter(sides.values()))["curve"]] if sides else []
@@ -229,6 +240,7 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
     over = [f"trainer.seed={seed}", "task.n_eval=all", *set_]
     rec: dict = {"side": side, "seed": seed}
     if side == "grpolab":
+        import grpolab.train.loop as loop
         from grpolab.train import train
         from grpolab.train.metrics_log import read_metrics
 
@@ -236,6 +248,24 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
         cfg = load_config(config, over + [f"trainer.run_dir={run_dir}", f"trainer.eval_every={eval_every}",
                                           "trainer.headroom=false", "log.completions_every=0", "log.plots=false",
                                           "log.progress=false", f"trainer.save_every=1000000"])
+        # the training CPU seconds before each held-out evaluation: the process's CPU time since the
+        # step-0 evaluation ended, less the evaluations' own (train() looks these functions up at call time)
+        cpu = {"start": None, "evals": 0.0, "at": []}
+        start_fn, now_fn = loop.evaluate_start, loop.evaluate_now
+
+        def evaluate_start(*a, **k):
+            out = start_fn(*a, **k)
+            cpu["start"] = _cpu_s()
+            return out
+
+        def evaluate_now(*a, **k):
+            c = _cpu_s()
+            cpu["at"].append(c - cpu["start"] - cpu["evals"])
+            out = now_fn(*a, **k)
+            cpu["evals"] += _cpu_s() - c
+            return out
+
+        loop.evaluate_start, loop.evaluate_now = evaluate_start, evaluate_now
         res = train(cfg, overwrite=True, log=lambda s: print(s, file=sys.stderr))
         rows = read_metrics(run_dir)
         step_s = [r["time/step"] for r in rows]
@@ -244,7 +274,8 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
         for r in rows:
             cum += r["time/step"]
             if r.get("eval/accuracy") is not None:
-                curve.append({"step": r["step"], "accuracy": r["eval/accuracy"], "wall_s": cum})
+                curve.append({"step": r["step"], "accuracy": r["eval/accuracy"], "wall_s": cum,
+                              "cpu_s": cpu["at"][len(curve)]})
         rec.update(start_accuracy=res.start_accuracy, peak_rss_mb=rows[-1]["memory/peak_rss_mb"],
                    peak_rss_mb_steps=[r["memory/peak_rss_mb"] for r in rows])
     else:
@@ -260,7 +291,8 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
             if step % eval_every == 0 or step == cfg.trainer.steps:
                 tr = holder["trainer"]
                 ev = heldout_accuracy(trl_policy(tr), tr.processing_class, holder["eval_items"], cfg, holder["fmt"])
-                curve.append({"step": step, "accuracy": ev.accuracy, "wall_s": sum(clock.step_s)})
+                curve.append({"step": step, "accuracy": ev.accuracy, "wall_s": sum(clock.step_s),
+                              "cpu_s": sum(clock.cpu_s)})
                 print(f"{side} seed {seed} step {step}: held-out {ev.accuracy:.3f}", file=sys.stderr)
 
         clock = StepClock(after_step=after)

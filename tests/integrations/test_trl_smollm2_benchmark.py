@@ -20,6 +20,8 @@ def test_time_to_accuracy_is_the_first_point_at_or_above_the_target():
     assert bench.time_to_accuracy(curve, 0.6) == 50.0          # equal counts as reached
     assert bench.time_to_accuracy(curve, 0.61) is None
     assert bench.time_to_accuracy(curve, 0.1) == 0.0
+    assert bench.time_to_accuracy(curve, 0.5, "cpu_s") is None  # a curve without CPU seconds
+    assert bench.time_to_accuracy([dict(p, cpu_s=p["wall_s"] / 4) for p in curve], 0.5, "cpu_s") == 12.5
 
 
 def _run(side, seed, accs, step_s, start=None):
@@ -27,7 +29,7 @@ def _run(side, seed, accs, step_s, start=None):
     for i, s in enumerate(step_s, 1):
         cum += s
         if i % 5 == 0:
-            curve.append({"step": i, "accuracy": accs[i // 5 - 1], "wall_s": cum})
+            curve.append({"step": i, "accuracy": accs[i // 5 - 1], "wall_s": cum, "cpu_s": cum / 2})
     return {"side": side, "seed": seed, "step_s": step_s, "curve": curve, "final": curve[-1]["accuracy"],
             "wall_s": sum(step_s), "peak_rss_mb": 2048.0, "start_accuracy": start}
 
@@ -64,14 +66,18 @@ def test_summary_means_target_and_ratio():
     assert t["final_mean"] == pytest.approx(0.6) and rec["trl_final"] == pytest.approx(0.6)
     # seed-mean curves: step 0 is the base model at 0 s; later points average accuracy and cumulative time
     assert [p["step"] for p in g["curve"]] == [0, 5, 10]
-    assert g["curve"][1] == {"step": 5, "accuracy": pytest.approx(0.55), "wall_s": pytest.approx(15.0)}
+    assert g["curve"][1] == {"step": 5, "accuracy": pytest.approx(0.55), "wall_s": pytest.approx(15.0),
+                             "cpu_s": pytest.approx(7.5)}
     assert t["curve"][1]["accuracy"] == pytest.approx(0.4) and t["curve"][2]["wall_s"] == pytest.approx(100.0)
     # grpolab reaches 0.6 at its step-10 point (mean 30 s); TRL at its own step 10 (100 s)
     assert rec["time_to_trl_final_s"] == {"grpolab": pytest.approx(30.0), "trl": pytest.approx(100.0)}
     assert rec["time_to_trl_final_ratio"] == {"grpolab": pytest.approx(0.3), "trl": pytest.approx(1.0)}
+    assert rec["cpu_to_trl_final_s"] == {"grpolab": pytest.approx(15.0), "trl": pytest.approx(50.0)}
+    assert rec["cpu_to_trl_final_ratio"] == {"grpolab": pytest.approx(0.3), "trl": pytest.approx(1.0)}
     assert g["s_per_step_median"] == 3.0 and t["peak_rss_gib"] == [2.0, 2.0]  # steps 2+ of both seeds
     page = bench.markdown(rec)
-    assert "| grpolab (own trainer) | 0, 1 | 0.700 / 0.800 | 0.750 | 20 / 40 |" in page and "0.30 |" in page
+    assert "| grpolab (own trainer) | 0, 1 | 0.700 / 0.800 | 0.750 | 20 / 40 | 10 / 20 | 3.0 |" in page
+    assert "| 30 s / 15 s | 0.30 / 0.30 |" in page
 
 
 def test_a_side_that_never_reaches_the_target_has_no_ratio():
