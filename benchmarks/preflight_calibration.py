@@ -53,18 +53,18 @@ SETTINGS: list[dict] = [
      "set": ["rollout.max_new_tokens=32"]},
     {"name": "smollm2/sums0-50", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..50 (operand range)",
      "set": ["task.options.max_operand=50", "task.options.eval_fraction=0.2"]},
-    {"name": "smollm2/diff0-20", "model": "SmolLM2-135M-Instruct", "task": "short_arith differences 0..20",
-     "set": ["task.options.ops='-'"]},
-    {"name": "smollm2/digits2+1", "model": "SmolLM2-135M-Instruct", "task": "short_arith 2-digit + 1-digit",
-     "set": ["task.options.max_operand=null", "task.options.digits=[2,1]", "task.options.eval_fraction=0.2"]},
     {"name": "tiny/arith", "model": "tiny (1.8M, warm start)", "task": "arith (1-digit operands)", "tiny": "arith",
      "set": []},
     {"name": "tiny/arith3", "model": "tiny (1.8M, warm start)", "task": "arith, operands of up to 3 digits",
      "tiny": "arith", "set": ["task.options.max_digits=3"]},
+    {"name": "smollm2/digits2+1", "model": "SmolLM2-135M-Instruct", "task": "short_arith 2-digit + 1-digit",
+     "set": ["task.options.max_operand=null", "task.options.digits=[2,1]", "task.options.eval_fraction=0.2"]},
+    {"name": "smollm2/diff0-20", "model": "SmolLM2-135M-Instruct", "task": "short_arith differences 0..20",
+     "set": ["task.options.ops='-'"]},
+    {"name": "tiny/reverse", "model": "tiny (1.8M, warm start)", "task": "reverse", "tiny": "reverse", "set": []},
     {"name": "smollm2/sums0-20/number-only", "model": "SmolLM2-135M-Instruct",
      "task": "short_arith sums 0..20, 'Answer with the number only.'",
      "set": ["task.prompt_template={prompt} Answer with the number only."]},
-    {"name": "tiny/reverse", "model": "tiny (1.8M, warm start)", "task": "reverse", "tiny": "reverse", "set": []},
     {"name": "tiny/pairsum", "model": "tiny (1.8M, warm start)", "task": "pairsum (96 tokens)", "tiny": "pairsum",
      "set": ["rollout.max_new_tokens=96", "rollout.prompts_per_step=8"]},
     {"name": "smollm2/sums0-10", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..10 (operand range)",
@@ -251,6 +251,124 @@ def summarise(record: dict, null: float) -> None:
     record["misses"] = misses
 
 
+def figure(record: dict, png: Path) -> bool:
+    """Predicted vs measured: the preflight's reachable share (x, its interval) against each setting's
+    measured gain (y: mean of the seeds, the seeds as dots), coloured by the GRPO verdict."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    colours = {"indicated": "tab:green", "not indicated": "tab:red", "can't tell": "tab:gray"}
+    fig, ax = plt.subplots(figsize=(7, 5))
+    seen = set()
+    for s in record["settings"]:
+        pf, seeds = s.get("preflight"), [v["gain"] for v in s.get("gain", {}).get("seeds", {}).values()]
+        if not pf or not seeds:
+            continue
+        x, (lo, hi) = pf["reachable"], pf["reachable_ci"]
+        y = sum(seeds) / len(seeds)
+        c = colours[pf["grpo"]]
+        label = pf["grpo"] if pf["grpo"] not in seen else None
+        seen.add(pf["grpo"])
+        marker = "s" if s["name"].startswith("miniwob") else ("^" if s["name"].startswith("tiny") else "o")
+        ax.errorbar([x], [y], xerr=[[x - lo], [hi - x]], fmt=marker, color=c, label=label, capsize=2)
+        ax.scatter([x] * len(seeds), seeds, s=8, color=c, alpha=0.5)
+        ax.annotate(s["name"].split("/")[-1], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    ax.axhline(0, color="black", lw=0.5)
+    ax.plot([0, 1], [0, 1], ls=":", color="gray", lw=0.8, label="gain = reachable")
+    ax.set_xlabel("preflight: reachable share of held-out items (95% Wilson interval)")
+    ax.set_ylabel("measured gain in held-out greedy accuracy")
+    ax.set_title("grpolab preflight vs measured GRPO gain (o SmolLM2, ^ tiny, s MiniWoB++)", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def page(record: dict, md: Path, png: Path) -> None:
+    """The results page: the table of settings, the agreement, the misses, the figure."""
+    a = record.get("agreement", {})
+    rows = ["| setting | model | source | GRPO verdict | rests on (items) | greedy | pass@k | reachable [95% CI] | "
+            "cut at cap | all-equal | gain per seed | mean gain |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+    for s in record["settings"]:
+        pf, seeds = s.get("preflight") or {}, s.get("gain", {}).get("seeds", {})
+        g = [v["gain"] for v in seeds.values()]
+        src = "run here" if s.get("source", "").startswith(("run here", "preflight run here")) else "recorded"
+        if s.get("source", "").startswith("preflight run here"):
+            src = "preflight here, runs recorded"
+        rows.append(f"| {s['name']} | {s['model']} | {src} | {pf.get('grpo', 'not run')} | {pf.get('n_items', '-')} | "
+                    f"{f(pf.get('greedy'))} | {f(pf.get('pass_at_k'))} | "
+                    + (f"{pf['reachable']:.3f} [{pf['reachable_ci'][0]:.3f}, {pf['reachable_ci'][1]:.3f}]"
+                       if pf.get("reachable") is not None else "-")
+                    + f" | {f(pf.get('cut'))} | {f(pf.get('all_equal'))} | "
+                    + (", ".join(f"{x:+.3f}" for x in g) or "not run") + " | "
+                    + (f"**{sum(g) / len(g):+.3f}**" if g else "-") + " |")
+    misses = "\n".join(f"- {m['setting']}: {m['why']}" for m in record.get("misses", [])) or "- none"
+    pic = f"![predicted vs measured]({os.path.relpath(png, md.parent)})" if png.exists() else "(no figure)"
+    text = PAGE.format(table="\n".join(rows), misses=misses, figure=pic, command=record["command"],
+                       commit=record["commit"], a=a, decided=a.get("decided"), agree=a.get("agree_decided"),
+                       share=(a.get("share_of_decided") or 0) * 100, share_all=(a.get("share_of_all") or 0) * 100,
+                       n=a.get("settings_with_runs"), cant=a.get("cant_tell"),
+                       never="met" if a.get("never_not_indicated_where_all_seeds_gain_10pts") else "NOT met")
+    tmp = md.with_suffix(".md.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, md)
+
+
+PAGE = """# Calibration: `grpolab preflight` against real GRPO runs (issue 43)
+
+For each setting: the preflight on the starting model (`grpolab preflight`, the run's config, up to
+128 held-out items x 8 samples, stopped once the GRPO verdict was decided after at least 32 items;
+or, for settings whose runs already exist in docs/results/, the verdict computed from the headroom
+numbers recorded before those runs), then the standard short GRPO run of that model per seed, and the
+gain in held-out greedy accuracy of each run's final model over the starting model on the same
+held-out items (all of them up to 256; 219 for sums 0..20, 200 seeds per MiniWoB++ task). What is
+here is exactly what finished; settings without a gain were not run. Raw record:
+[preflight_calibration.json](preflight_calibration.json).
+
+Standard short runs: SmolLM2-135M-Instruct as `examples/smollm2_sums.yaml` (GRPO + LoRA r 16, lr 5e-4,
+4 prompts x 8 at T 0.7, 10 steps, chat template, `final_line` verifier); the tiny model as the
+headroom study (`studies/headroom.yaml`: 40 steps of 16 prompts x 8 at T 1, lr 1e-4) from a default
+warm start (`grpolab sft --set task.name=TASK`); MiniWoB++ as `studies/miniwob_gain.yaml` (120 steps).
+
+## Agreement
+
+- Settings with a preflight and a measured gain: **{n}**; GRPO decided ("indicated" / "not indicated")
+  on {decided}, "can't tell" on {cant}.
+- Go/no-go agrees with the sign of the mean gain (a gain within +-2 points counts as none) on
+  **{agree} of {decided} decided settings ({share:.0f}%)**; counting "can't tell" as disagreement,
+  {share_all:.0f}% of all settings. Target: >= 80%.
+- Never "not indicated" where every seed gained >= 10 points: **{never}**.
+- No predicted gain range is given: the reachable share is not a bound (SmolLM2 gained more than its
+  reachable share on sums, learning to add as well as to stop); the figure shows both.
+
+{figure}
+
+## Settings
+
+{table}
+
+## Misses
+
+{misses}
+
+## How it was run
+
+```bash
+{command}
+```
+
+commit `{commit}` (the preflight code; the recorded settings' runs are older, see their pages). Machine:
+the shared 2-core development VM (load average 9-15 while this ran), one torch thread.
+"""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default="runs/calib")
@@ -264,6 +382,8 @@ def main() -> None:
     ap.add_argument("--no-runs", action="store_true", help="preflights and summary only")
     ap.add_argument("--no-preflight", action="store_true", help="runs and gains only (preflights in a later pass)")
     ap.add_argument("--recorded", action="store_true", help="also the settings whose runs exist in docs/results/")
+    ap.add_argument("--page", default=None, help="write the results page (markdown) here, with --png")
+    ap.add_argument("--png", default="docs/results/figures/preflight_calibration.png")
     args = ap.parse_args()
     root = (ROOT / args.root).resolve()
     out_json = ROOT / args.json
@@ -288,6 +408,9 @@ def main() -> None:
     def save() -> None:
         summarise(record, args.null)
         _atomic_json(out_json, record)
+        if args.page:
+            figure(record, ROOT / args.png)
+            page(record, ROOT / args.page, ROOT / args.png)
 
     for seed in args.seeds:
         for s in settings:
