@@ -68,10 +68,19 @@ def grpolab_run(work: Path, sft: Path, variant: str, steps: int, eval_every: int
     cmd = [sys.executable, "-m", "grpolab.cli", "train"] + [a for s in sets for a in ("--set", s)]
     wall = sh(cmd, work / f"grpolab_{variant}.log")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    curve = [[r["step"], r["eval/accuracy"]] for r in rows if r.get("eval/accuracy") is not None]
+    curve = grpolab_start(work / f"grpolab_{variant}.log")
+    curve += [[r["step"], r["eval/accuracy"]] for r in rows if r.get("eval/accuracy") is not None]
     steps_t = [r["time/step"] for r in rows if r.get("time/step") is not None]
     return {"curve": curve, "wall_s": wall, "seconds_per_step": sum(steps_t) / max(len(steps_t), 1),
             "command": " ".join(cmd)}
+
+
+def grpolab_start(log: Path) -> list[list]:
+    """``[[0, accuracy]]`` from the ``step 0 ... <accuracy>`` line `grpolab train` prints before RL."""
+    for line in log.read_text().splitlines():
+        if line.startswith("step 0"):
+            return [[0, float(line.split()[-1])]]
+    return []
 
 
 def verl_data(work: Path, seed: int) -> tuple[Path, Path]:
@@ -115,19 +124,28 @@ def verl_run(work: Path, model: Path, data: tuple[Path, Path], variant: str, ste
     cmd = [sys.executable, "-m", "grpolab.integrations.verl_cpu", target, *overrides]
     env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(log_path), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
     wall = sh(cmd, work / f"verl_{variant}.log", env=env)
+    return {**parse_verl_log(log_path), "wall_s": wall, "command": "python " + " ".join(cmd[1:])}
+
+
+def parse_verl_log(log_path: Path) -> dict:
+    """Curve and timings from verl's ``file`` logger: row ``step`` 0 holds the validation before
+    training (``val_before_train``), row ``k`` the metrics of step ``k`` and, every ``test_freq``
+    steps, the validation after its update. The held-out value is verl's ``val-core/<source>/acc/mean@1``
+    (the reward manager's score of the greedy response: 1 or 0)."""
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
     curve, step_s, metrics = [], [], {}
     for r in rows:
         d = r["data"]
-        val = [v for k, v in d.items() if k.startswith("val-core/") and "reward" in k]
+        val = [v for k, v in sorted(d.items()) if k.startswith("val-core/") and k.endswith("/mean@1")]
         if val:
-            curve.append([r["step"] - (1 if "timing_s/step" not in d else 0), float(val[0])])
+            curve.append([int(r["step"]), float(val[0])])
         if "timing_s/step" in d:
             step_s.append(float(d["timing_s/step"]))
-            metrics = {k: v for k, v in d.items() if k.startswith(("credit/", "actor/grpolab/", "actor/grad_norm"))}
-    return {"curve": curve, "wall_s": wall, "seconds_per_step": sum(step_s) / max(len(step_s), 1),
+            metrics = {k: v for k, v in d.items() if k.startswith(("credit/", "actor/grpolab/", "actor/grad_norm",
+                                                                    "training/rollout_probs_diff"))}
+    return {"curve": curve, "seconds_per_step": sum(step_s) / max(len(step_s), 1),
             "seconds_per_step_after_first": sum(step_s[1:]) / max(len(step_s) - 1, 1),
-            "last_step_metrics": metrics, "command": " ".join(cmd[1:])}
+            "last_step_metrics": metrics}
 
 
 def main() -> int:
@@ -138,7 +156,20 @@ def main() -> int:
     ap.add_argument("--work", default="/var/tmp/grpolab_verl_cpu")
     ap.add_argument("--variants", nargs="+", default=["grpo", "rlsd"])
     ap.add_argument("--out", default=str(ROOT / "docs/results/verl_cpu.json"))
+    ap.add_argument("--reparse", action="store_true",
+                    help="rebuild --out from the verl logs in --work (after a run whose parsing failed)")
     args = ap.parse_args()
+    if args.reparse:
+        result = json.loads(Path(args.out).read_text())
+        for v, r in result["variants"].items():
+            r.update(parse_verl_log(Path(args.work) / f"verl_{v}.jsonl"))
+            result["seconds_per_step"][f"verl_{v}"] = r["seconds_per_step"]
+        for v, r in result["grpolab_trainer"].items():
+            if r["curve"] and r["curve"][0][0] != 0:
+                r["curve"] = grpolab_start(Path(args.work) / f"grpolab_{v}.log") + r["curve"]
+        bench.write_json(args.out, result)
+        print_table(result)
+        return 0
     import verl
 
     from grpolab.integrations.verl_cpu import toy
@@ -170,13 +201,20 @@ def main() -> int:
                                       cwd=ROOT).stdout.strip()
     result["machine"] = bench.machine()
     bench.write_json(args.out, result)
+    print_table(result)
+    return 0
+
+
+def print_table(result: dict) -> None:
     print("| trainer | variant | held-out reward: start -> end (best) | s/step |\n|---|---|---|---|")
     for name, runs in (("verl", result["variants"]), ("grpolab", result["grpolab_trainer"])):
         for v, r in runs.items():
             c = r["curve"]
+            if not c:
+                print(f"| {name} | {v} | (no curve) | {r['seconds_per_step']:.1f} |")
+                continue
             print(f"| {name} | {v} | {c[0][1]:.3f} -> {c[-1][1]:.3f} ({max(x for _, x in c):.3f}) "
                   f"| {r['seconds_per_step']:.1f} |")
-    return 0
 
 
 if __name__ == "__main__":
