@@ -23,6 +23,14 @@ def train_command(config: str | None, overrides: list[str], *, resume: str | Non
 
     cfg = resolve_train_config(config, overrides, resume=resume, overwrite=overwrite)
     check_train(cfg, resume=bool(resume), overwrite=overwrite)  # what --dry-run checks, before any work
+    if resume:
+        from grpolab.train.loop import finished_run_message
+        from grpolab.train.rundir import RunDir
+
+        done = finished_run_message(cfg, RunDir(resume))
+        if done:  # a finished run resumed as it was: say so, load nothing
+            log(done)
+            return 0
     train(cfg, resume=bool(resume), overwrite=overwrite, log=log)
     return 0
 

@@ -64,7 +64,42 @@ class Checkpoint:
         return self.path / "model"
 
     def load_state(self) -> dict[str, Any]:
-        return torch.load(self.path / "state.pt", map_location="cpu", weights_only=False)
+        """The trainer state saved with the checkpoint (optimizer, scheduler, RNG, step).
+
+        Raises:
+            RunDirError: ``state.pt`` cannot be read (truncated or corrupt); the message names the
+                checkpoint and how to go on.
+        """
+        try:
+            return torch.load(self.path / "state.pt", map_location="cpu", weights_only=False)
+        except Exception as e:  # noqa: BLE001 - torch raises RuntimeError, EOFError or UnpicklingError on a cut file
+            raise self.unreadable("state.pt", e) from None
+
+    def load_weights_into(self, model) -> None:
+        """Copy the checkpoint's weights into ``model`` (:func:`grpolab.models.io.load_weights_into`).
+
+        Raises:
+            RunDirError: a weights file cannot be read (truncated or corrupt), or holds tensors of
+                another shape or name than ``model``'s.
+        """
+        try:
+            load_weights_into(model, self.model_dir)
+        except Exception as e:  # noqa: BLE001 - safetensors' own error type, OSError, RuntimeError
+            raise self.unreadable("model weights", e) from None
+
+    def unreadable(self, what: str, e: BaseException):
+        """The :class:`~grpolab.train.rundir.RunDirError` for a part of this checkpoint that cannot
+        be used, with the way on: the checkpoint before it, or starting over."""
+        from grpolab.train.rundir import RunDirError
+
+        run = self.path.parent.parent
+        older = sorted(p for p in self.path.parent.glob("step_*") if p.is_dir() and p.name < self.path.name
+                       and (p / "state.pt").exists())
+        way = (f"delete {self.path} to resume from {older[-1].name}" if older else
+               f"start over with `grpolab train --overwrite` (trainer.run_dir={run})")
+        detail = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+        return RunDirError(f"checkpoint {self.path}: its {what} cannot be read ({detail}); the file is truncated or "
+                           f"corrupt (a full disk or a killed copy?): {way}")
 
 
 def save_checkpoint(

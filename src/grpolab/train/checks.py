@@ -89,6 +89,11 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
             f"over with --overwrite (keeps the cached warm start if it was built with the same settings), "
             f"or pick another directory with --set trainer.run_dir=PATH")
     check_writable(run.path, "trainer.run_dir", directory=True)
+    ckpt = run.latest_checkpoint() if resume else None
+    if ckpt is not None:
+        from grpolab.train.loop import check_resume_steps
+
+        check_resume_steps(cfg, ckpt.step, run)
     resolve_device(cfg.model.device)
     if cfg.model.lora:
         from grpolab.models.lora import require_peft

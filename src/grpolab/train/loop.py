@@ -31,7 +31,7 @@ from grpolab import objectives as obj
 from grpolab.config import Config
 from grpolab.models import stop_token_ids
 from grpolab.rollout import response_logprobs
-from grpolab.train.checkpoint import load_weights_into, save_checkpoint
+from grpolab.train.checkpoint import save_checkpoint
 from grpolab.train.collector import Collector, collector_for
 from grpolab.train.step_batch import collect_step, without_truncated
 from grpolab.train.watch import TrainingWatch, memory_metrics
@@ -201,6 +201,10 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     ckpt = run_dir.latest_checkpoint() if resume else None
     if resume and ckpt is None:
         log(f"no checkpoint in {run_dir.path}; starting from step 0")
+    saved_state = None
+    if ckpt is not None:
+        check_resume_steps(cfg, ckpt.step, run_dir)
+        saved_state = ckpt.load_state()  # read first: a truncated state.pt stops the run before the model loads
     gen = seed_everything(cfg.trainer.seed)
     device = resolve_device(cfg.model.device)
     train_items, eval_items = build_task_splits(cfg.task, seed=cfg.trainer.seed, log=log)
@@ -227,15 +231,38 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
         policy = prepare_policy(cfg.model, policy)  # LoRA adapters, after the warm start
     else:  # the checkpoint holds the weights: no warm start needed
         policy = prepare_policy(cfg.model, policy)
-        load_weights_into(policy, ckpt.model_dir)  # one tensor at a time: no second copy in memory
+        ckpt.load_weights_into(policy)  # one tensor at a time: no second copy in memory
         run_dir.write_config(cfg)
     policy.to(device)
     record_sandbox_isolation(cfg, train_items + eval_items, run_dir.path, log=log)
     state = TrainState.create(cfg, policy, tokenizer, gen, prompt_format=fmt)
-    if ckpt is not None:
-        state.load_state_dict(ckpt.load_state())
+    if saved_state is not None:
+        state.load_state_dict(saved_state)
+        del saved_state
         log(f"resumed {run_dir.path} at step {state.step}")
     return state, eval_items, train_items
+
+
+def check_resume_steps(cfg: Config, done: int, run_dir: RunDir) -> None:
+    """Refuse resuming a run whose checkpoint is past ``trainer.steps`` (it would "finish" having
+    done nothing); a run at exactly ``trainer.steps`` is finished (:func:`finished_run_message`)."""
+    if done > cfg.trainer.steps:
+        from grpolab.train.rundir import RunDirError
+
+        raise RunDirError(
+            f"--resume {run_dir.path}: the run is at step {done} but trainer.steps={cfg.trainer.steps}; to train on, "
+            f"raise it (--set trainer.steps={done + max(1, cfg.trainer.steps)}); its model so far is in "
+            f"{run_dir.final if (run_dir.final / 'config.json').exists() else run_dir.checkpoints}")
+
+
+def finished_run_message(cfg: Config, run_dir: RunDir) -> str | None:
+    """The line for resuming a run that already finished its ``trainer.steps`` (else None)."""
+    ckpt = run_dir.latest_checkpoint()
+    if ckpt is None or ckpt.step != cfg.trainer.steps or not (run_dir.final / "config.json").exists():
+        return None
+    return (f"{run_dir.path} already finished its {ckpt.step} steps (model in {run_dir.final}, report in "
+            f"{run_dir.path / 'summary.md'}); nothing to do. To train on: grpolab train --resume {run_dir.path} "
+            f"--set trainer.steps={2 * ckpt.step}")
 
 
 def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Config, run_dir: RunDir, *,

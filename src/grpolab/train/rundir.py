@@ -42,7 +42,8 @@ class RunDirError(ConfigError):
 #: this data in this order. (``model.path`` may change: the checkpoint holds the weights, so a
 #: moved base model can be pointed to; it must still load.)
 RESUME_FIXED_KEYS = ("model.hidden_size", "model.num_layers", "model.num_heads",
-                     "model.intermediate_size", "task.name", "task.options", "task.n_train", "trainer.seed")
+                     "model.intermediate_size", "model.lora", "task.name", "task.options", "task.n_train",
+                     "trainer.seed")
 
 
 def config_differences(old: Any, new: Any, prefix: str = "") -> list[str]:

@@ -1,0 +1,84 @@
+"""Issue 46: resume and checkpoint faults are one clear error or message each (they were raw
+tracebacks, or a silent exit 0): LoRA added on resume, a truncated state.pt, truncated weights,
+resuming with fewer steps than done, and a finished run resumed."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from grpolab.cli import main
+
+SMALL = [
+    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
+    "task.options.max_digits=1", "task.options.max_terms=2", "task.n_train=16", "task.n_eval=4",
+    "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4",
+    "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2", "trainer.headroom=false",
+    "log.progress=false", "log.plots=false",
+]
+
+
+def _sets(*values):
+    return sum([["--set", v] for v in values], [])
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    run = tmp_path_factory.mktemp("resume") / "run"
+    assert main(["train", *_sets(*SMALL, f"trainer.run_dir={run}")]) == 0
+    return run
+
+
+@pytest.fixture
+def run(finished, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+def _one_error(capsys, argv, *needles):
+    capsys.readouterr()
+    rc = main(argv)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    for n in needles:
+        assert n in err[0], err[0]
+    return err[0]
+
+
+def test_lora_added_on_resume(run, capsys):
+    _one_error(capsys, ["train", "--resume", str(run), *_sets("model.lora={r: 4}", "trainer.steps=3")],
+               "cannot change model.lora", "start a new run")
+
+
+def test_truncated_state_pt(run, capsys):
+    state = run / "checkpoints" / "step_000002" / "state.pt"
+    state.write_bytes(state.read_bytes()[:100])
+    _one_error(capsys, ["train", "--resume", str(run), *_sets("trainer.steps=3")],
+               "step_000002: its state.pt cannot be read", "truncated or corrupt",
+               f"delete {run / 'checkpoints' / 'step_000002'} to resume from step_000001")
+
+
+def test_truncated_weights(run, capsys):
+    w = run / "checkpoints" / "step_000002" / "model" / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:500])
+    shutil.rmtree(run / "checkpoints" / "step_000001")  # no older checkpoint: start over
+    _one_error(capsys, ["train", "--resume", str(run), *_sets("trainer.steps=3")],
+               "its model weights cannot be read", "truncated or corrupt", "--overwrite")
+
+
+def test_resume_with_fewer_steps_than_done(run, capsys):
+    _one_error(capsys, ["train", "--resume", str(run), *_sets("trainer.steps=1")],
+               "the run is at step 2 but trainer.steps=1", "--set trainer.steps=3")
+    _one_error(capsys, ["train", "--resume", str(run), "--dry-run", *_sets("trainer.steps=1")],
+               "the run is at step 2 but trainer.steps=1")
+
+
+def test_finished_run_resumed_says_so(run, capsys):
+    before = (run / "summary.md").stat().st_mtime_ns
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "already finished its 2 steps" in out and "nothing to do" in out and "--set trainer.steps=4" in out
+    assert (run / "summary.md").stat().st_mtime_ns == before  # nothing rewritten
