@@ -427,9 +427,10 @@ class TrainerConfig:
     policy_lag: int = 0  # rollouts come from the policy this many updates old
     skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
     share_prompts: bool = True  # the update forwards each distinct prompt of a micro-batch once
-    headroom: bool = True  # measure greedy vs sampled success before RL (RUN_DIR/headroom.md)
-    # seconds the headroom check may take (0 = no limit): it measures held-out items in chunks of 8
-    # and stops before a chunk that would overrun, so a large model gets a smaller sample, not a long wait
+    headroom: bool = True  # run the preflight before RL (RUN_DIR/preflight.md; grpolab.train.preflight)
+    # seconds the preflight before RL may take (0 = no limit); never overrun: the first chunk is one
+    # item and no chunk is started that would end past it, so a slow model gets fewer items (and
+    # more "can't tell" verdicts), not a long wait
     headroom_budget: float = 60.0
     eval_every: int = 25
     save_every: int = 25
