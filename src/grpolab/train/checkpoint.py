@@ -67,7 +67,7 @@ class Checkpoint:
         """The trainer state saved with the checkpoint (optimizer, scheduler, RNG, step).
 
         Raises:
-            RunDirError: ``state.pt`` cannot be read (truncated or corrupt); the message names the
+            ConfigError: ``state.pt`` cannot be read (truncated or corrupt); the message names the
                 checkpoint and how to go on.
         """
         try:
@@ -79,7 +79,7 @@ class Checkpoint:
         """Copy the checkpoint's weights into ``model`` (:func:`grpolab.models.io.load_weights_into`).
 
         Raises:
-            RunDirError: a weights file cannot be read (truncated or corrupt), or holds tensors of
+            ConfigError: a weights file cannot be read (truncated or corrupt), or holds tensors of
                 another shape or name than ``model``'s.
         """
         try:
@@ -88,9 +88,9 @@ class Checkpoint:
             raise self.unreadable("model weights", e) from None
 
     def unreadable(self, what: str, e: BaseException):
-        """The :class:`~grpolab.train.rundir.RunDirError` for a part of this checkpoint that cannot
-        be used, with the way on: the checkpoint before it, or starting over."""
-        from grpolab.train.rundir import RunDirError
+        """The :class:`~grpolab.errors.ConfigError` for a part of this checkpoint that cannot be
+        used, with the way on: the checkpoint before it, or starting over."""
+        from grpolab.errors import ConfigError
 
         run = self.path.parent.parent
         older = sorted(p for p in self.path.parent.glob("step_*") if p.is_dir() and p.name < self.path.name
@@ -98,7 +98,7 @@ class Checkpoint:
         way = (f"delete {self.path} to resume from {older[-1].name}" if older else
                f"start over with `grpolab train --overwrite` (trainer.run_dir={run})")
         detail = " ".join(f"{type(e).__name__}: {e}".split())[:200]
-        return RunDirError(f"checkpoint {self.path}: its {what} cannot be read ({detail}); the file is truncated or "
+        return ConfigError(f"checkpoint {self.path}: its {what} cannot be read ({detail}); the file is truncated or "
                            f"corrupt (a full disk or a killed copy?): {way}")
 
 
