@@ -7,7 +7,8 @@ import pytest
 from grpolab.cli import main
 
 TINY = ["--set", "model.hidden_size=32", "--set", "model.num_layers=1", "--set", "model.num_heads=2",
-        "--set", "model.intermediate_size=64", "--set", "rollout.max_new_tokens=8", "--set", "task.options.max_digits=1"]
+        "--set", "model.intermediate_size=64", "--set", "rollout.max_new_tokens=8",
+        "--set", "task.options.max_digits=1"]
 
 
 def test_preflight_writes_json_and_markdown(tmp_path, capsys):

@@ -35,4 +35,5 @@ def test_summary_shows_the_preflight_verdict_and_its_sample_size(tmp_path):
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["preflight_verdict"] == "indicated" and data["preflight_items"] == 18
     carry = data["per_task"][0]
-    assert (carry["headroom_verdict"], carry["headroom_items"], carry["verdict_source"]) == ("indicated", 12, "preflight")
+    got = (carry["headroom_verdict"], carry["headroom_items"], carry["verdict_source"])
+    assert got == ("indicated", 12, "preflight")

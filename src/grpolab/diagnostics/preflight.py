@@ -133,8 +133,10 @@ def failure_reason(score: float, info: dict | None, finished: bool) -> str | Non
         return ERROR
     if not finished:
         return CUT
-    if ("extracted" in info and info["extracted"] in (None, "")) or str(info.get("form", "")).lower() in _NO_ANSWER_FORMS \
-            or info.get("valid") is False or ("method" in info and info["method"] in (None, "none")):
+    no_answer = (("extracted" in info and info["extracted"] in (None, ""))
+                 or str(info.get("form", "")).lower() in _NO_ANSWER_FORMS or info.get("valid") is False
+                 or ("method" in info and info["method"] in (None, "none")))
+    if no_answer:
         return UNPARSED
     return WRONG
 
@@ -174,6 +176,11 @@ def all_equal_share(rewards: Sequence[Sequence[float]], group_size: int) -> np.n
             p = c / k
             out.append(p**G + (1 - p) ** G)
     return np.asarray(out, dtype=float)
+
+
+def _ratio_of_means(x: np.ndarray) -> float:
+    """``[G, 2]`` (failure mean, success mean) per group -> mean of column 0 over mean of column 1."""
+    return float(x[:, 0].mean() / x[:, 1].mean()) if x[:, 1].mean() > 0 else float("nan")
 
 
 def length_coupling(lengths: Sequence[Sequence[float]], solved: Sequence[Sequence[bool]], *, seed: int = 0,
@@ -222,8 +229,7 @@ def length_coupling(lengths: Sequence[Sequence[float]], solved: Sequence[Sequenc
         out["fail_success_length_ratio"] = sum(inc) / sum(cor)
         if ci:
             pairs = np.stack([np.asarray(inc), np.asarray(cor)], axis=1)
-            ratio = lambda x: float(x[:, 0].mean() / x[:, 1].mean()) if x[:, 1].mean() > 0 else float("nan")  # noqa: E731
-            c = bootstrap_ci(pairs, ratio, seed=seed, n_boot=1000)
+            c = bootstrap_ci(pairs, _ratio_of_means, seed=seed, n_boot=1000)
             out["ratio_ci"] = [c.low, c.high]
     return out
 
@@ -677,7 +683,8 @@ def preflight_markdown(res: PreflightResult) -> str:
         if r.get(reason):
             lines.append(f"| {reason} | {_pct(r[reason])} |")
     if r.get("answer_in_failed_response"):
-        lines.append(f"| (the reference answer appears in the failed response) | {_pct(r['answer_in_failed_response'])} |")
+        lines.append(f"| (the reference answer appears in the failed response) | "
+                     f"{_pct(r['answer_in_failed_response'])} |")
     lines.append("")
     lines.append("Greedy failures: " + ", ".join(f"{k} {v}" for k, v in s["greedy_failures"].items()) + ".")
     lc = s.get("length_coupling")

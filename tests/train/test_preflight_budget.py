@@ -118,7 +118,8 @@ def test_a_cut_check_equals_an_unbounded_check_of_its_prefix(policy):
     kw = dict(k=8, group_size=8, temperature=1.0, max_new_tokens=8, seed=3, readability=False, log=lambda s: None)
     cut = measure_preflight(model, tok, items, col, budget=35, clock=clock, **kw)
     n = cut.stats["n_items"]
-    assert cut.settings["stopped_at_budget"] and n == 3  # chunks of 1 and 2 items (27 s); one more item x 1.25 would end past 35 s
+    # chunks of 1 and 2 items (27 s); one more item x 1.25 would end past 35 s
+    assert cut.settings["stopped_at_budget"] and n == 3
     prefix = measure_preflight(model, tok, items[:n], make_collector(tok, max_new_tokens=8), **kw)
     assert cut.stats == prefix.stats  # the same items in the same chunks from the same sampling stream
 
