@@ -142,7 +142,7 @@ def before_after(args) -> None:
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
     load_after = os.getloadavg()
     keys = ("trivial_per_s", "code_per_s", "code_judge_per_s", "trivial_cpu_ms", "code_cpu_ms",
-            "code_judge_cpu_ms")
+            "code_judge_cpu_ms", "trivial_busy_ms", "code_busy_ms", "code_judge_busy_ms")
     med = {n: {k: statistics.median(r[k] for r in rs) for k in keys} for n, rs in runs.items()}
     print(f"{str(args.n_code) + ' items/round, pool of ' + str(runs['after'][0]['pool_size']):<44}  "
           f"{'before':>9}  {'after':>9}  after/before")
