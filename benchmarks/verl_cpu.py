@@ -62,7 +62,7 @@ def grpolab_run(work: Path, sft: Path, variant: str, steps: int, eval_every: int
     shutil.rmtree(run_dir, ignore_errors=True)
     sets = [f"model.path={sft}", "sft.enabled=no", "task.chat_template=off", f"trainer.steps={steps}",
             f"trainer.eval_every={eval_every}", f"trainer.seed={seed}", f"trainer.run_dir={run_dir}",
-            "trainer.headroom=false", "log.progress=false", f"trainer.n_eval={N_EVAL}"]
+            "trainer.headroom=false", "log.progress=false", f"task.n_eval={N_EVAL}"]
     if variant == "rlsd":
         sets += ["credit.name=rlsd"]
     cmd = [sys.executable, "-m", "grpolab.cli", "train"] + [a for s in sets for a in ("--set", s)]
@@ -92,9 +92,23 @@ def verl_data(work: Path, seed: int) -> tuple[Path, Path]:
 
 
 def verl_run(work: Path, model: Path, data: tuple[Path, Path], variant: str, steps: int, eval_every: int,
-             seed: int) -> dict:
+             seed: int, reuse: bool = False) -> dict:
+    """One verl run (or, with ``reuse``, the log of a finished one with the same steps: no wall time then)."""
     log_path = work / f"verl_{variant}.jsonl"
+    cmd = verl_command(work, model, data, variant, steps, eval_every, seed)
+    if reuse and log_path.exists():
+        parsed = parse_verl_log(log_path)
+        if parsed["curve"] and parsed["curve"][-1][0] == steps:
+            return {**parsed, "wall_s": None, "command": "python " + " ".join(cmd[1:])}
     log_path.unlink(missing_ok=True)
+    env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(log_path), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    wall = sh(cmd, work / f"verl_{variant}.log", env=env)
+    return {**parse_verl_log(log_path), "wall_s": wall, "command": "python " + " ".join(cmd[1:])}
+
+
+def verl_command(work: Path, model: Path, data: tuple[Path, Path], variant: str, steps: int, eval_every: int,
+                 seed: int) -> list[str]:
+    """The launcher command of one verl run (the metric log's path goes through VERL_FILE_LOGGER_PATH)."""
     toy_file = ROOT / "src/grpolab/integrations/verl_cpu/toy.py"
     overrides = [
         f"data.train_files={data[0]}", f"data.val_files={data[1]}", "data.train_batch_size=32",
@@ -121,10 +135,7 @@ def verl_run(work: Path, model: Path, data: tuple[Path, Path], variant: str, ste
         target = "verl_main"
         overrides += ["+grpolab.credit.name=rlsd", "+grpolab.credit.privileged_key=solution",
                       f"+grpolab.credit.chat_template='{TEACHER}'"]
-    cmd = [sys.executable, "-m", "grpolab.integrations.verl_cpu", target, *overrides]
-    env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(log_path), OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
-    wall = sh(cmd, work / f"verl_{variant}.log", env=env)
-    return {**parse_verl_log(log_path), "wall_s": wall, "command": "python " + " ".join(cmd[1:])}
+    return [sys.executable, "-m", "grpolab.integrations.verl_cpu", target, *overrides]
 
 
 def parse_verl_log(log_path: Path) -> dict:
@@ -156,6 +167,8 @@ def main() -> int:
     ap.add_argument("--work", default="/var/tmp/grpolab_verl_cpu")
     ap.add_argument("--variants", nargs="+", default=["grpo", "rlsd"])
     ap.add_argument("--out", default=str(ROOT / "docs/results/verl_cpu.json"))
+    ap.add_argument("--reuse-verl", action="store_true",
+                    help="reuse the verl logs in --work of finished runs with the same --steps (no rerun)")
     ap.add_argument("--reparse", action="store_true",
                     help="rebuild --out from the verl logs in --work (after a run whose parsing failed)")
     args = ap.parse_args()
@@ -187,7 +200,8 @@ def main() -> int:
               "held_out_items": N_EVAL, "variants": {}, "grpolab_trainer": {}}
     for v in args.variants:
         print(f"verl {v} ...", flush=True)
-        result["variants"][v] = verl_run(work, model, data, v, args.steps, args.eval_every, args.seed)
+        result["variants"][v] = verl_run(work, model, data, v, args.steps, args.eval_every, args.seed,
+                                         reuse=args.reuse_verl)
         print(f"  {result['variants'][v]['curve']}", flush=True)
     for v in args.variants:
         print(f"grpolab {v} ...", flush=True)

@@ -138,17 +138,20 @@ def test_cpu_overrides_defaults_and_caller_wins():
 
 
 def test_launcher_refuses_other_verl_and_unknown_target(monkeypatch, capsys):
-    from grpolab.integrations import verl_credit
     from grpolab.integrations.verl_cpu import __main__ as launcher
 
     assert launcher.main(["train_ppo"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: unknown target 'train_ppo'")
-    real = verl_credit.check_verl_version
-    monkeypatch.setattr(verl_cpu, "check_verl_version", lambda version=None: real("0.10.0"))
+    import importlib.metadata
+
+    real = importlib.metadata.version
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.10.0" if name == "verl" else real(name))
     assert launcher.main(["main_ppo"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: grpolab's verl CPU backend supports verl>=0.9.1,<0.10 only")
     assert "found verl 0.10.0" in err[0]
+    with pytest.raises(verl_cpu.VerlVersionError, match="found verl 0.10.0"):
+        verl_cpu.register()  # the plug-in itself refuses too, before touching verl
 
 
 def test_platform_engine_and_rollout_register_in_a_verl_process():

@@ -106,10 +106,21 @@ def cpu_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _check_version() -> str:
+    """The installed verl's version; :class:`VerlVersionError` (one line) unless it is ``>=0.9.1,<0.10``."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        return check_verl_version()
-    except VerlVersionError as e:
-        raise VerlVersionError(f"grpolab's verl CPU backend supports verl{VERL_SPEC} only: {e}") from None
+        found = version("verl")
+    except PackageNotFoundError:
+        raise VerlVersionError(f"verl is not installed; the CPU backend needs verl{VERL_SPEC}: "
+                               "pip install -c constraints-cpu.txt 'grpolab[verl]'") from None
+    try:
+        return check_verl_version(found)
+    except VerlVersionError:
+        raise VerlVersionError(
+            f"grpolab's verl CPU backend supports verl{VERL_SPEC} only (it registers into verl's platform, "
+            f"engine and rollout registries, which change between releases); found verl {found}: "
+            f"pip install 'verl{VERL_SPEC}'") from None
 
 
 def register() -> bool:
