@@ -30,8 +30,8 @@ class EvalResult:
 
 
 def per_family(items, scores) -> dict[str, dict[str, float]]:
-    """``{family: {"accuracy", "solved", "n"}}`` of per-item scores, by ``item.meta["family"]``
-    (else ``["difficulty"]``; :func:`grpolab.diagnostics.headroom.family_of`). Empty when the
+    """``{family: {"accuracy", "solved", "n", "kind"}}`` of per-item scores, by ``item.meta["family"]``
+    (else ``["difficulty"]``, which ``kind`` names; :func:`grpolab.diagnostics.headroom.family_of`). Empty when the
     items carry no family label. ``scores``: one per item (greedy evaluation)."""
     from grpolab.diagnostics.headroom import family_of
 
@@ -42,7 +42,8 @@ def per_family(items, scores) -> dict[str, dict[str, float]]:
         fam = family_of(getattr(it, "meta", None))
         if fam == "all":
             return {}
-        d = out.setdefault(fam.split("=", 1)[1], {"solved": 0, "n": 0})
+        kind, name = fam.split("=", 1)
+        d = out.setdefault(name, {"solved": 0, "n": 0, "kind": kind})  # kind: family / difficulty
         d["solved"] += int(s >= SOLVED)
         d["n"] += 1
     for d in out.values():

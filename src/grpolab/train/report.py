@@ -178,6 +178,7 @@ def per_task_rows(start: dict[str, dict], final: dict[str, dict],
             h = _preflight_family(h, k)
         rows.append({
             "task": name,
+            "kind": (a or b).get("kind"),  # what the name is: an item "family" or a "difficulty" level
             "n": (a or b)["n"],
             "before": b["accuracy"] if b else None,
             "after": a["accuracy"] if a else None,
@@ -191,6 +192,13 @@ def per_task_rows(start: dict[str, dict], final: dict[str, dict],
             "verdict_source": source if h else None,
         })
     return rows
+
+
+def task_label(row: dict[str, Any]) -> str:
+    """A per-task row's first cell: the family name, or ``difficulty 3`` for a difficulty level (a
+    bare ``3`` said nothing; for arith it is the number of terms)."""
+    kind = row.get("kind")
+    return f"{kind} {row['task']}" if kind and kind != "family" else str(row["task"])
 
 
 def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[str]:
@@ -212,7 +220,7 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
             v = (f"{r['headroom_verdict']} ({r['headroom_items']})" if r["headroom_verdict"] else "not measured")
             h = ("-" if r["headroom_greedy"] is None else
                  f"{f(r['headroom_greedy'])} / {f(r['headroom_pass_at_k'])} / {f(r['headroom_reachable'])}")
-            lines.append(f"| {r['task']} | {r['n']} | {f(r['before'])} | {f(r['after'])} | {ch} | {v} | {h} |")
+            lines.append(f"| {task_label(r)} | {r['n']} | {f(r['before'])} | {f(r['after'])} | {ch} | {v} | {h} |")
         return lines + [""]
     lines = ["Per task (held-out greedy success; headroom measured before RL on the first held-out items):", "",
              f"| task | held-out episodes | before RL | final | change | headroom verdict | headroom items | "
@@ -222,7 +230,7 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
         ch = "-" if r["change"] is None else f"{r['change']:+.3f}"
         h = ("-" if r["headroom_greedy"] is None else
              f"{f(r['headroom_greedy'])} / {f(r['headroom_sampled'])} / {f(r['headroom_pass_at_k'])}")
-        lines.append(f"| {r['task']} | {r['n']} | {f(r['before'])} | {f(r['after'])} | {ch} | "
+        lines.append(f"| {task_label(r)} | {r['n']} | {f(r['before'])} | {f(r['after'])} | {ch} | "
                      f"{r['headroom_verdict'] or 'not measured'} | {r['headroom_items'] or '-'} | {h} |")
     return lines + [""]
 
