@@ -115,23 +115,21 @@ def build_model(args, device, dtype, shape):
 
 def rollout_vs_hf(args, device, dtype, shape) -> dict:
     """grpolab's sampler against HF ``generate`` (interleaved rounds), and the FLOP floor at the peak."""
-    import importlib.util
     import statistics
 
-    spec = importlib.util.spec_from_file_location("real_model_speed", Path(__file__).parent / "real_model_speed.py")
-    rms = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rms)
+    from grpolab.rollout.timing import time_hf_generate, time_sample, timing_prompts
+
     model, tok = build_model(args, device, dtype, shape)
     if args.attn:
         model.config._attn_implementation = args.attn
-    prompts = rms.chat_prompts(tok, args.prompts)
+    prompts = timing_prompts(tok, args.prompts)
     G, T, pad = args.group_size, args.max_new_tokens, tok.pad_token_id
-    rms.time_grpolab(model, prompts, G, min(T, 4), pad, 0)  # warm-up
-    rms.time_hf(model, prompts, G, min(T, 4), pad, 0)
+    time_sample(model, prompts, G, min(T, 4), pad, 0)  # warm-up
+    time_hf_generate(model, prompts, G, min(T, 4), pad, 0)
     times = {"grpolab": [], "hf_generate": []}
     for r in range(args.rounds):
         for side in (("grpolab", "hf_generate") if r % 2 == 0 else ("hf_generate", "grpolab")):
-            fn = rms.time_grpolab if side == "grpolab" else rms.time_hf
+            fn = time_sample if side == "grpolab" else time_hf_generate
             times[side].append(fn(model, prompts, G, T, pad, r))
     B = len(prompts) * G
     g = B * T / statistics.median(times["grpolab"])

@@ -74,78 +74,19 @@ from pathlib import Path
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
+from grpolab.rollout.timing import sync_device, time_hf_generate, time_sample, timing_prompts
 from grpolab.utils import bench
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE.parent / "docs" / "results" / "real_model_speed.json"
-QUESTIONS = [
-    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-    "How many clips did Natalia sell altogether in April and May?",
-    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did she earn?",
-    "Betty is saving money for a new wallet which costs $100. Betty has only half of the money she needs. "
-    "How much more money does Betty need?",
-    "James writes a 3-page letter to 2 different friends twice a week. How many pages does he write a year?",
-    "Mark has a garden with flowers. He planted plants of three different colors in it. How many flowers are there?",
-    "Albert is wondering how much pizza he can eat in one day. He buys 2 large pizzas and 2 small pizzas. "
-    "How many pieces does he eat?",
-    "Ken created a care package to send to his brother, who was away at boarding school. How much did it weigh?",
-    "Alexis is applying for a new job and bought a new set of business clothes to wear to the interview.",
-]
 PARTS = ("rollout", "update", "trl", "rss")
 #: the TRL side of the comparison runs with glibc's mmap threshold at 32 MiB, where glibc's dynamic
 #: threshold settles in a torch process (a TRL user's process does not call bound_heap)
 TRL_MMAP_THRESHOLD = 32 * 2**20
 
 
-def chat_prompts(tok, n: int) -> list[list[int]]:
-    from grpolab.tasks import PromptFormat, TaskItem
-
-    fmt = PromptFormat(chat_template="on" if getattr(tok, "chat_template", None) else "off")
-    items = [TaskItem(prompt=QUESTIONS[i % len(QUESTIONS)] + "\nReason step by step.", reference="0")
-             for i in range(n)]
-    return fmt.encode(items, tok)
-
-
 # ------------------------------------------------------------------------------------------------
 # 2. rollout
-
-
-def _sync(model) -> None:
-    dev = next(model.parameters()).device
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def time_grpolab(model, prompts, G, T, pad, seed) -> float:
-    from grpolab.rollout import sample
-
-    _sync(model)
-    t = time.perf_counter()
-    r = sample(model, prompts, group_size=G, max_new_tokens=T, temperature=1.0, top_p=1.0, eos_token_id=None,
-               pad_token_id=pad, generator=torch.Generator().manual_seed(seed))
-    _sync(model)
-    dt = time.perf_counter() - t
-    assert int(r.response_mask.sum()) == len(prompts) * G * T
-    return dt
-
-
-def time_hf(model, prompts, G, T, pad, seed) -> float:
-    from transformers import GenerationConfig
-
-    from grpolab.rollout import left_pad
-
-    ids, mask = left_pad(prompts, pad, device=next(model.parameters()).device)
-    cfg = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=T, min_new_tokens=T,
-                           num_return_sequences=G, eos_token_id=None, pad_token_id=pad, use_cache=True)
-    torch.manual_seed(seed)
-    _sync(model)
-    t = time.perf_counter()
-    with torch.inference_mode():
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=cfg)
-    _sync(model)
-    dt = time.perf_counter() - t
-    assert out.shape == (len(prompts) * G, ids.shape[1] + T), out.shape
-    return dt
 
 
 def decode_matmuls(model, rows: int, reps: int = 5) -> tuple[float, int]:
@@ -158,27 +99,27 @@ def decode_matmuls(model, rows: int, reps: int = 5) -> tuple[float, int]:
     times = []
     with torch.inference_mode():
         for rep in range(reps + 1):
-            _sync(model)
+            sync_device(model)
             t = time.perf_counter()
             for w in weights:
                 torch.nn.functional.linear(xs[w.shape[1]], w)
-            _sync(model)
+            sync_device(model)
             if rep:  # the first pass warms up
                 times.append(time.perf_counter() - t)
     return statistics.median(times), 2 * rows * sum(w.numel() for w in weights)
 
 
 def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
-    prompts = chat_prompts(tok, a.prompts)
+    prompts = timing_prompts(tok, a.prompts)
     G, T, pad = a.group_size, a.max_new_tokens, tok.pad_token_id
     B = len(prompts) * G
-    time_grpolab(model, prompts, G, min(T, 4), pad, 0)  # warm-up (allocator, kernels)
-    time_hf(model, prompts, G, min(T, 4), pad, 0)
+    time_sample(model, prompts, G, min(T, 4), pad, 0)  # warm-up (allocator, kernels)
+    time_hf_generate(model, prompts, G, min(T, 4), pad, 0)
     times = {"grpolab": [], "hf_generate": []}
     for r in range(a.repeats):
         order = ("grpolab", "hf_generate") if r % 2 == 0 else ("hf_generate", "grpolab")
         for side in order:
-            fn = time_grpolab if side == "grpolab" else time_hf
+            fn = time_sample if side == "grpolab" else time_hf_generate
             times[side].append(fn(model, prompts, G, T, pad, r))
             print(f"  rollout round {r}: {side} {times[side][-1]:.2f} s (load {bench.load_average()})", flush=True)
         ceilings.append(bench.matmul_gflops())
@@ -219,7 +160,7 @@ def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
 def sampled_batch(model, tok, a):
     from grpolab.rollout import sample
 
-    prompts = chat_prompts(tok, a.prompts)
+    prompts = timing_prompts(tok, a.prompts)
     r = sample(model, prompts, group_size=a.group_size, max_new_tokens=a.max_new_tokens, temperature=1.0,
                eos_token_id=None, pad_token_id=tok.pad_token_id, generator=torch.Generator().manual_seed(123))
     adv = torch.randn(r.batch_size, generator=torch.Generator().manual_seed(1))  # every row has signal
