@@ -29,8 +29,10 @@ of the rows that go through the update are counted (useful FLOPs, the usual MFU 
 Run::
 
     python benchmarks/performance.py [--model WARM_DIR] [--steps 5] [--out PATH]
+    python benchmarks/performance.py --model WARM_DIR --micro-batch-budgets 2048 4096 8192 16384
 
-Prints tables and writes ``benchmarks/results/performance.json``.
+Prints tables and writes ``benchmarks/results/performance.json`` (the second form: the update's
+throughput against ``trainer.micro_batch_tokens``, ``benchmarks/results/micro_batch.json``).
 """
 
 from __future__ import annotations
@@ -197,15 +199,52 @@ def scaling(cfg_overrides: dict, width: int, items, steps: int) -> dict:
     }
 
 
+def micro_batch_sweep(args) -> None:
+    """The update phase of the default config (forward + backward + AdamW over one rollout batch)
+    against the micro-batch token budget (``trainer.micro_batch_tokens``): every budget in each of
+    ``--rounds`` interleaved rounds (a noisy machine affects every budget alike), from the same
+    weights; useful GFLOP/s as above. (This was benchmarks/micro_batch.py, which loaded this script.)"""
+    policy, tok = load_model(args.model) if args.model else default_model(Path(args.cache))
+    start = {k: v.clone() for k, v in policy.state_dict().items()}
+    rows: dict[int, list[dict]] = {b: [] for b in args.micro_batch_budgets}
+    for rnd in range(args.rounds):
+        for budget in args.micro_batch_budgets:
+            cfg = load_config(overrides={"trainer.micro_batch_tokens": str(budget)})
+            items, _ = build_task_splits(cfg.task, seed=0)
+            policy.load_state_dict(start)  # every budget starts from the same weights
+            steps = timed_steps(policy, tok, cfg, items, steps=args.steps)
+            update_s = median(steps, "update_s")
+            gflops = median(steps, "update_flops") / update_s / 1e9
+            rows[budget].append({"update_s": update_s, "gflops": gflops})
+            print(f"round {rnd}  budget {budget:6d}  update {update_s:.3f} s  {gflops:.1f} GFLOP/s", flush=True)
+    summary = {b: {"median_update_s": statistics.median(r["update_s"] for r in rs),
+                   "median_gflops": statistics.median(r["gflops"] for r in rs)} for b, rs in rows.items()}
+    print("\n| micro_batch_tokens | update s (median) | useful GFLOP/s (median) |\n|---|---|---|")
+    for b, r in summary.items():
+        print(f"| {b} | {r['median_update_s']:.3f} | {r['median_gflops']:.1f} |")
+    out = args.out or str(Path(__file__).parent / "results" / "micro_batch.json")
+    bench.write_json(out, {"rounds": rows, "summary": summary, "machine": bench.machine()})
+    print(f"wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="warm-started model dir (default: build and cache one)")
     ap.add_argument("--cache", default=str(Path(__file__).parent / "results" / "warm_default"))
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--scaling-steps", type=int, default=2)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "performance.json"))
+    ap.add_argument("--micro-batch-budgets", type=int, nargs="+", default=None, metavar="TOKENS",
+                    help="instead of the report: the update's throughput at each trainer.micro_batch_tokens "
+                         "(e.g. 2048 4096 8192 16384), in --rounds interleaved rounds (results/micro_batch.json)")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds of --micro-batch-budgets")
+    ap.add_argument("--out", default=None, help="results JSON (default: results/performance.json, or "
+                                                "results/micro_batch.json with --micro-batch-budgets)")
     args = ap.parse_args()
     torch.manual_seed(0)
+    if args.micro_batch_budgets:
+        micro_batch_sweep(args)
+        return
+    args.out = args.out or str(Path(__file__).parent / "results" / "performance.json")
 
     # 1. the ceiling
     sizes = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]
