@@ -69,3 +69,14 @@ def test_run_dir_that_is_a_file(tmp_path, capsys):
     f.write_text("x")
     _error(capsys, ["train", "--dry-run", *_sets(f"trainer.run_dir={f}")], "trainer.run_dir", "is a file")
     _error(capsys, ["train", *_sets(f"trainer.run_dir={f / 'run'}")], "trainer.run_dir", "is a file")
+
+
+@pytest.mark.parametrize("dry", [True, False])
+def test_warm_start_without_demonstrations_before_any_work(tmp_path, capsys, dry):
+    """It came after the model was built and left a config.yaml behind."""
+    data, run = tmp_path / "d.jsonl", tmp_path / "run"
+    data.write_text("".join(f'{{"prompt": "{i}+1", "answer": "{i + 1}"}}\n' for i in range(8)))
+    _error(capsys, ["train", *(["--dry-run"] if dry else []),
+                    *_sets("task.name=dataset", f"task.options.path={data}", "rollout.prompts_per_step=2",
+                           f"trainer.run_dir={run}")], "needs task items with a demonstration", "sft.enabled=no")
+    assert not run.exists()

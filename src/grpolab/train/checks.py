@@ -106,5 +106,12 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     if len(train_items) < cfg.rollout.prompts_per_step:
         raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} exceeds the task's "
                           f"{len(train_items)} training items; lower it (--set rollout.prompts_per_step=N)")
+    warm = cfg.sft.enabled == "yes" or (cfg.sft.enabled == "auto" and not cfg.model.path)
+    if warm and not resume and not any(it.demonstration for it in train_items):
+        from grpolab.train.warm_start import warm_start_status
+
+        if warm_start_status(run.sft, cfg)[0] not in ("match", "legacy"):  # a cached warm start needs none
+            raise ConfigError("supervised warm start needs task items with a demonstration; this task has none "
+                              "(set sft.enabled=no, or start from a model that already solves some items)")
     tok, context = tokenizer_and_context(cfg)
     resolve_prompt_format(cfg, tok, list(train_items) + list(eval_items), log=quiet, context=context)
