@@ -111,3 +111,17 @@ def test_a_script_editing_sys_path_is_found(tmp_path):
     (tmp_path / "studies" / "s.py").write_text("import sys\nprint(sys.path)\n")          # reading it is fine
     assert check.problems(root, scripts=tmp_path) == [
         "benchmarks/b.py:2 edits sys.path; import the installed package (move a shared helper into it)"]
+
+
+def test_a_script_loading_another_by_path_is_found(tmp_path):
+    root = _package(tmp_path / "src", {})
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "benchmarks" / "a.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "benchmarks" / "b.py").write_text("import a\n")
+    (tmp_path / "benchmarks" / "c.py").write_text(
+        "import importlib.util\nspec = importlib.util.spec_from_file_location('a', 'benchmarks/a.py')\n")
+    (tmp_path / "benchmarks" / "d.py").write_text("import runpy\nfrom grpolab.utils import bench\nimport json\n")
+    assert check.problems(root, scripts=tmp_path) == [
+        f"benchmarks/{n}.py:{line} loads another script or file by path; move what it needs into the package"
+        for n, line in (("b", 1), ("c", 2), ("d", 1))]
+    assert set(check.SCRIPT_LOADS) == {"benchmarks/real_model_speed.py", "benchmarks/objectives.py"}  # to shrink
