@@ -72,7 +72,13 @@ class SandboxPool:
     """
 
     def __init__(self, size: int | None = None, python: str | None = None, user="auto",
-                 packages: tuple[str, ...] | None = None, **_old) -> None:
+                 packages: tuple[str, ...] | None = None, disk_mb: int | None = None,
+                 isolate: bool = True) -> None:
+        """``disk_mb`` (ignored: /tmp's size follows each run's limits) and ``isolate`` are
+        the fork server's arguments; ``isolate=False`` is refused (there is no unisolated mode)."""
+        if isolate is not True:
+            raise ValueError("SandboxPool(isolate=False): the sandbox has no unisolated mode "
+                             "(docs/sandbox.md)")
         size = default_size() if size is None else size
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(f"SandboxPool size must be a positive int, got {size!r}")
