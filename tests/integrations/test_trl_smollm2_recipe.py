@@ -127,3 +127,17 @@ def test_trl_prompts_the_model_as_grpolab_does_and_trains(chat_dir, tmp_path):
     assert len(res.scores) == 3 and policy.training  # back in training mode
     final = trl_recipe.save_trl_policy(tr, tmp_path / "final")
     assert (final / "config.json").is_file() and not any("lora" in p.name for p in final.iterdir())
+
+
+def test_the_example_script_reads_the_yaml_and_fails_with_one_error_line(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trl_smollm2_sums", ROOT / "examples" / "trl_smollm2_sums.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    rc = example.main(["--set", f"model.path={tmp_path / 'no-such-model'}", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1].startswith("error: model.path=") and "no-such-model" in err[-1]
+    assert not (tmp_path / "out").exists()
+    rc = example.main(["--set", "credit.name=rlsd", "--out", str(tmp_path / "out")])
+    assert rc == 2 and "credit.name='rlsd'" in capsys.readouterr().err
