@@ -126,11 +126,8 @@ def rollout_vs_hf(args, device, dtype, shape) -> dict:
     G, T, pad = args.group_size, args.max_new_tokens, tok.pad_token_id
     time_sample(model, prompts, G, min(T, 4), pad, 0)  # warm-up
     time_hf_generate(model, prompts, G, min(T, 4), pad, 0)
-    times = {"grpolab": [], "hf_generate": []}
-    for r in range(args.rounds):
-        for side in (("grpolab", "hf_generate") if r % 2 == 0 else ("hf_generate", "grpolab")):
-            fn = time_sample if side == "grpolab" else time_hf_generate
-            times[side].append(fn(model, prompts, G, T, pad, r))
+    times = bench.interleaved({"grpolab": lambda r: time_sample(model, prompts, G, T, pad, r),
+                               "hf_generate": lambda r: time_hf_generate(model, prompts, G, T, pad, r)}, args.rounds)
     B = len(prompts) * G
     g = B * T / statistics.median(times["grpolab"])
     h = B * T / statistics.median(times["hf_generate"])

@@ -115,14 +115,12 @@ def part_rollout(model, tok, a, ceilings: list[float]) -> dict:
     B = len(prompts) * G
     time_sample(model, prompts, G, min(T, 4), pad, 0)  # warm-up (allocator, kernels)
     time_hf_generate(model, prompts, G, min(T, 4), pad, 0)
-    times = {"grpolab": [], "hf_generate": []}
-    for r in range(a.repeats):
-        order = ("grpolab", "hf_generate") if r % 2 == 0 else ("hf_generate", "grpolab")
-        for side in order:
-            fn = time_sample if side == "grpolab" else time_hf_generate
-            times[side].append(fn(model, prompts, G, T, pad, r))
-            print(f"  rollout round {r}: {side} {times[side][-1]:.2f} s (load {bench.load_average()})", flush=True)
-        ceilings.append(bench.matmul_gflops())
+    times = bench.interleaved(
+        {"grpolab": lambda r: time_sample(model, prompts, G, T, pad, r),
+         "hf_generate": lambda r: time_hf_generate(model, prompts, G, T, pad, r)}, a.repeats,
+        on_call=lambda r, side, s: print(f"  rollout round {r}: {side} {s:.2f} s (load {bench.load_average()})",
+                                         flush=True),
+        after_round=lambda r: ceilings.append(bench.matmul_gflops()))
     cfg = model.config
     N = bench.param_count(model)
     P_mean = statistics.fmean(len(p) for p in prompts)
@@ -202,15 +200,13 @@ def part_update(model, tok, a, ceilings: list[float]) -> dict:
     N = bench.param_count(model)
     runners = {"full": update_runner(copy.deepcopy(model), False, 1e-6),
                "lora": update_runner(copy.deepcopy(model), True, 1e-5)}
-    times = {"full": [], "lora": []}
     for k, (run, _) in runners.items():  # warm-up
         run(r, adv)
-    for rep in range(a.repeats):
-        order = ("full", "lora") if rep % 2 == 0 else ("lora", "full")
-        for k in order:
-            times[k].append(runners[k][0](r, adv))
-            print(f"  update round {rep}: {k} {times[k][-1]:.2f} s (load {bench.load_average()})", flush=True)
-        ceilings.append(bench.matmul_gflops())
+    times = bench.interleaved(
+        {k: (lambda _, run=run: run(r, adv)) for k, (run, _) in runners.items()}, a.repeats,
+        on_call=lambda rep, k, s: print(f"  update round {rep}: {k} {s:.2f} s (load {bench.load_average()})",
+                                        flush=True),
+        after_round=lambda rep: ceilings.append(bench.matmul_gflops()))
     ceiling = max(ceilings)
     out = {"rows": r.batch_size, "tokens": tokens, "forwarded_tokens_at_most": forwarded,
            "response_tokens": int(r.response_mask.sum()),

@@ -105,7 +105,7 @@ def run_hf(model, prompts, eos, seed, with_logprobs=False):
     return _timed(go)
 
 
-def bench(model, prompts, eos, repeats):
+def compare_samplers(model, prompts, eos, repeats):
     runs = {"grpolab_sample": [], "hf_generate": [], "hf_generate_plus_logprob_forward": []}
     run_ours(model, prompts, eos, 123)  # warm-up
     run_hf(model, prompts, eos, 123)
@@ -166,7 +166,7 @@ def main() -> None:
               ("hf_generate_plus_logprob_forward", "HF generate + logprob forward"))
     for name, eos in (("eos", EOS), ("fixed", None)):
         load_before = bench.load_average()[0]
-        res = bench(model, prompts, eos, args.repeats)
+        res = compare_samplers(model, prompts, eos, args.repeats)
         res["load_average_1min"] = [load_before, bench.load_average()[0]]
         results["scenarios"][name] = res
         for key, label in labels:

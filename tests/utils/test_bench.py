@@ -33,12 +33,13 @@ def test_parameter_counts_count_tied_weights_once_and_linear_weights_as_matmuls(
 
 
 def test_interleaved_alternates_the_order_of_the_contenders():
-    calls = []
-    out = bench.interleaved({"a": lambda: calls.append("a"), "b": lambda: calls.append("b"),
-                             "c": lambda: calls.append("c")}, rounds=3)
-    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert {k: len(v) for k, v in out.items()} == {"a": 3, "b": 3, "c": 3}
-    assert all(t >= 0 for v in out.values() for t in v)
+    calls, rounds_done = [], []
+    out = bench.interleaved({"a": lambda r: calls.append(("a", r)), "b": lambda r: calls.append(("b", r)),
+                             "c": lambda r: 0.25 * (r + 1)}, rounds=3, after_round=rounds_done.append)
+    assert calls == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2)]   # c: r=0 last, r=1 first
+    assert rounds_done == [0, 1, 2]
+    assert out["c"] == [0.25, 0.5, 0.75]                   # a call that times itself reports its own seconds
+    assert all(t >= 0 for t in out["a"] + out["b"]) and len(out["a"]) == 3
 
 
 def test_matmul_rate_is_positive_and_counts_its_flops(monkeypatch):

@@ -90,13 +90,17 @@ def matmul_gflops(m: int = 1024, k: int = 1024, n: int = 1024, *, reps: int = 10
     return 2 * m * k * n * done / (time.perf_counter() - t0) / 1e9
 
 
-def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int, *,
-                on_round: Callable[[int, str, float], None] | None = None) -> dict[str, list[float]]:
-    """Wall-clock seconds of each contender, ``rounds`` calls each, in alternating order.
+def interleaved(contenders: dict[str, Callable[[int], Any]], rounds: int, *,
+                on_call: Callable[[int, str, float], None] | None = None,
+                after_round: Callable[[int], None] | None = None) -> dict[str, list[float]]:
+    """Seconds of each contender, ``rounds`` calls each, in alternating order.
 
-    Round ``r`` runs the contenders in their given order rotated by ``r`` (two contenders: AB, BA,
-    AB, ...), so drift in the machine's load falls on each alike. ``on_round(r, name, seconds)``
-    is called after each call (a progress line). Returns ``{name: [seconds per round]}``.
+    Round ``r`` calls ``contenders[name](r)`` for every name, in their given order rotated by ``r``
+    (two contenders: AB, BA, AB, ...), so drift in the machine's load falls on each alike. A call
+    that returns a number has timed itself (e.g. around a GPU synchronisation): that number is its
+    seconds; otherwise the wall-clock time of the call is. ``on_call(r, name, seconds)`` runs after
+    each call (a progress line), ``after_round(r)`` after each round. Returns ``{name: [seconds per
+    round]}``.
     """
     names = list(contenders)
     out: dict[str, list[float]] = {name: [] for name in names}
@@ -104,11 +108,15 @@ def interleaved(contenders: dict[str, Callable[[], Any]], rounds: int, *,
         k = r % len(names) if names else 0
         for name in names[k:] + names[:k]:
             t0 = time.perf_counter()
-            contenders[name]()
+            got = contenders[name](r)
             dt = time.perf_counter() - t0
+            if isinstance(got, (int, float)) and not isinstance(got, bool):
+                dt = float(got)
             out[name].append(dt)
-            if on_round is not None:
-                on_round(r, name, dt)
+            if on_call is not None:
+                on_call(r, name, dt)
+        if after_round is not None:
+            after_round(r)
     return out
 
 
