@@ -348,9 +348,10 @@ def main(argv=None) -> int:
         print(f"error: unknown sides {sorted(unknown)}; choose from {', '.join(SIDES)}", file=sys.stderr)
         return 2
     given = list(argv if argv is not None else sys.argv[1:])
-    if "--after-pid" in given:  # how this process was scheduled, not what it measured
-        k = given.index("--after-pid")
-        del given[k:k + 2]
+    for flag, n in (("--after-pid", 2), ("--plan", 2), ("--report-only", 1)):  # scheduling, not what was measured
+        if flag in given:
+            k = given.index(flag)
+            del given[k:k + n]
     command = "python benchmarks/real_model_vs_trl.py " + " ".join(given)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
 
