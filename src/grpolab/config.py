@@ -26,6 +26,17 @@ from grpolab.utils.teacher_templates import (
 )
 
 
+def _key(default: Any = dataclasses.MISSING, meaning: str = "", *, form: str = "", more: str = "",
+         default_factory: Any = dataclasses.MISSING) -> Any:
+    """A config key: its default and its help, written once, on the field (``grpolab config``, the
+    TRL adapter's argument help and :data:`grpolab.config_help.KEY_HELP` read it from here).
+
+    ``meaning``: one line; ``form``: the values it takes beyond its type ("" when the type says it
+    all); ``more``: anything else a user of the key should know."""
+    return field(default=default, default_factory=default_factory,
+                 metadata={"help": meaning, "form": form, "more": more})
+
+
 def _registry(name: str) -> Callable[[], list[str]]:
     def names() -> list[str]:
         from grpolab import objectives as obj
@@ -93,32 +104,31 @@ def _positive(key: str, value: float, *, zero_ok: bool = False) -> None:
 @dataclass
 class ModelConfig:
     """The policy. ``path=None`` builds grpolab's tiny Llama-architecture model from scratch.
+    Each key's help is on its field (``grpolab config model``)."""
 
-    ``dtype``: ``auto`` (default) keeps the checkpoint's own dtype (``torch_dtype`` in its
-    config.json; float32 for the tiny model); or float32 / bfloat16 / float16.
-    ``attn_implementation``: passed to ``from_pretrained`` ("" = transformers' default; e.g.
-    ``sdpa``, ``eager``, ``flash_attention_2``). ``gradient_checkpointing``: recompute activations
-    in the backward pass (less memory, ~30% more update time). ``lora``: LoRA adapters through
-    ``peft`` (``{r, alpha, dropout, target_modules}``; ``{}`` = full fine-tuning); the reference
-    and the RLSD/GEAR teacher are then the base model with the adapters disabled (no second copy
-    of the weights). ``lora_save``: what ``RUN_DIR/final`` holds with LoRA: ``merged`` (a plain HF
-    model), ``adapter`` (``adapter_model.safetensors`` + ``adapter_config.json``) or ``both``
-    (merged in ``final``, the adapter in ``final/adapter``). ``tokenizer_alphabet``: the tiny
-    model's tokenizer: ``default`` (lower case, see grpolab.models.tokenizer) or ``printable``.
-    """
-
-    path: str | None = None
-    hidden_size: int = 192
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 512
-    dtype: str = "auto"
-    device: str = "auto"
-    attn_implementation: str = ""
-    gradient_checkpointing: bool = False
-    lora: dict[str, Any] = field(default_factory=dict)
-    lora_save: str = "merged"
-    tokenizer_alphabet: str = "default"
+    path: str | None = _key(
+        None, "the policy; null builds the tiny built-in model", form="a local HF model directory or .gguf file; null")
+    hidden_size: int = _key(192, "tiny model width", form="> 0")
+    num_layers: int = _key(4, "tiny model decoder blocks", form="> 0")
+    num_heads: int = _key(4, "tiny model attention heads", form="> 0, divides hidden_size")
+    intermediate_size: int = _key(512, "tiny model MLP width", form="> 0")
+    dtype: str = _key("auto", "weights dtype (auto: the checkpoint's own)",
+                      more="auto keeps torch_dtype of the checkpoint's config.json (float32 for the tiny model)")
+    device: str = _key("auto", "where the model runs (auto: cuda when available, else cpu)")
+    attn_implementation: str = _key("", "passed to from_pretrained", form="'' or sdpa, eager, flash_attention_2",
+                                    more="'' = transformers' default")
+    gradient_checkpointing: bool = _key(
+        False, "recompute activations in the backward (less memory, ~30% slower update)")
+    lora: dict[str, Any] = _key(
+        default_factory=dict, meaning="LoRA adapters through peft ({} = full fine-tuning)",
+        form="{} or {r, alpha, dropout, target_modules}",
+        more=("The reference and the RLSD/GEAR teacher are then the base model with the adapters disabled "
+              "(no second copy of the weights)."))
+    lora_save: str = _key("merged", "what RUN_DIR/final holds with LoRA",
+                          more=("merged: a plain HF model; adapter: adapter_model.safetensors + adapter_config.json; "
+                                "both: merged in final, the adapter in final/adapter"))
+    tokenizer_alphabet: str = _key("default", "the tiny model's tokenizer alphabet",
+                                   more="default: lower case (grpolab.models.tokenizer); printable")
 
     def validate(self) -> None:
         if self.path is not None and not str(self.path).strip():
@@ -151,30 +161,26 @@ class ModelConfig:
 
 @dataclass
 class TaskConfig:
-    """Where prompts and rewards come from: a built-in task name, ``dataset`` or ``reasoning_gym``.
+    """Where prompts and rewards come from: a built-in task name, ``dataset`` or ``reasoning_gym``,
+    and how prompts are formatted (:class:`grpolab.tasks.PromptFormat`). Each key's help is on its
+    field (``grpolab config task``)."""
 
-    ``n_train`` / ``n_eval``: how many items of each split to use; ``None`` (default, or ``all``)
-    takes every row of a dataset, and 4096 / 256 items of a generated task (its prompt space has
-    no end). A number larger than a dataset's split is an error that names the split's size.
-
-    Prompt formatting (:class:`grpolab.tasks.PromptFormat`): ``chat_template`` ``auto`` (default:
-    the tokenizer's chat template whenever it defines one, plain text when it has none), ``on`` or
-    ``off``; ``system_prompt``; ``prompt_template`` with
-    ``{prompt}`` (e.g. ``"{prompt}\nPut the final answer after ####."``).
-
-    ``options.reward`` (any task): the reward that scores the items -- a registered name,
-    ``"package.module:function"``, an entry point of the ``grpolab.rewards`` group, or a list of
-    ``{name, weight, options}`` summed with their weights; checked (and a user module imported)
-    here, at config time (:func:`grpolab.rewards.resolve_reward`, docs/rewards.md).
-    """
-
-    name: str = "arith"
-    options: dict[str, Any] = field(default_factory=dict)
-    n_train: int | None = None
-    n_eval: int | None = None
-    chat_template: str = "auto"
-    system_prompt: str = ""
-    prompt_template: str = "{prompt}"
+    name: str = _key("arith", "where prompts and rewards come from (docs/tasks.md)")
+    options: dict[str, Any] = _key(
+        default_factory=dict,
+        meaning="the task's own options (e.g. max_digits) and reward (a name, module:function or a weighted list)",
+        more=("options.reward (any task): a registered name, 'package.module:function', an entry point of the "
+              "grpolab.rewards group, or a list of {name, weight, options} summed with their weights; checked (and "
+              "a user module imported) at config time (grpolab.rewards.resolve_reward, docs/rewards.md)"))
+    n_train: int | None = _key(
+        None, "training items (null: all rows / 4096 generated)", form="> 0 or null (all)",
+        more=("null (or all) takes every row of a dataset and 4096 items of a generated task (its prompt space has no "
+              "end); a number larger than a dataset's split is an error that names the split's size"))
+    n_eval: int | None = _key(None, "held-out items (null: all rows / 256 generated)", form="> 0 or null (all)")
+    chat_template: str = _key("auto", "render prompts with the tokenizer's chat template (auto: when it has one)")
+    system_prompt: str = _key("", "system message (chat template) or preamble")
+    prompt_template: str = _key("{prompt}", "wraps every prompt", form="text with {prompt}",
+                                more="e.g. '{prompt}\\nPut the final answer after ####.'")
 
     def validate(self) -> None:
         for k in ("n_train", "n_eval"):
@@ -215,32 +221,40 @@ class TaskConfig:
 class SFTConfig:
     """Supervised warm start on task demonstrations (used for the built-in tiny model)."""
 
-    enabled: str = "auto"  # auto: only when the model is built from scratch
-    max_steps: int = 1000
-    batch_size: int = 64
-    lr: float = 1e-3  # 3e-3 oscillates and learns the tiny model 2-4x slower (CHANGELOG.md)
-    schedule: str = "constant"  # after 20 warm-up steps: constant, or linear/cosine decay to 0 at max_steps
-    ema: float = 0.0  # > 0 (e.g. 0.99): evaluate and keep an exponential moving average of the weights
-    target_accuracy: float = 0.4
-    eval_every: int = 25
-    # Steps between in-progress checkpoints (RUN_DIR/sft.partial, or OUT.partial for `grpolab sft
-    # --out OUT`), from which a killed warm start run again with the same settings resumes exactly.
-    # None (default): at each check (every eval_every steps); 0: never.
-    save_every: int | None = None
-    # Steps between kept snapshots of the warm start (HF model directories, RUN_DIR/sft.snapshots/
-    # step_N or OUT.snapshots/step_N), e.g. to measure headroom against the warm-start budget or to
-    # start RL from a shorter warm start; 0 (default): none. They stay after the warm start ends.
-    snapshot_every: int = 0
-    n_eval: int = 256
-    # Which items decide when to stop: "validation" = the last n_eval training items, held out of
-    # the demonstrations (the held-out test set stays untouched until RL measures its gain);
-    # "heldout" = the first n_eval held-out items (model selection on the test set, which biases
-    # the measured start accuracy upwards; the default before, see CHANGELOG.md).
-    select_on: str = "validation"
-    # Share of every supervised batch shown in the teacher template (credit.template: privileged
-    # prompt -> the same demonstration), so that the self-teacher of RLSD/GEAR/OPSD learns to read
-    # the reference; 0 = off. See docs/credit.md.
-    privileged_share: float = 0.0
+    enabled: str = _key("auto", "supervised warm start before RL (auto: only for a model built from scratch)")
+    max_steps: int = _key(1000, "warm-start steps at most", form=">= 0")
+    batch_size: int = _key(64, "demonstrations per warm-start step", form="> 0")
+    lr: float = _key(
+        1e-3, "warm-start learning rate", form="> 0",
+        more="3e-3 oscillates and learns the tiny model 2-4x slower (CHANGELOG.md)")
+    schedule: str = _key(
+        "constant", "warm-start learning-rate schedule after 20 warm-up steps",
+        more="after 20 warm-up steps: constant, or linear/cosine decay to 0 at max_steps")
+    ema: float = _key(0.0, "evaluate and keep an exponential moving average of the weights (0 = off)", form="[0, 1)")
+    target_accuracy: float = _key(0.4, "stop the warm start at this greedy accuracy", form="[0, 1]")
+    eval_every: int = _key(25, "warm-start steps between accuracy checks", form="> 0")
+    save_every: int | None = _key(
+        None, "steps between in-progress checkpoints (null: at each check; 0: never)", form=">= 0 or null",
+        more=("Steps between in-progress checkpoints (RUN_DIR/sft.partial, or OUT.partial for `grpolab sft --out "
+              "OUT`), from which a killed warm start run again with the same settings resumes exactly. None "
+              "(default): at each check (every eval_every steps); 0: never."))
+    snapshot_every: int = _key(
+        0, "steps between kept warm-start snapshots (0: none)", form=">= 0",
+        more=("Steps between kept snapshots of the warm start (HF model directories, RUN_DIR/sft.snapshots/ "
+              "step_N or OUT.snapshots/step_N), e.g. to measure headroom against the warm-start budget or to "
+              "start RL from a shorter warm start; 0 (default): none. They stay after the warm start ends."))
+    n_eval: int = _key(256, "items of each warm-start accuracy check", form="> 0")
+    select_on: str = _key(
+        "validation", "which items decide when the warm start stops",
+        more=("Which items decide when to stop: \"validation\" = the last n_eval training items, held out of the "
+              "demonstrations (the held-out test set stays untouched until RL measures its gain); \"heldout\" = the"
+              " first n_eval held-out items (model selection on the test set, which biases the measured start "
+              "accuracy upwards; the default before, see CHANGELOG.md)."))
+    privileged_share: float = _key(
+        0.0, "share of each batch shown in the teacher template (RLSD/GEAR/OPSD)", form="[0, 1)",
+        more=("Share of every supervised batch shown in the teacher template (credit.template: privileged prompt "
+              "-> the same demonstration), so that the self-teacher of RLSD/GEAR/OPSD learns to read the "
+              "reference; 0 = off. See docs/credit.md."))
 
     def validate(self) -> None:
         # true/false like every other boolean setting, as well as yes/no
@@ -271,37 +285,53 @@ class SFTConfig:
 
 @dataclass
 class RolloutConfig:
-    prompts_per_step: int = 32
-    group_size: int = 8
-    max_new_tokens: int = 48
-    temperature: float = 1.0
-    top_p: float = 1.0
-    # Truncation before top_p, as in TRL/vLLM: keep the top_k most likely tokens (0 = off) and those
-    # with probability >= min_p x the most likely one's (0 = off). Single-turn sampling only.
-    top_k: int = 0
-    min_p: float = 0.0
-    # > 1 discourages tokens already in the prompt or response when drawing (CTRL / transformers'
-    # repetition_penalty); the log-probs the ratio uses stay the policy's. 1 = off. Single-turn only.
-    repetition_penalty: float = 1.0
-    # Processes for verifiers that cost CPU (math-verify on LaTeX, sql, json_schema): 1 = score in
-    # the trainer's process (fastest for cheap checks such as plain numbers: no IPC). Sandboxed code
-    # verification always runs in parallel over the fork-server pool, whatever this is.
-    reward_workers: int = 1
-    # DAPO's dynamic sampling (verl algorithm.filter_groups): drop every prompt group whose rewards
-    # are all equal and sample more prompts until prompts_per_step groups with signal are kept, for
-    # at most dynamic_sampling_rounds rounds per step (the first included); each round samples
-    # ceil(missing groups * dynamic_sampling_oversample) prompts. See grpolab.train.dapo.
-    dynamic_sampling: bool = False
-    dynamic_sampling_rounds: int = 4
-    dynamic_sampling_oversample: float = 1.0
-    # The longest prompt, in tokens (TRL max_prompt_length and verl data.max_prompt_length, both
-    # 512 by default); 0 = the model's context (max_position_embeddings) less max_new_tokens. The
-    # limit in use is never above that context room. Checked for every training and held-out item
-    # before any work: a longer prompt is an error naming the item (prompt_truncation=error,
-    # default), or keeps its last (left: the question's end and the chat template's generation
-    # prompt stay) or first (right) tokens, as verl's data.truncation does.
-    max_prompt_tokens: int = 512
-    prompt_truncation: str = "error"
+    prompts_per_step: int = _key(32, "prompts (groups) per training step", form="> 0")
+    group_size: int = _key(8, "samples per prompt", form="> 0 (>= 2 for group advantages)")
+    max_new_tokens: int = _key(48, "longest response, in tokens", form="> 0")
+    temperature: float = _key(1.0, "sampling temperature", form="> 0")
+    top_p: float = _key(1.0, "nucleus sampling", form="(0, 1]")
+    top_k: int = _key(
+        0, "sample from the top_k most likely tokens only (0 = off; single-turn)", form=">= 0",
+        more=("Truncation before top_p, as in TRL/vLLM: keep the top_k most likely tokens (0 = off) and those "
+              "with probability >= min_p x the most likely one's (0 = off). Single-turn sampling only."))
+    min_p: float = _key(
+        0.0, "drop tokens below min_p x the top token's probability (0 = off; single-turn)", form="[0, 1)")
+    repetition_penalty: float = _key(
+        1.0,
+        "divide (multiply) the logits of tokens already seen when drawing (transformers' "
+        "repetition_penalty; single-turn)",
+        form="> 0 (1 = off)",
+        more=("> 1 discourages tokens already in the prompt or response when drawing (CTRL / transformers' "
+              "repetition_penalty); the log-probs the ratio uses stay the policy's. 1 = off. Single-turn only."))
+    reward_workers: int = _key(
+        1, "processes for CPU-heavy verifiers (1 = in the trainer)", form="> 0",
+        more=("Processes for verifiers that cost CPU (math-verify on LaTeX, sql, json_schema): 1 = score in the "
+              "trainer's process (fastest for cheap checks such as plain numbers: no IPC). Sandboxed code "
+              "verification always runs in parallel over the fork-server pool, whatever this is."))
+    dynamic_sampling: bool = _key(
+        False, "DAPO dynamic sampling: drop groups whose rewards are all equal, refill",
+        more=("DAPO's dynamic sampling (verl algorithm.filter_groups): drop every prompt group whose rewards are "
+              "all equal and sample more prompts until prompts_per_step groups with signal are kept, for at most "
+              "dynamic_sampling_rounds rounds per step (the first included); each round samples ceil(missing "
+              "groups * dynamic_sampling_oversample) prompts. See grpolab.train.step_batch."))
+    dynamic_sampling_rounds: int = _key(4, "sampling rounds per step at most (the first included)", form="1 to 64")
+    dynamic_sampling_oversample: float = _key(
+        1.0, "each round samples ceil(missing groups x this) prompts", form="1 to 16")
+    max_prompt_tokens: int = _key(
+        512,
+        "longest prompt in tokens (0 = the model's context less max_new_tokens; never above it); checked "
+        "for every item before any work",
+        form=">= 0",
+        more=("The longest prompt, in tokens (TRL max_prompt_length and verl data.max_prompt_length, both 512 by "
+              "default); 0 = the model's context (max_position_embeddings) less max_new_tokens. The limit in use "
+              "is never above that context room. Checked for every training and held-out item before any work: a "
+              "longer prompt is an error naming the item (prompt_truncation=error, default), or keeps its last "
+              "(left: the question's end and the chat template's generation prompt stay) or first (right) tokens,"
+              " as verl's data.truncation does."))
+    prompt_truncation: str = _key(
+        "error",
+        "a longer prompt: error naming the item, or keep its last (left) or first (right) max_prompt_tokens"
+        " tokens")
 
     #: Bounds of dynamic sampling: beyond them one step samples for minutes (rounds x oversample x
     #: prompts_per_step x group_size responses at most).
@@ -339,23 +369,26 @@ class RolloutConfig:
 class ObjectiveConfig:
     """The policy-gradient objective; see :func:`grpolab.objectives.policy_loss`."""
 
-    advantage: str = "grpo"
-    ratio: str = "token"
-    aggregation: str = "token"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    dual_clip: float | None = 3.0
-    clip_power: float = 0.5
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    # Responses that hit the length cap without ending get no loss at all (DAPO's overlong
-    # filtering; TRL mask_truncated_completions).
-    mask_truncated: bool = False
-    # DAPO's soft overlong punishment (verl reward_model.overlong_buffer): the last overlong_buffer
-    # tokens before the length cap cost up to overlong_penalty reward, linearly. >= 1: tokens;
-    # in (0, 1): a share of the longest response (DAPO: 4096 of 20480 = 0.2); 0 = off.
-    overlong_buffer: float = 0.0
-    overlong_penalty: float = 1.0
+    advantage: str = _key("grpo", "advantage estimator (docs/methods.md)")
+    ratio: str = _key("token", "importance-ratio level")
+    aggregation: str = _key("token", "how token losses are summed into the batch loss")
+    clip_low: float = _key(0.2, "lower clip: ratio >= 1 - clip_low", form=">= 0 (< 1 unless cumulative)")
+    clip_high: float = _key(0.28, "upper clip: ratio <= 1 + clip_high (DAPO clip-higher 0.28)", form=">= 0")
+    dual_clip: float | None = _key(3.0, "dual-clip constant for negative advantages", form="> 1 or null (off)")
+    clip_power: float = _key(0.5, "CTPO's position exponent p in s_t = pos_t ** p", form=">= 0")
+    kl_coef: float = _key(0.0, "weight of the KL penalty to the reference policy (0 = no reference)", form=">= 0")
+    kl_estimator: str = _key("k3", "KL estimator")
+    mask_truncated: bool = _key(
+        False, "truncated responses get no loss (TRL mask_truncated_completions)",
+        more=("Responses that hit the length cap without ending get no loss at all (DAPO's overlong filtering; "
+              "TRL mask_truncated_completions)."))
+    overlong_buffer: float = _key(
+        0.0, "DAPO soft overlong punishment: the buffer before the length cap (0 = off)",
+        form="0, a share in (0, 1), or whole tokens >= 1",
+        more=("DAPO's soft overlong punishment (verl reward_model.overlong_buffer): the last overlong_buffer "
+              "tokens before the length cap cost up to overlong_penalty reward, linearly. >= 1: tokens; in (0, "
+              "1): a share of the longest response (DAPO: 4096 of 20480 = 0.2); 0 = off."))
+    overlong_penalty: float = _key(1.0, "the punishment at the length cap (DAPO: 1)", form=">= 0")
 
     #: The fields that are keyword arguments of :func:`grpolab.objectives.policy_loss`: what the
     #: update's :class:`grpolab.train.policy_update.LossSpec` hands on (:meth:`loss_kwargs`).
@@ -396,13 +429,13 @@ class ObjectiveConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    beta1: float = 0.9
-    beta2: float = 0.99
-    warmup_steps: int = 5
-    schedule: str = "constant"
-    grad_clip: float = 1.0
+    lr: float = _key(1e-4, "RL learning rate (AdamW)", form="> 0")
+    weight_decay: float = _key(0.0, "AdamW weight decay", form=">= 0")
+    beta1: float = _key(0.9, "AdamW beta1", form="[0, 1)")
+    beta2: float = _key(0.99, "AdamW beta2", form="[0, 1)")
+    warmup_steps: int = _key(5, "linear warm-up steps", form=">= 0")
+    schedule: str = _key("constant", "learning-rate schedule after warm-up")
+    grad_clip: float = _key(1.0, "gradient-norm clip (0 = none)", form=">= 0")
 
     def validate(self) -> None:
         _positive("optim.lr", self.lr)
@@ -417,26 +450,33 @@ class OptimConfig:
 
 @dataclass
 class TrainerConfig:
-    steps: int = 400
-    epochs: int = 1  # passes over each rollout batch
-    mini_batches: int = 1  # optimizer steps per pass (split along prompt groups)
-    micro_batch_size: int = 0  # sequences per forward/backward; 0 = fill up to micro_batch_tokens
-    # padded tokens per forward/backward when micro_batch_size = 0; 0 = auto: sized from the model so
-    # the saved activations stay near 1 GiB on CPU (grpolab.train.policy_update.auto_micro_batch_tokens)
-    micro_batch_tokens: int = 0
-    policy_lag: int = 0  # rollouts come from the policy this many updates old
-    skip_zero_advantage: bool = True  # no forward/backward for rows whose loss is exactly 0
-    share_prompts: bool = True  # the update forwards each distinct prompt of a micro-batch once
-    headroom: bool = True  # run the preflight before RL (RUN_DIR/preflight.md; grpolab.train.preflight)
-    # seconds the preflight before RL may take (0 = no limit); never overrun: the first chunk is one
-    # item and no chunk is started that would end past it, so a slow model gets fewer items (and
-    # more "can't tell" verdicts), not a long wait
-    headroom_budget: float = 60.0
-    eval_every: int = 25
-    save_every: int = 25
-    keep_checkpoints: int = 2
-    seed: int = 0
-    run_dir: str = "runs/default"
+    steps: int = _key(400, "RL steps", form="> 0")
+    epochs: int = _key(1, "passes over each rollout batch", form="> 0")
+    mini_batches: int = _key(1, "optimizer steps per pass (split along groups)", form="> 0, <= prompts_per_step")
+    micro_batch_size: int = _key(0, "sequences per forward/backward (0 = fill micro_batch_tokens)", form=">= 0")
+    micro_batch_tokens: int = _key(
+        0,
+        "padded tokens per forward/backward when micro_batch_size = 0; 0 = auto (about 1 GiB of activations"
+        " on CPU, 1/8 of GPU memory)",
+        form=">= 0",
+        more=("padded tokens per forward/backward when micro_batch_size = 0; 0 = auto: sized from the model so "
+              "the saved activations stay near 1 GiB on CPU (grpolab.train.policy_update.auto_micro_batch_tokens)"))
+    policy_lag: int = _key(0, "rollouts come from the policy this many updates old", form=">= 0")
+    skip_zero_advantage: bool = _key(True, "no forward/backward for rows whose loss is exactly 0")
+    share_prompts: bool = _key(True, "the update forwards each distinct prompt of a micro-batch once")
+    headroom: bool = _key(
+        True, "run `grpolab preflight` before RL (RUN_DIR/preflight.md)",
+        more="run the preflight before RL (RUN_DIR/preflight.md; grpolab.train.preflight)")
+    headroom_budget: float = _key(
+        60.0, "time the preflight before RL may take (never overrun)", form=">= 0 seconds (0 = no limit)",
+        more=("seconds the preflight before RL may take (0 = no limit); never overrun: the first chunk is one "
+              "item and no chunk is started that would end past it, so a slow model gets fewer items (and more "
+              "\"can't tell\" verdicts), not a long wait"))
+    eval_every: int = _key(25, "steps between held-out greedy evaluations", form="> 0")
+    save_every: int = _key(25, "steps between checkpoints", form="> 0")
+    keep_checkpoints: int = _key(2, "checkpoints kept", form="> 0")
+    seed: int = _key(0, "seed of data, sampling and initialisation")
+    run_dir: str = _key("runs/default", "where the run writes everything", form="a directory (not a file)")
 
     def validate(self) -> None:
         if not str(self.run_dir).strip():
@@ -456,33 +496,37 @@ class TrainerConfig:
 
 @dataclass
 class LogConfig:
-    """Logging. ``wandb``: needs the ``wandb`` package (checked when the config is built);
-    ``wandb_entity`` / ``wandb_run_name`` / ``wandb_mode`` (``online | offline | disabled``) are
-    passed to ``wandb.init``. ``completions_every``: every N steps write ``completions_n`` sampled
-    completions (prompt, completion, reward) to ``RUN_DIR/completions.jsonl`` and TensorBoard text
-    (0 = off), like TRL's ``log_completions``. ``metric_names``: ``grpolab`` (default) writes grpolab's
-    names only; ``both`` adds the verl-style aliases of docs/real-models.md (``actor/pg_clipfrac``,
-    ``response_length/mean``, ...; 25 more keys per row, opt-in since they duplicate the row)."""
+    """Logging and the training warnings. Each key's help is on its field (``grpolab config log``)."""
 
-    tensorboard: bool = True
-    wandb: bool = False
-    wandb_project: str = "grpolab"
-    wandb_entity: str = ""
-    wandb_run_name: str = ""
-    wandb_mode: str = "online"
-    progress: bool = True
-    plots: bool = True
-    completions_every: int = 10
-    completions_n: int = 4
-    metric_names: str = "grpolab"
-    # With log.progress on and stderr not a terminal (a log file): one progress line every this many
-    # steps, with the rate and an ETA (0 = about 20 lines per run).
-    progress_every: int = 0
-    # Training warnings (grpolab.train.watch): a line when this many consecutive steps had no prompt
-    # group with reward variance (0 = never), and when more than this share of a step's responses
-    # hit the length cap (1 = never). A step whose every verifier call failed always warns.
-    warn_no_signal_steps: int = 5
-    warn_truncated_frac: float = 0.5
+    tensorboard: bool = _key(True, "write TensorBoard event files (RUN_DIR/tb)")
+    wandb: bool = _key(False, "log to Weights & Biases (needs the wandb package)",
+                       more="the package is checked when the config is built")
+    wandb_project: str = _key("grpolab", "wandb project")
+    wandb_entity: str = _key("", "wandb entity")
+    wandb_run_name: str = _key("", "wandb run name")
+    wandb_mode: str = _key("online", "wandb mode", more="entity, run name and mode are passed to wandb.init")
+    progress: bool = _key(True, "progress bar on a terminal, progress lines in a log file")
+    plots: bool = _key(True, "PNG plots in RUN_DIR/plots at the end")
+    completions_every: int = _key(
+        10, "steps between sampled completions in completions.jsonl (0 = off)", form=">= 0",
+        more=("every N steps completions_n sampled completions (prompt, completion, reward) go to "
+              "RUN_DIR/completions.jsonl and TensorBoard text, like TRL's log_completions"))
+    completions_n: int = _key(4, "completions written each time", form="> 0")
+    metric_names: str = _key(
+        "grpolab", "grpolab's metric names only, or with verl-style aliases",
+        more=("both adds the verl-style aliases of docs/real-models.md (actor/pg_clipfrac, response_length/mean, "
+              "...; 25 more keys per row, opt-in since they duplicate the row)"))
+    progress_every: int = _key(
+        0, "steps between progress lines in a log file (0 = ~20 per run)", form=">= 0",
+        more=("With log.progress on and stderr not a terminal (a log file): one progress line every this many "
+              "steps, with the rate and an ETA (0 = about 20 lines per run)."))
+    warn_no_signal_steps: int = _key(
+        5, "warn after this many steps in a row without a group with signal (0 = never)", form=">= 0",
+        more=("Training warnings (grpolab.train.watch): a line when this many consecutive steps had no prompt "
+              "group with reward variance (0 = never), and when more than this share of a step's responses hit "
+              "the length cap (1 = never). A step whose every verifier call failed always warns."))
+    warn_truncated_frac: float = _key(
+        0.5, "warn when more than this share of responses is truncated (1 = never)", form="(0, 1]")
 
     def validate(self) -> None:
         _positive("log.warn_no_signal_steps", self.warn_no_signal_steps, zero_ok=True)
@@ -517,44 +561,50 @@ class CreditConfig:
     The one credit settings schema: grpolab's own trainer reads it as the ``credit`` section, the
     TRL adapter as its ``grpolab_credit_<field>`` arguments and the verl extension as its
     ``grpolab.credit.<field>`` keys -- same names, same defaults, one :meth:`validate`
-    (:meth:`from_mapping` builds it from an adapter's keys; docs/credit.md, "One schema").
-
-    ``name=grpo`` (default) is "no credit": every token keeps its sequence advantage. ``lam``
-    decays from ``lam`` to ``lam_end`` over ``lam_steps`` steps (``lam_schedule=linear``) or stays
-    (``constant``). ``teacher``: ``frozen`` (a copy of the policy re-synced every
-    ``teacher_sync_every`` steps; 0 = never, the initial policy) or ``live`` (the policy itself).
-    GEAR: ``divergence`` (``kl`` full vocabulary, or ``logratio`` = the sampled token's gap), the
-    spike threshold (``gear_threshold`` ``mad``: median + ``gear_k`` MAD, or ``quantile``:
-    ``gear_quantile``; floor ``gear_min_divergence``), and the characters whose tokens end a
-    segment (``gear_boundaries``). ``span_end``: if set, reweight only the tokens before the first
-    token containing it (e.g. ``"#"``: the scratchpad of the arith task).
+    (:meth:`from_mapping` builds it from an adapter's keys; docs/credit.md, "One schema"). Each
+    key's help is on its field (``grpolab config credit``; the TRL adapter's argument help).
     """
 
-    name: str = "grpo"
-    lam: float = 0.5
-    lam_end: float = 0.0
-    lam_steps: int = 50
-    lam_schedule: str = "linear"
-    eps_w: float = 0.2
-    negative_only: bool = False
-    span_end: str = ""
-    teacher: str = "frozen"
-    teacher_sync_every: int = 10  # 0: never re-synced (the initial policy stays the teacher)
-    template: str = DEFAULT_TEACHER_TEMPLATE
-    # Chat-template prompts: the privileged context goes into the conversation, not around the
-    # rendered text. placement "user": the last user turn becomes chat_template (with {prompt} =
-    # that turn); "system": system_template is added as (or to) the system message.
-    privileged_placement: str = "user"
-    chat_template: str = DEFAULT_CHAT_TEACHER_TEMPLATE
-    system_template: str = DEFAULT_SYSTEM_TEACHER_TEMPLATE
-    divergence: str = "kl"
-    gear_threshold: str = "mad"
-    gear_k: float = 3.0
-    gear_quantile: float = 0.9
-    gear_min_divergence: float = 0.0
-    gear_boundaries: str = "\n;"
-    chunk_size: int = 1024
-    micro_batch_size: int = 0  # rows per teacher forward; 0 = trainer.micro_batch_size, or all rows
+    name: str = _key("grpo", "token credit from a privileged self-teacher (grpo = no credit; docs/credit.md)",
+                     more="grpo: every token keeps its sequence advantage")
+    lam: float = _key(0.5, "teacher weight at the start", form="[0, 1]")
+    lam_end: float = _key(0.0, "teacher weight after lam_steps", form="[0, 1]")
+    lam_steps: int = _key(50, "steps of the lam schedule", form=">= 0")
+    lam_schedule: str = _key("linear", "how lam moves from lam to lam_end",
+                             more="linear: from lam to lam_end over lam_steps steps; constant: stays lam")
+    eps_w: float = _key(0.2, "clip of the per-token multiplier: [1 - eps_w, 1 + eps_w]")
+    negative_only: bool = _key(False, "reweight only negative-advantage rows")
+    span_end: str = _key("", "reweight only tokens before the first token containing this text",
+                         more="e.g. '#': the scratchpad of the arith task")
+    teacher: str = _key("frozen", "frozen copy re-synced every teacher_sync_every steps, or the live policy",
+                        more="frozen: a copy of the policy; live: the policy itself")
+    teacher_sync_every: int = _key(
+        10, "steps between syncs of the frozen teacher (0: never, the initial policy)", form=">= 0")
+    template: str = _key(
+        DEFAULT_TEACHER_TEMPLATE, "the teacher's plain-text prompt", form="text with {prompt} and {privileged}")
+    privileged_placement: str = _key(
+        "user", "where the privileged context goes in a chat prompt",
+        more=("Chat-template prompts: the privileged context goes into the conversation, not around the rendered "
+              "text. placement \"user\": the last user turn becomes chat_template (with {prompt} = that turn); "
+              "\"system\": system_template is added as (or to) the system message."))
+    chat_template: str = _key(
+        DEFAULT_CHAT_TEACHER_TEMPLATE, "the teacher's last user turn (chat)",
+        form="text with {prompt} and {privileged}")
+    system_template: str = _key(
+        DEFAULT_SYSTEM_TEACHER_TEMPLATE, "the teacher's system message (chat, placement system)",
+        form="text with {privileged}")
+    divergence: str = _key("kl", "GEAR's per-token divergence",
+                           more="kl: the full vocabulary's; logratio: the sampled token's gap")
+    gear_threshold: str = _key("mad", "GEAR's spike threshold rule",
+                               more="mad: median + gear_k MAD; quantile: gear_quantile; floor gear_min_divergence")
+    gear_k: float = _key(3.0, "MADs above the median for a spike (gear_threshold=mad)", form="> 0")
+    gear_quantile: float = _key(0.9, "quantile for a spike (gear_threshold=quantile)", form="(0, 1)")
+    gear_min_divergence: float = _key(0.0, "floor of the spike threshold", form=">= 0")
+    gear_boundaries: str = _key("\n;", "characters whose tokens end a GEAR segment")
+    chunk_size: int = _key(1024, "positions per chunk of the full-vocabulary KL", form="> 0")
+    micro_batch_size: int = _key(
+        0, "rows per teacher forward (0 = trainer's, or all)", form=">= 0",
+        more="0 = trainer.micro_batch_size, or all rows")
 
     @property
     def enabled(self) -> bool:
@@ -662,11 +712,11 @@ class EnvConfig:
     that environment (e.g. ``task.name: web`` with ``env.name: web``); see docs/envs.md.
     """
 
-    name: str = ""
-    max_turns: int = 4
-    max_total_tokens: int = 160
-    max_turn_tokens: int = 32
-    options: dict[str, Any] = field(default_factory=dict)
+    name: str = _key("", "multi-turn environment (docs/envs.md)", form="'' = single-turn")
+    max_turns: int = _key(4, "model turns per episode at most", form="> 0")
+    max_total_tokens: int = _key(160, "response tokens per episode (model + observations) at most", form="> 0")
+    max_turn_tokens: int = _key(32, "tokens per model turn at most", form="> 0, <= max_total_tokens")
+    options: dict[str, Any] = _key(default_factory=dict, meaning="the environment's constructor options")
 
     def validate(self) -> None:
         for k in ("max_turns", "max_total_tokens", "max_turn_tokens"):

@@ -1,151 +1,37 @@
-"""One line per config key: what values it takes (beyond its type) and what it means.
+"""Every config key's help, read from its field: what values it takes and what it means.
 
-``grpolab config [SECTION]`` prints these next to each key's default (read from the dataclasses
-of :mod:`grpolab.config`) and, for a key that names something, the allowed names from
-:data:`grpolab.config.CHOICES` -- the table the validators check against. ``tests/cli/
-test_cli_config.py`` checks that every key has a line here and that no line names a key that does
-not exist.
+The help is written once, on the field, in :mod:`grpolab.config` (``_key(default, meaning,
+form=..., more=...)``). This module only gathers it: :data:`KEY_HELP` maps ``section.key`` to
+``(form, meaning)`` -- the form of the value beyond its type ("" when the type says it all) and
+one line of meaning -- and :data:`KEY_MORE` to whatever else a user of the key should know.
+``grpolab config [SECTION]`` prints these next to each key's default and, for a key that names
+something, the allowed names from :data:`grpolab.config.CHOICES` (the table the validators check
+against); the TRL adapter's ``grpolab_credit_<key>`` arguments carry the same meaning as their
+help. ``tests/commands/test_config_command.py`` checks that every key has a meaning and that the
+command prints it; ``tests/docs/test_config_tables.py`` checks the docs' key tables against the
+fields.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
+from grpolab.config import Config
+
+__all__ = ["KEY_HELP", "KEY_MORE", "key_fields"]
+
+
+def key_fields() -> dict[str, dataclasses.Field]:
+    """``{"section.key": field}`` of every config key, in the sections' and fields' order."""
+    out = {}
+    for section in dataclasses.fields(Config):
+        for f in dataclasses.fields(section.default_factory):
+            out[f"{section.name}.{f.name}"] = f
+    return out
+
+
 #: key -> (range or form of the value, beyond its type; "" when the type says it all), meaning
-KEY_HELP: dict[str, tuple[str, str]] = {
-    # model
-    "model.path": ("a local HF model directory or .gguf file; null", "the policy; null builds the tiny built-in model"),
-    "model.hidden_size": ("> 0", "tiny model width"),
-    "model.num_layers": ("> 0", "tiny model decoder blocks"),
-    "model.num_heads": ("> 0, divides hidden_size", "tiny model attention heads"),
-    "model.intermediate_size": ("> 0", "tiny model MLP width"),
-    "model.dtype": ("", "weights dtype (auto: the checkpoint's own)"),
-    "model.device": ("", "where the model runs (auto: cuda when available, else cpu)"),
-    "model.attn_implementation": ("'' or sdpa, eager, flash_attention_2", "passed to from_pretrained"),
-    "model.gradient_checkpointing": ("", "recompute activations in the backward (less memory, ~30% slower update)"),
-    "model.lora": ("{} or {r, alpha, dropout, target_modules}", "LoRA adapters through peft ({} = full fine-tuning)"),
-    "model.lora_save": ("", "what RUN_DIR/final holds with LoRA"),
-    "model.tokenizer_alphabet": ("", "the tiny model's tokenizer alphabet"),
-    # task
-    "task.name": ("", "where prompts and rewards come from (docs/tasks.md)"),
-    "task.options": ("", "the task's own options (e.g. max_digits) and reward (a name, module:function or "
-                     "a weighted list)"),
-    "task.n_train": ("> 0 or null (all)", "training items (null: all rows / 4096 generated)"),
-    "task.n_eval": ("> 0 or null (all)", "held-out items (null: all rows / 256 generated)"),
-    "task.chat_template": ("", "render prompts with the tokenizer's chat template (auto: when it has one)"),
-    "task.system_prompt": ("", "system message (chat template) or preamble"),
-    "task.prompt_template": ("text with {prompt}", "wraps every prompt"),
-    # sft
-    "sft.enabled": ("", "supervised warm start before RL (auto: only for a model built from scratch)"),
-    "sft.max_steps": (">= 0", "warm-start steps at most"),
-    "sft.batch_size": ("> 0", "demonstrations per warm-start step"),
-    "sft.lr": ("> 0", "warm-start learning rate"),
-    "sft.schedule": ("", "warm-start learning-rate schedule after 20 warm-up steps"),
-    "sft.ema": ("[0, 1)", "evaluate and keep an exponential moving average of the weights (0 = off)"),
-    "sft.target_accuracy": ("[0, 1]", "stop the warm start at this greedy accuracy"),
-    "sft.eval_every": ("> 0", "warm-start steps between accuracy checks"),
-    "sft.save_every": (">= 0 or null", "steps between in-progress checkpoints (null: at each check; 0: never)"),
-    "sft.snapshot_every": (">= 0", "steps between kept warm-start snapshots (0: none)"),
-    "sft.n_eval": ("> 0", "items of each warm-start accuracy check"),
-    "sft.select_on": ("", "which items decide when the warm start stops"),
-    "sft.privileged_share": ("[0, 1)", "share of each batch shown in the teacher template (RLSD/GEAR/OPSD)"),
-    # rollout
-    "rollout.prompts_per_step": ("> 0", "prompts (groups) per training step"),
-    "rollout.group_size": ("> 0 (>= 2 for group advantages)", "samples per prompt"),
-    "rollout.max_new_tokens": ("> 0", "longest response, in tokens"),
-    "rollout.temperature": ("> 0", "sampling temperature"),
-    "rollout.top_p": ("(0, 1]", "nucleus sampling"),
-    "rollout.top_k": (">= 0", "sample from the top_k most likely tokens only (0 = off; single-turn)"),
-    "rollout.repetition_penalty": ("> 0 (1 = off)", "divide (multiply) the logits of tokens already seen when "
-                                   "drawing (transformers' repetition_penalty; single-turn)"),
-    "rollout.min_p": ("[0, 1)", "drop tokens below min_p x the top token's probability (0 = off; single-turn)"),
-    "rollout.reward_workers": ("> 0", "processes for CPU-heavy verifiers (1 = in the trainer)"),
-    "rollout.dynamic_sampling": ("", "DAPO dynamic sampling: drop groups whose rewards are all equal, refill"),
-    "rollout.dynamic_sampling_rounds": ("1 to 64", "sampling rounds per step at most (the first included)"),
-    "rollout.dynamic_sampling_oversample": ("1 to 16", "each round samples ceil(missing groups x this) prompts"),
-    "rollout.max_prompt_tokens": (">= 0", "longest prompt in tokens (0 = the model's context less max_new_tokens; never above it); "
-                                  "checked for every item before any work"),
-    "rollout.prompt_truncation": ("", "a longer prompt: error naming the item, or keep its last (left) or "
-                                  "first (right) max_prompt_tokens tokens"),
-    # objective
-    "objective.advantage": ("", "advantage estimator (docs/methods.md)"),
-    "objective.ratio": ("", "importance-ratio level"),
-    "objective.aggregation": ("", "how token losses are summed into the batch loss"),
-    "objective.clip_low": (">= 0 (< 1 unless cumulative)", "lower clip: ratio >= 1 - clip_low"),
-    "objective.clip_high": (">= 0", "upper clip: ratio <= 1 + clip_high (DAPO clip-higher 0.28)"),
-    "objective.dual_clip": ("> 1 or null (off)", "dual-clip constant for negative advantages"),
-    "objective.clip_power": (">= 0", "CTPO's position exponent p in s_t = pos_t ** p"),
-    "objective.kl_coef": (">= 0", "weight of the KL penalty to the reference policy (0 = no reference)"),
-    "objective.kl_estimator": ("", "KL estimator"),
-    "objective.mask_truncated": ("", "truncated responses get no loss (TRL mask_truncated_completions)"),
-    "objective.overlong_buffer": ("0, a share in (0, 1), or whole tokens >= 1",
-                                  "DAPO soft overlong punishment: the buffer before the length cap (0 = off)"),
-    "objective.overlong_penalty": (">= 0", "the punishment at the length cap (DAPO: 1)"),
-    # optim
-    "optim.lr": ("> 0", "RL learning rate (AdamW)"),
-    "optim.weight_decay": (">= 0", "AdamW weight decay"),
-    "optim.beta1": ("[0, 1)", "AdamW beta1"),
-    "optim.beta2": ("[0, 1)", "AdamW beta2"),
-    "optim.warmup_steps": (">= 0", "linear warm-up steps"),
-    "optim.schedule": ("", "learning-rate schedule after warm-up"),
-    "optim.grad_clip": (">= 0", "gradient-norm clip (0 = none)"),
-    # trainer
-    "trainer.steps": ("> 0", "RL steps"),
-    "trainer.epochs": ("> 0", "passes over each rollout batch"),
-    "trainer.mini_batches": ("> 0, <= prompts_per_step", "optimizer steps per pass (split along groups)"),
-    "trainer.micro_batch_size": (">= 0", "sequences per forward/backward (0 = fill micro_batch_tokens)"),
-    "trainer.micro_batch_tokens": (">= 0", "padded tokens per forward/backward when micro_batch_size = 0; "
-                                   "0 = auto (about 1 GiB of activations on CPU, 1/8 of GPU memory)"),
-    "trainer.policy_lag": (">= 0", "rollouts come from the policy this many updates old"),
-    "trainer.skip_zero_advantage": ("", "no forward/backward for rows whose loss is exactly 0"),
-    "trainer.share_prompts": ("", "the update forwards each distinct prompt of a micro-batch once"),
-    "trainer.headroom": ("", "run `grpolab preflight` before RL (RUN_DIR/preflight.md)"),
-    "trainer.headroom_budget": (">= 0 seconds (0 = no limit)", "time the preflight before RL may take (never overrun)"),
-    "trainer.eval_every": ("> 0", "steps between held-out greedy evaluations"),
-    "trainer.save_every": ("> 0", "steps between checkpoints"),
-    "trainer.keep_checkpoints": ("> 0", "checkpoints kept"),
-    "trainer.seed": ("", "seed of data, sampling and initialisation"),
-    "trainer.run_dir": ("a directory (not a file)", "where the run writes everything"),
-    # log
-    "log.tensorboard": ("", "write TensorBoard event files (RUN_DIR/tb)"),
-    "log.wandb": ("", "log to Weights & Biases (needs the wandb package)"),
-    "log.wandb_project": ("", "wandb project"),
-    "log.wandb_entity": ("", "wandb entity"),
-    "log.wandb_run_name": ("", "wandb run name"),
-    "log.wandb_mode": ("", "wandb mode"),
-    "log.progress": ("", "progress bar on a terminal, progress lines in a log file"),
-    "log.plots": ("", "PNG plots in RUN_DIR/plots at the end"),
-    "log.completions_every": (">= 0", "steps between sampled completions in completions.jsonl (0 = off)"),
-    "log.completions_n": ("> 0", "completions written each time"),
-    "log.metric_names": ("", "grpolab's metric names only, or with verl-style aliases"),
-    "log.progress_every": (">= 0", "steps between progress lines in a log file (0 = ~20 per run)"),
-    "log.warn_no_signal_steps": (">= 0", "warn after this many steps in a row without a group with signal (0 = never)"),
-    "log.warn_truncated_frac": ("(0, 1]", "warn when more than this share of responses is truncated (1 = never)"),
-    # credit
-    "credit.name": ("", "token credit from a privileged self-teacher (grpo = no credit; docs/credit.md)"),
-    "credit.lam": ("[0, 1]", "teacher weight at the start"),
-    "credit.lam_end": ("[0, 1]", "teacher weight after lam_steps"),
-    "credit.lam_steps": (">= 0", "steps of the lam schedule"),
-    "credit.lam_schedule": ("", "how lam moves from lam to lam_end"),
-    "credit.eps_w": ("", "clip of the per-token multiplier: [1 - eps_w, 1 + eps_w]"),
-    "credit.negative_only": ("", "reweight only negative-advantage rows"),
-    "credit.span_end": ("", "reweight only tokens before the first token containing this text"),
-    "credit.teacher": ("", "frozen copy re-synced every teacher_sync_every steps, or the live policy"),
-    "credit.teacher_sync_every": (">= 0", "steps between syncs of the frozen teacher (0: never, the initial policy)"),
-    "credit.template": ("text with {prompt} and {privileged}", "the teacher's plain-text prompt"),
-    "credit.privileged_placement": ("", "where the privileged context goes in a chat prompt"),
-    "credit.chat_template": ("text with {prompt} and {privileged}", "the teacher's last user turn (chat)"),
-    "credit.system_template": ("text with {privileged}", "the teacher's system message (chat, placement system)"),
-    "credit.divergence": ("", "GEAR's per-token divergence"),
-    "credit.gear_threshold": ("", "GEAR's spike threshold rule"),
-    "credit.gear_k": ("> 0", "MADs above the median for a spike (gear_threshold=mad)"),
-    "credit.gear_quantile": ("(0, 1)", "quantile for a spike (gear_threshold=quantile)"),
-    "credit.gear_min_divergence": (">= 0", "floor of the spike threshold"),
-    "credit.gear_boundaries": ("", "characters whose tokens end a GEAR segment"),
-    "credit.chunk_size": ("> 0", "positions per chunk of the full-vocabulary KL"),
-    "credit.micro_batch_size": (">= 0", "rows per teacher forward (0 = trainer's, or all)"),
-    # env
-    "env.name": ("'' = single-turn", "multi-turn environment (docs/envs.md)"),
-    "env.max_turns": ("> 0", "model turns per episode at most"),
-    "env.max_total_tokens": ("> 0", "response tokens per episode (model + observations) at most"),
-    "env.max_turn_tokens": ("> 0, <= max_total_tokens", "tokens per model turn at most"),
-    "env.options": ("", "the environment's constructor options"),
-}
+KEY_HELP: dict[str, tuple[str, str]] = {k: (f.metadata.get("form", ""), f.metadata.get("help", ""))
+                                        for k, f in key_fields().items()}
+#: key -> anything else a user of the key should know ("" for most)
+KEY_MORE: dict[str, str] = {k: f.metadata.get("more", "") for k, f in key_fields().items()}

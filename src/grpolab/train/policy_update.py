@@ -63,18 +63,21 @@ class LossSpec:
 
 @dataclass(frozen=True)
 class UpdateSpec:
-    """Everything :func:`update` needs besides the tensors: the loss and the batching (frozen)."""
+    """Everything :func:`update` needs besides the tensors: the loss and the batching (frozen).
+
+    Each field is the config key of its name (``rollout.temperature``, ``optim.grad_clip``, the
+    rest ``trainer.*``) and means what that key's help says (``grpolab config``); here
+    ``micro_batch_tokens=0`` is resolved in :func:`update` (``auto_micro_batch_tokens(policy)``),
+    and ``grad_clip=0`` still measures the norm."""
 
     loss: LossSpec
-    temperature: float = 1.0  # sampling temperature: logits are divided by it, as when sampling
+    temperature: float = 1.0
     epochs: int = 1
     mini_batches: int = 1
-    micro_batch_size: int = 0  # rows per forward/backward; 0 = fill up to micro_batch_tokens
-    micro_batch_tokens: int = 0  # 0 = auto_micro_batch_tokens(policy), resolved in update()
+    micro_batch_size: int = 0
+    micro_batch_tokens: int = 0
     skip_zero_advantage: bool = True
-    grad_clip: float = 1.0  # 0 = no clipping (the norm is still measured)
-    # forward each distinct prompt of a micro-batch once, the responses on its KV cache: the same
-    # loss and gradient up to float rounding (grpolab.rollout.logprobs, share_prompts)
+    grad_clip: float = 1.0
     share_prompts: bool = True
 
     @classmethod

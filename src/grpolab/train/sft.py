@@ -172,23 +172,20 @@ class SFTSpec:
     """Everything the supervised warm start needs from the config, resolved once (like
     :class:`grpolab.train.policy_update.UpdateSpec` for the RL update). Checked when built.
 
-    Attributes:
-        max_steps, batch_size, lr: optimizer steps at most, demonstrations per step, AdamW rate.
-        target_accuracy: stop once the greedy accuracy of a check reaches it.
-        eval_every: steps between checks (and the last step always checks).
+    The fields named like ``sft.*`` keys (``max_steps``, ``batch_size``, ``lr``,
+    ``target_accuracy``, ``eval_every``, ``schedule``, ``ema``, ``privileged_share``) mean what the
+    key's help on :class:`grpolab.config.SFTConfig` says (``grpolab config sft``). How two of them
+    work here: the last step always checks; with ``ema`` the averaged weights are
+    ``avg <- d * avg + (1 - d) * w`` after every step, ``d = min(ema, (1 + step) / (10 + step))``
+    (early averages do not cling to the random initialisation), and they are what is checked and
+    returned.
+
+    Attributes (the spec's own):
         max_new_tokens: the checks' completion length.
-        schedule, warmup_steps: the learning rate warms up linearly over ``warmup_steps``, then
-            follows ``schedule`` ("constant", or "linear" / "cosine" decay to 0 at ``max_steps``):
-            a decaying rate lets the model settle instead of oscillating around the target.
-        ema: > 0: the model that is checked, and returned, is an exponential moving average of
-            the weights, ``avg <- d * avg + (1 - d) * w`` after every step with
-            ``d = min(ema, (1 + step) / (10 + step))`` (early averages do not cling to the random
-            initialisation). At a high constant rate the raw weights of a tiny model jump between
-            better and worse solutions from one check to the next; their average does not.
+        warmup_steps: the learning rate warms up linearly over these steps, then follows ``schedule``.
         seed: draws the batches.
-        privileged_share: in [0, 1): ``round(privileged_share * batch)`` rows of every batch are
-            drawn in the privileged teacher's prompt ``teacher`` (see the module docstring; the
-            checks always use the student's prompts).
+        teacher: the privileged prompt of the ``privileged_share`` rows (the checks always use the
+            student's prompts).
         prompt_format: the run's resolved :class:`grpolab.tasks.PromptFormat` (the collector's):
             demonstrations are shown as the run prompts the policy; None: ``item.prompt`` as plain text.
         env: the run's :class:`grpolab.config.EnvConfig` (multi-turn checks play episodes), or None.
