@@ -59,14 +59,14 @@ SETTINGS: list[dict] = [
      "tiny": "arith", "set": ["task.options.max_digits=3"]},
     {"name": "smollm2/digits2+1", "model": "SmolLM2-135M-Instruct", "task": "short_arith 2-digit + 1-digit",
      "set": ["task.options.max_operand=null", "task.options.digits=[2,1]", "task.options.eval_fraction=0.2"]},
+    {"name": "tiny/reverse", "model": "tiny (1.8M, warm start)", "task": "reverse", "tiny": "reverse", "set": []},
+    {"name": "tiny/pairsum", "model": "tiny (1.8M, warm start)", "task": "pairsum (96 tokens)", "tiny": "pairsum",
+     "set": ["rollout.max_new_tokens=96", "rollout.prompts_per_step=8"]},
     {"name": "smollm2/diff0-20", "model": "SmolLM2-135M-Instruct", "task": "short_arith differences 0..20",
      "set": ["task.options.ops='-'"]},
-    {"name": "tiny/reverse", "model": "tiny (1.8M, warm start)", "task": "reverse", "tiny": "reverse", "set": []},
     {"name": "smollm2/sums0-20/number-only", "model": "SmolLM2-135M-Instruct",
      "task": "short_arith sums 0..20, 'Answer with the number only.'",
      "set": ["task.prompt_template={prompt} Answer with the number only."]},
-    {"name": "tiny/pairsum", "model": "tiny (1.8M, warm start)", "task": "pairsum (96 tokens)", "tiny": "pairsum",
-     "set": ["rollout.max_new_tokens=96", "rollout.prompts_per_step=8"]},
     {"name": "smollm2/sums0-10", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..10 (operand range)",
      "set": ["task.options.max_operand=10"]},
     {"name": "smollm2/sums0-20/cap6", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..20, 6-token cap",
@@ -161,8 +161,19 @@ def preflight(s: dict, base: str, cfg: str | None, sets: list[str], out: Path, l
         _run([sys.executable, "-m", "grpolab.cli", "preflight", base, *(["--config", cfg] if cfg else []),
               *_sets([x for x in sets if not x.startswith("task.n_eval=")]), "--n", str(k), "--out", str(out),
               "--until-decided", "32", "--no-readability"], log)
-    d = json.loads((out / "preflight.json").read_text())
+    return preflight_record(json.loads((out / "preflight.json").read_text()))
+
+
+def preflight_record(d: dict) -> dict:
+    """A setting's preflight record from its ``preflight.json``, the verdicts recomputed from the stored
+    statistics with the current rules (:func:`grpolab.diagnostics.preflight.method_table`)."""
+    from grpolab.diagnostics.preflight import method_table
+
+    methods = method_table(d["stats"])
+    d["methods"] = [m.to_dict() for m in methods]
     rec = dict(d["calibration"])
+    rec["grpo"] = methods[0].verdict
+    rec["verdicts"] = {m.method: m.verdict for m in methods}
     st = d["settings"]
     rec.update({"seconds": st.get("seconds"), "stopped_when_decided": st.get("stopped_when_decided"),
                 "rests_on": d["methods"][0]["rests_on"], "note": d["methods"][0]["note"],
@@ -358,6 +369,15 @@ warm start (`grpolab sft --set task.name=TASK`); MiniWoB++ as `studies/miniwob_g
 
 {misses}
 
+## Rules changed while calibrating (disclosed)
+
+- 22:45 UTC, after the preflight of `smollm2/digits2+1` and before its run's gain was known: GRPO
+  "indicated" now also needs >= 5% of items able to give a group with mixed rewards at the run's
+  group size (it needed one such item). That preflight found the answer written in 25% of the items'
+  failed responses but only 1 of 47 items with any successful sample: GRPO would train on almost
+  nothing; the verdict became "can't tell". Every setting's verdict here is recomputed from its stored
+  statistics with the final rules (`preflight_record` in the script).
+
 ## How it was run
 
 ```bash
@@ -397,6 +417,10 @@ def main() -> None:
         record["settings"] = [x for x in record["settings"] if x["name"] not in rec_names] + recorded_settings()
     by_name = {s["name"]: s for s in record["settings"]}
     settings = [s for s in SETTINGS if args.only is None or s["name"] in args.only]
+    for s in SETTINGS:  # verdicts from the stored statistics with today's rules
+        f = root / s["name"].replace("/", "_") / "preflight" / "preflight.json"
+        if f.exists() and s["name"] in by_name:
+            by_name[s["name"]]["preflight"] = preflight_record(json.loads(f.read_text()))
 
     def late() -> bool:
         if not args.stop_at:

@@ -166,6 +166,18 @@ def test_saturated_and_no_signal():
     assert res.verdict("GRPO") == NOT_INDICATED and "no signal" in res.methods[0].note
 
 
+def test_reach_without_signal_is_cant_tell():
+    # 2-digit + 1-digit sums on SmolLM2 (docs/results/preflight_calibration.md): the answer is in 25% of
+    # the items' failed responses, but only 1 item in 47 has a sample that succeeds -> almost no group
+    # with mixed rewards at G=8: within reach, yet GRPO would train on almost nothing
+    n = 47
+    rewards = [[1.0] + [0.0] * 7] + [[0.0] * 8] * (n - 1)
+    res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=12,
+                                  greedy_answer_seen=[i < 12 for i in range(n)])
+    assert res.stats["reachable"]["low"] > 0.05 and res.stats["mixed_items"]["value"] < 0.05
+    assert res.verdict("GRPO") == CANT_TELL and "train on almost nothing" in res.methods[0].note
+
+
 def test_dynamic_sampling_follows_the_all_equal_share():
     # half the items are solved by every sample (all-equal groups), half by half of them (mixed)
     n = 64
