@@ -320,7 +320,7 @@ class RolloutConfig:
     max_prompt_tokens: int = _key(
         512,
         "longest prompt in tokens (0 = the model's context less max_new_tokens; never above it); checked "
-        "for every item before any work",
+        "for every item before any work (single-turn: an environment writes its episodes' prompts)",
         form=">= 0",
         more=("The longest prompt, in tokens (TRL max_prompt_length and verl data.max_prompt_length, both 512 by "
               "default); 0 = the model's context (max_position_embeddings) less max_new_tokens. The limit in use "

@@ -88,3 +88,15 @@ def test_truncate_prompt_policies():
     assert truncate_prompt(ids, 4, "left") == [6, 7, 8, 9] and truncate_prompt(ids, 4, "right") == [0, 1, 2, 3]
     with pytest.raises(ValueError, match="10 tokens, longer than the limit of 4"):
         truncate_prompt(ids, 4)
+
+
+def test_episodes_are_not_limited_here():
+    """With env.name set, the environment writes the prompts (episodes): the item check skips the limit."""
+    from grpolab.models.tokenizer import build_tokenizer
+    from grpolab.train.setup import resolve_prompt_format
+
+    tok = build_tokenizer()
+    items = [TaskItem(prompt="1+" * 300 + "1=", reference="0")]
+    cfg = load_config(overrides=["task.chat_template=off", "task.name=tool_arith", "env.name=tool_arith"])
+    fmt = resolve_prompt_format(cfg, tok, items, context=512, log=lambda _s: None)
+    assert fmt.max_prompt_tokens == 0

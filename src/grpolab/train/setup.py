@@ -110,7 +110,8 @@ def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str],
     ro = cfg.rollout
     try:
         fmt = cfg.task.prompt_format().resolve(tokenizer)
-        limit = prompt_limit(ro.max_prompt_tokens, ro.max_new_tokens, context)
+        # episodes (env.name) are prompted by their environment, not through this format: no limit here
+        limit = 0 if cfg.env.name else prompt_limit(ro.max_prompt_tokens, ro.max_new_tokens, context)
     except ValueError as e:
         raise ConfigError(str(e)) from None
     lengths = []
