@@ -15,7 +15,6 @@ Nothing is downloaded; verl is not imported here.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Sequence
@@ -87,25 +86,6 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     from grpolab.rewards.base import score
 
     return float(score("math", solution_str, str(ground_truth)).score)
-
-
-def read_validation_curve(log_lines: Sequence[str], key_prefix: str = "val-core/") -> list[tuple[int, float]]:
-    """``(step, value)`` of the first ``val-core/...`` metric in verl's console-logger lines."""
-    curve = []
-    for line in log_lines:
-        if "step:" not in line or key_prefix not in line:
-            continue
-        fields = dict(f.split(":", 1) for f in line.strip().split(" - ") if ":" in f)
-        step = int(float(fields["step"]))
-        vals = [float(v) for k, v in fields.items() if k.startswith(key_prefix)]
-        if vals:
-            curve.append((step, vals[0]))
-    return curve
-
-
-def metrics_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Rows of a JSON-lines file (one dict per line)."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def compute_partial_score(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None,
