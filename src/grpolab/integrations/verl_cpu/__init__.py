@@ -57,9 +57,9 @@ CPU_OVERRIDES: dict[str, str] = {
     "+ray_kwargs.ray_init._node_ip_address": "127.0.0.1",
 }
 
-#: Environment of the launched run: the CPU platform, this backend in every verl process, and
-#: Ray's services on the loopback interface with nothing optional started (no dashboard, no
-#: usage report, no metrics exporter).
+#: Environment of the launched run: the CPU platform, this backend in every verl process, no usage
+#: report, no Hub or wandb traffic, and the loopback asked for wherever a setting exists (Ray 2.60
+#: still opens some servers on every interface: the launcher's network namespace confines them).
 RAY_ENV: dict[str, str] = {
     "VERL_PLATFORM": "cpu",
     "RAY_USAGE_STATS_ENABLED": "0",
