@@ -221,8 +221,27 @@ def recorded_settings() -> list[dict]:
     return out
 
 
+#: settings whose verdict rule was revised after their gain was seen (not out-of-sample tests)
+IN_SAMPLE = {"smollm2/digits2+1"}
+
+
 def summarise(record: dict, null: float) -> None:
-    """``agreement``, ``misses`` and the targets, from the settings as they stand."""
+    """``agreement``, ``misses`` and the targets, from the settings as they stand; ``agreement`` also
+    without the :data:`IN_SAMPLE` settings (``out_of_sample``)."""
+    _summarise(record, null)
+    full = dict(record["agreement"])
+    kept = record["settings"]
+    record["settings"] = [s for s in kept if s["name"] not in IN_SAMPLE]
+    _summarise(record, null)
+    out = record["agreement"]
+    record["settings"] = kept
+    _summarise(record, null)
+    record["agreement"] = {**full, "out_of_sample": {k: out[k] for k in (
+        "settings_with_runs", "decided", "cant_tell", "agree_decided", "share_of_decided", "share_of_all")},
+        "in_sample_settings": sorted(IN_SAMPLE)}
+
+
+def _summarise(record: dict, null: float) -> None:
     rows = [s for s in record["settings"] if s.get("gain", {}).get("seeds") and s.get("preflight")]
     decided, agree, cant, misses = 0, 0, 0, []
     never_miss = True
@@ -326,7 +345,10 @@ def page(record: dict, md: Path, png: Path) -> None:
                        commit=record["commit"], a=a, decided=a.get("decided"), agree=a.get("agree_decided"),
                        share=(a.get("share_of_decided") or 0) * 100, share_all=(a.get("share_of_all") or 0) * 100,
                        n=a.get("settings_with_runs"), cant=a.get("cant_tell"),
-                       never="met" if a.get("never_not_indicated_where_all_seeds_gain_10pts") else "NOT met")
+                       never="met" if a.get("never_not_indicated_where_all_seeds_gain_10pts") else "NOT met",
+                       oos_agree=(a.get("out_of_sample") or {}).get("agree_decided"),
+                       oos_decided=(a.get("out_of_sample") or {}).get("decided"),
+                       oos_share=((a.get("out_of_sample") or {}).get("share_of_decided") or 0) * 100)
     tmp = md.with_suffix(".md.tmp")
     tmp.write_text(text)
     os.replace(tmp, md)
@@ -355,6 +377,8 @@ warm start (`grpolab sft --set task.name=TASK`); MiniWoB++ as `studies/miniwob_g
 - Go/no-go agrees with the sign of the mean gain (a gain within +-2 points counts as none) on
   **{agree} of {decided} decided settings ({share:.0f}%)**; counting "can't tell" as disagreement,
   {share_all:.0f}% of all settings. Target: >= 80%.
+- Without `smollm2/digits2+1` (its rule was revised after its gain was seen, below): {oos_agree} of
+  {oos_decided} decided ({oos_share:.0f}%).
 - Never "not indicated" where every seed gained >= 10 points: **{never}**.
 - No predicted gain range is given: the reachable share is not a bound (SmolLM2 gained more than its
   reachable share on sums, learning to add as well as to stop); the figure shows both.
@@ -371,12 +395,16 @@ warm start (`grpolab sft --set task.name=TASK`); MiniWoB++ as `studies/miniwob_g
 
 ## Rules changed while calibrating (disclosed)
 
-- 22:45 UTC, after the preflight of `smollm2/digits2+1` and before its run's gain was known: GRPO
-  "indicated" now also needs >= 5% of items able to give a group with mixed rewards at the run's
-  group size (it needed one such item). That preflight found the answer written in 25% of the items'
-  failed responses but only 1 of 47 items with any successful sample: GRPO would train on almost
-  nothing; the verdict became "can't tell". Every setting's verdict here is recomputed from its stored
-  statistics with the final rules (`preflight_record` in the script).
+- 22:45 UTC, after the preflight of `smollm2/digits2+1` and before its run's gain was known, GRPO
+  "indicated" was made to need >= 5% of items able to give a group with mixed rewards (the preflight
+  had found the answer written in 25% of the items' failed responses, but only 1 of 47 items with any
+  successful sample), which turned that verdict into "can't tell".
+- 22:55 UTC, after its run gained **+27.3 points**, the change was reverted: the final rule is the
+  original one (some item with signal; a note flags sparse signal). So `smollm2/digits2+1` is not an
+  out-of-sample test of the rule: its verdict was revised after its gain was seen, in both directions.
+  The agreement is also given without it.
+- Every setting's verdict here is recomputed from its stored statistics with the final rules
+  (`preflight_record` in the script).
 
 ## How it was run
 
@@ -387,6 +415,17 @@ warm start (`grpolab sft --set task.name=TASK`); MiniWoB++ as `studies/miniwob_g
 commit `{commit}` (the preflight code; the recorded settings' runs are older, see their pages). Machine:
 the shared 2-core development VM (load average 9-15 while this ran), one torch thread.
 """
+
+
+def plan(settings: list[dict], seeds: list[int]) -> list[tuple[int, dict]]:
+    """The order of the runs: every setting's first seed up to the last tiny-model setting, then the
+    tiny settings' other seeds (minutes each), then the remaining settings' first seed, then the rest."""
+    first = [(seeds[0], s) for s in settings]
+    last_tiny = max((i for i, s in enumerate(settings) if "tiny" in s), default=-1)
+    head, tail = first[:last_tiny + 1], first[last_tiny + 1:]
+    tiny_more = [(sd, s) for sd in seeds[1:] for s in settings if "tiny" in s]
+    rest = [(sd, s) for sd in seeds[1:] for s in settings if "tiny" not in s]
+    return head + tiny_more + tail + rest
 
 
 def main() -> None:
@@ -436,8 +475,8 @@ def main() -> None:
             figure(record, ROOT / args.png)
             page(record, ROOT / args.page, ROOT / args.png)
 
-    for seed in args.seeds:
-        for s in settings:
+    for seed, s in plan(settings, args.seeds):
+        if True:
             if late():
                 print("stop time reached; nothing new started", flush=True)
                 save()
