@@ -14,7 +14,7 @@ def test_config_and_teacher_text_import_without_torch():
 
 
 def test_old_paths_re_export_the_same_objects():
-    import grpolab.objectives.credit_metrics as cm
+    import grpolab.objectives.credit_row as cm
     import grpolab.rollout as rollout
     import grpolab.rollout.teacher as old
     import grpolab.teacher_text as new
@@ -25,3 +25,8 @@ def test_old_paths_re_export_the_same_objects():
     for name in ("CreditTokens", "build_teacher_prompts", "check_template", "teacher_messages"):
         assert getattr(rollout, name) is getattr(new, name), name
     assert old.credit_step_metrics is cm.credit_step_metrics
+    # the module's name does not shadow the package's credit_metrics function once it is imported
+    import grpolab.objectives as objectives
+    from grpolab.objectives.credit import credit_metrics
+
+    assert objectives.credit_metrics is credit_metrics

@@ -50,7 +50,7 @@ import torch
 
 from grpolab import objectives as obj
 from grpolab.config import ConfigError, CreditConfig
-from grpolab.objectives.credit_metrics import credit_step_metrics
+from grpolab.objectives.credit_row import credit_step_metrics
 from grpolab.teacher_text import CreditTokens, teacher_messages
 from grpolab.utils.teacher_templates import DEFAULT_CHAT_TEACHER_TEMPLATE
 

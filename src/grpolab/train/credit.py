@@ -32,7 +32,7 @@ import torch
 from grpolab import objectives as obj
 from grpolab.config import Config, CreditConfig
 from grpolab.train.frozen import frozen_copy
-from grpolab.objectives.credit_metrics import credit_step_metrics
+from grpolab.objectives.credit_row import credit_step_metrics
 from grpolab.rollout import credit_logprobs, left_pad
 from grpolab.teacher_text import CreditTokens
 
