@@ -14,7 +14,7 @@ given, their ``diagnose.json``. Tasks are split per warm start into
 - **headroom**: the verdict is "headroom" or "pass@k headroom",
 
 and each run's change (final - start, greedy, the same items) is reported overall and per group;
-with ``--paired`` (``benchmarks/miniwob_paired.py`` on more held-out seeds), also the per-group
+with ``--paired`` (``benchmarks/experiments/miniwob_paired.py`` on more held-out seeds), also the per-group
 gained / lost seeds and McNemar's exact test.
 A run's outcome, overall and per group: **collapse** (the sweep's collapse label, or final below
 half of start), else **degrade** / **improve** when the change is at most -DELTA / at least
@@ -174,7 +174,7 @@ def prediction(rows: list[dict], headrooms: dict[str, dict], paired: dict[str, d
 
 
 def paired_groups(paired: dict, groups: dict[str, list[str]]) -> dict[str, dict]:
-    """Per trained model of a ``benchmarks/miniwob_paired.py`` output: start, trained, gained, lost and
+    """Per trained model of a ``benchmarks/experiments/miniwob_paired.py`` output: start, trained, gained, lost and
     McNemar's exact p on the mastered tasks, the headroom tasks and all, summed over their tasks."""
     from grpolab.diagnostics import mcnemar_exact
 
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--headroom", action="append", default=[], metavar="WARM_START=HEADROOM_JSON", required=True)
     ap.add_argument("--diagnose", action="append", default=[], metavar="RUN_DIR")
     ap.add_argument("--paired", action="append", default=[], metavar="WARM_START=PAIRED_JSON",
-                    help="benchmarks/miniwob_paired.py output for the runs from that warm start")
+                    help="benchmarks/experiments/miniwob_paired.py output for the runs from that warm start")
     ap.add_argument("--command", default="")
     ap.add_argument("--json", default=None, help="write (merge into) this JSON file")
     a = ap.parse_args(argv)

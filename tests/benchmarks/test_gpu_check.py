@@ -1,11 +1,11 @@
-"""benchmarks/gpu_check.py --dry-run: the GPU check's code path (chat template, GRPO and RLSD, with
+"""benchmarks/speed/gpu_check.py --dry-run: the GPU check's code path (chat template, GRPO and RLSD, with
 and without LoRA) runs on CPU at a tiny width and reports finite numbers for all four runs."""
 
 import importlib.util
 import json
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed" / "gpu_check.py"
 
 
 def test_gpu_check_dry_run(tmp_path, monkeypatch, capsys):

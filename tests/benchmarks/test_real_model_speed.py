@@ -1,4 +1,4 @@
-"""benchmarks/real_model_speed.py on a tiny chat model: every field the issue asks for is written,
+"""benchmarks/speed/real_model_speed.py on a tiny chat model: every field the issue asks for is written,
 rates are positive and consistent with the recorded seconds, and --merge joins two invocations."""
 
 import importlib.util
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "real_model_speed.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "speed" / "real_model_speed.py"
 
 
 def _mod():

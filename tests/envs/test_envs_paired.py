@@ -1,4 +1,4 @@
-"""grpolab.diagnostics.mcnemar_exact (benchmarks/envs_paired.py, miniwob_paired.py): the exact McNemar test on discordant items, against hand values."""
+"""grpolab.diagnostics.mcnemar_exact (benchmarks/experiments/envs_paired.py, miniwob_paired.py): the exact McNemar test on discordant items, against hand values."""
 
 import math
 

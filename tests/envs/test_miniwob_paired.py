@@ -1,4 +1,4 @@
-"""benchmarks/miniwob_paired.py: the summary over several trained models, against hand values."""
+"""benchmarks/experiments/miniwob_paired.py: the summary over several trained models, against hand values."""
 
 import importlib.util
 import math
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "miniwob_paired.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "miniwob_paired.py"
 _spec = importlib.util.spec_from_file_location("miniwob_paired", _PATH)
 miniwob_paired = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(miniwob_paired)

@@ -1,4 +1,4 @@
-"""benchmarks/miniwob_position.py: where the target element sits vs which element the policy clicks."""
+"""benchmarks/experiments/miniwob_position.py: where the target element sits vs which element the policy clicks."""
 
 import importlib.util
 from pathlib import Path
@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 spec = importlib.util.spec_from_file_location(
-    "miniwob_position", Path(__file__).parents[2] / "benchmarks" / "miniwob_position.py")
+    "miniwob_position", Path(__file__).parents[2] / "benchmarks" / "experiments" / "miniwob_position.py")
 mp = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mp)
 

@@ -1,6 +1,6 @@
 """grpolab's own token-level objective equals TRL's ``loss_type="dapo"`` on one fixed batch.
 
-This guards the equal-work comparison of ``benchmarks/vs_trl.py`` across TRL versions: on the same
+This guards the equal-work comparison of ``benchmarks/speed/vs_trl.py`` across TRL versions: on the same
 model, prompts, completions and rewards, TRL's ``GRPOTrainer._compute_loss`` (plain TRL, not the
 grpolab adapter) and the pieces grpolab's trainer runs -- the ``grpo`` advantage estimator,
 ``response_logprobs`` (with the update's shared-prompt forward and with the joint one),

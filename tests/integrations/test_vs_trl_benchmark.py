@@ -1,11 +1,11 @@
-"""benchmarks/vs_trl.py: the shared prompt schedule, the per-token rates and the equal-work rule."""
+"""benchmarks/speed/vs_trl.py: the shared prompt schedule, the per-token rates and the equal-work rule."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "vs_trl.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "speed" / "vs_trl.py"
 _spec = importlib.util.spec_from_file_location("vs_trl", _PATH)
 vs_trl = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(vs_trl)

@@ -1,7 +1,7 @@
 """End to end on a very small model: a few RL steps, a crash and an exact resume, evaluation, CLI.
 
 Sizes are tiny so the whole file runs in seconds on 2 CPU cores; learning itself is measured by
-``benchmarks/train_default.py``, not here.
+``benchmarks/experiments/train_default.py``, not here.
 """
 
 import json

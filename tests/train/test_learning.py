@@ -1,7 +1,7 @@
 """Slow: the default pipeline really learns (warm start, then RL raises held-out greedy accuracy).
 
 Not in CI (``-m "not slow"``); run with ``pytest -m slow``. The full measurement over three seeds
-is ``benchmarks/train_default.py``.
+is ``benchmarks/experiments/train_default.py``.
 """
 
 import pytest

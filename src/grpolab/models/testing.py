@@ -1,7 +1,7 @@
 """Stand-ins for a downloaded instruct model, built in-process (no downloads): a Qwen2-architecture
 model of any width with a byte-level BPE tokenizer (trained on a few sentences by the
 ``tokenizers`` library) that carries a Qwen-style chat template. Used by the tests, the
-``benchmarks/gpu_check.py`` script and its ``--dry-run``; not a model to train for real.
+``benchmarks/speed/gpu_check.py`` script and its ``--dry-run``; not a model to train for real.
 
 ``make_chat_model_dir(path)`` writes a local HF directory the way a user's downloaded instruct
 model looks: ``config.json`` (Qwen2, bf16 ``torch_dtype`` when asked), safetensors weights,

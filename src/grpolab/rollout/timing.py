@@ -1,6 +1,6 @@
 """Timing the sampler against Hugging Face ``generate`` on the same prompts.
 
-The rollout part of the speed benchmarks (benchmarks/real_model_speed.py, benchmarks/gpu_check.py):
+The rollout part of the speed benchmarks (benchmarks/speed/real_model_speed.py, benchmarks/speed/gpu_check.py):
 chat prompts of a fixed set of GSM8K-style questions, and the seconds grpolab's :func:`sample` and
 transformers' ``generate`` take to draw ``G`` responses of exactly ``T`` tokens per prompt (no stop
 token: both sides generate the same number of tokens), synchronising a GPU around the call.

@@ -28,8 +28,8 @@ of the rows that go through the update are counted (useful FLOPs, the usual MFU 
 
 Run::
 
-    python benchmarks/performance.py [--model WARM_DIR] [--steps 5] [--out PATH]
-    python benchmarks/performance.py --model WARM_DIR --micro-batch-budgets 2048 4096 8192 16384
+    python benchmarks/speed/performance.py [--model WARM_DIR] [--steps 5] [--out PATH]
+    python benchmarks/speed/performance.py --model WARM_DIR --micro-batch-budgets 2048 4096 8192 16384
 
 Prints tables and writes ``benchmarks/results/performance.json`` (the second form: the update's
 throughput against ``trainer.micro_batch_tokens``, ``benchmarks/results/micro_batch.json``).
@@ -222,7 +222,7 @@ def micro_batch_sweep(args) -> None:
     print("\n| micro_batch_tokens | update s (median) | useful GFLOP/s (median) |\n|---|---|---|")
     for b, r in summary.items():
         print(f"| {b} | {r['median_update_s']:.3f} | {r['median_gflops']:.1f} |")
-    out = args.out or str(Path(__file__).parent / "results" / "micro_batch.json")
+    out = args.out or str(Path(__file__).resolve().parents[1] / "results" / "micro_batch.json")
     bench.write_json(out, {"rounds": rows, "summary": summary, "machine": bench.machine()})
     print(f"wrote {out}")
 
@@ -230,7 +230,7 @@ def micro_batch_sweep(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="warm-started model dir (default: build and cache one)")
-    ap.add_argument("--cache", default=str(Path(__file__).parent / "results" / "warm_default"))
+    ap.add_argument("--cache", default=str(Path(__file__).resolve().parents[1] / "results" / "warm_default"))
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--scaling-steps", type=int, default=2)
     ap.add_argument("--micro-batch-budgets", type=int, nargs="+", default=None, metavar="TOKENS",
@@ -244,7 +244,7 @@ def main() -> None:
     if args.micro_batch_budgets:
         micro_batch_sweep(args)
         return
-    args.out = args.out or str(Path(__file__).parent / "results" / "performance.json")
+    args.out = args.out or str(Path(__file__).resolve().parents[1] / "results" / "performance.json")
 
     # 1. the ceiling
     sizes = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]

@@ -1,6 +1,6 @@
 """Speed of grpolab.objectives.policy_loss (forward + backward) for every ratio x aggregation.
 
-    python benchmarks/objectives.py [--repeats 5] [--B 256] [--T 2048]
+    python benchmarks/speed/objectives.py [--repeats 5] [--B 256] [--T 2048]
 
 Full size: float32, random ragged mask (lengths uniform in [T/8, T], ~10% tool-output gaps),
 prompt groups of 8, median of ``--repeats`` timed rounds after one warm-up round (rounds
@@ -34,7 +34,7 @@ def _reference_module():
     import sys
 
     spec = importlib.util.spec_from_file_location("grpolab_loss_reference",
-                                                  HERE.parent / "tests" / "objectives" / "reference.py")
+                                                  HERE.parents[1] / "tests" / "objectives" / "reference.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--T", type=int, default=2048)
     ap.add_argument("--small-B", type=int, default=8)
     ap.add_argument("--small-T", type=int, default=64)
-    ap.add_argument("--out", type=Path, default=HERE / "results" / "objectives.json")
+    ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "objectives.json")
     args = ap.parse_args(argv)
 
     big = make_inputs(args.B, args.T, torch.float32)

@@ -1,4 +1,4 @@
-"""benchmarks/run_diff.py: identical runs pass; a changed weight, record or accuracy is reported."""
+"""tools/run_diff.py: identical runs pass; a changed weight, record or accuracy is reported."""
 
 import importlib.util
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-spec = importlib.util.spec_from_file_location("run_diff", Path(__file__).parents[2] / "benchmarks" / "run_diff.py")
+spec = importlib.util.spec_from_file_location("run_diff", Path(__file__).parents[2] / "tools" / "run_diff.py")
 rd = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(rd)
 

@@ -6,7 +6,7 @@ batch sizes. Per run: the mean share of trained groups with signal (rewards not 
 non-zero advantage), steps that had no such group, the share of *sampled* groups with signal, the
 sampling rounds per step, the mean step time, and held-out greedy accuracy before and after.
 
-    python benchmarks/dynamic_sampling.py --seeds 0 1 2 --steps 40 --prompts 32 4
+    python benchmarks/experiments/dynamic_sampling.py --seeds 0 1 2 --steps 40 --prompts 32 4
 
 Prints a table (dynamic / plain ratios side by side) and writes benchmarks/results/dynamic_sampling.json.
 """

@@ -16,18 +16,18 @@ forward, ``6 N`` for forward + backward with full fine-tuning, ``4 N`` with LoRA
 gradients), ``N`` the parameter count with the tied embedding counted once (it is the LM head);
 attention FLOPs are left out, so MFU is slightly understated.
 
-Then the rollout against Hugging Face ``generate`` (``benchmarks/real_model_speed.py``'s
+Then the rollout against Hugging Face ``generate`` (``benchmarks/speed/real_model_speed.py``'s
 measurement: the same prompts, group size and sampling, exactly ``--max-new-tokens`` tokens per row
 with EOS off, KV cache on, rounds interleaved) and its share of the FLOP floor at the GPU's bf16
 peak: ``rollout_vs_hf`` in the JSON. ``--model DIR`` runs everything on a real local model (e.g.
 the SmolLM2 directory ``grpolab models import smollm2-135m-instruct`` writes) instead of the
 random Qwen-shaped one. The CPU-only parts of ``real_model_speed.py`` (the TRL step ratio and the
 peak RSS fresh and after ``--resume``) run on a GPU machine as they are
-(``python benchmarks/real_model_speed.py --model DIR``).
+(``python benchmarks/speed/real_model_speed.py --model DIR``).
 
-    python benchmarks/gpu_check.py                 # on a GPU: about 2-4 minutes on an H100
-    python benchmarks/gpu_check.py --model DIR     # a real model (bf16 on the GPU)
-    python benchmarks/gpu_check.py --dry-run       # the same code on CPU at a tiny width (CI)
+    python benchmarks/speed/gpu_check.py                 # on a GPU: about 2-4 minutes on an H100
+    python benchmarks/speed/gpu_check.py --model DIR     # a real model (bf16 on the GPU)
+    python benchmarks/speed/gpu_check.py --dry-run       # the same code on CPU at a tiny width (CI)
 
 Writes benchmarks/results/gpu_check.json (``--out``).
 """
@@ -258,7 +258,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", type=Path, default=None, help="a local HF model directory (default: random Qwen-shaped)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the rollout-vs-generate timing")
     ap.add_argument("--peak-tflops", type=float, default=None, help="override the bf16 peak (TFLOP/s)")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "gpu_check.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "gpu_check.json"))
     args = ap.parse_args(argv)
     if args.dry_run:
         device, dtype, shape = torch.device("cpu"), torch.float32, TINY

@@ -3,9 +3,9 @@
 Every model plays the same held-out seeds greedily (``--per-task`` seeds per task of the
 config's task list). For each trained model and each task the table shows success before and
 after, the seeds it newly solves (gained) and the ones it no longer solves (lost), and the exact
-two-sided McNemar p-value on those discordant seeds (``benchmarks/envs_paired.py``).
+two-sided McNemar p-value on those discordant seeds (``benchmarks/experiments/envs_paired.py``).
 
-    python benchmarks/miniwob_paired.py --config examples/miniwob.yaml --per-task 200 \\
+    python benchmarks/experiments/miniwob_paired.py --config examples/miniwob.yaml --per-task 200 \\
         --start runs/miniwob/sft runs/miniwob/final
 
 Prints a table and writes benchmarks/results/miniwob_paired.json. ``--by-target`` adds, per task,
@@ -45,7 +45,7 @@ def main() -> None:
     ap.add_argument("--per-task", type=int, default=200, help="held-out seeds per task")
     ap.add_argument("--start", required=True, help="the start (warm-started) model directory")
     ap.add_argument("models", nargs="*", help="model directories trained from --start")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "miniwob_paired.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "miniwob_paired.json"))
     ap.add_argument("--cache", default=None, help="JSON file of per-model greedy outcomes to reuse and extend "
                     "(a model already evaluated on the same seeds is not played again)")
     ap.add_argument("--only", action="store_true", help="only evaluate the models into --cache, print nothing")

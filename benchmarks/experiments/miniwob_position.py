@@ -1,10 +1,10 @@
 """Does a MiniWoB++ policy read the target's text, or click by position? (click-link, click-button, ...)
 
-    python benchmarks/miniwob_position.py --config studies/miniwob_gain_text.yaml --task click-link \\
+    python benchmarks/experiments/miniwob_position.py --config studies/miniwob_gain_text.yaml --task click-link \\
         --per-task 200 runs/ws_ch50_text60 runs/mg_text/runs/seed=*/final
 
 For each model, greedy episodes on the task's first ``--per-task`` held-out seeds (the items of
-``benchmarks/miniwob_paired.py``), split by where the target element sits among the page's elements
+``benchmarks/experiments/miniwob_paired.py``), split by where the target element sits among the page's elements
 of its kind (its element id: 1 = first): how many pages put it there, how many the model solves, and
 which element id the model clicks. A policy that reads the target solves every position alike; one
 that clicks by position solves the pages whose target happens to sit where it clicks.
@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 _CLICK = re.compile(r"click\((\d+)\)")
 
@@ -58,7 +58,7 @@ def main() -> None:
     ap.add_argument("--task", required=True, help="one MiniWoB++ task of the config (e.g. click-link)")
     ap.add_argument("--per-task", type=int, default=200, help="held-out seeds")
     ap.add_argument("models", nargs="+", help="model directories")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "miniwob_position.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "miniwob_position.json"))
     args = ap.parse_args()
 
     from grpolab.runs import greedy_eval, heldout_items

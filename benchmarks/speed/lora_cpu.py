@@ -7,8 +7,8 @@ grpolab's loss, then AdamW), after one warm-up step. Reported: trainable paramet
 AdamW state and gradients actually held, the process's peak RSS, and the median step time.
 Settings run in interleaved rounds so a noisy (shared) machine affects all alike.
 
-    python benchmarks/lora_cpu.py                       # writes benchmarks/results/lora_cpu.json
-    python benchmarks/lora_cpu.py --hidden 256 --layers 4 --steps 2   # quicker
+    python benchmarks/speed/lora_cpu.py                       # writes benchmarks/results/lora_cpu.json
+    python benchmarks/speed/lora_cpu.py --hidden 256 --layers 4 --steps 2   # quicker
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "lora_cpu.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "lora_cpu.json"))
     ap.add_argument("--mode", choices=["full", "lora"], help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -43,9 +43,9 @@ processes used, and ``--wait-idle`` waits for a quiet CPU before each run.
 
 Run::
 
-    python benchmarks/vs_trl.py [--model DIR] [--seeds 0,1,2] [--steps 5] [--lr 1e-5]
+    python benchmarks/speed/vs_trl.py [--model DIR] [--seeds 0,1,2] [--steps 5] [--lr 1e-5]
                                 [--sides trl,grpolab,grpolab+skip] [--wait-idle 0] [--out PATH]
-    python benchmarks/vs_trl.py --fixed-batch [--seeds 0,1,2] [--steps 4]
+    python benchmarks/speed/vs_trl.py --fixed-batch [--seeds 0,1,2] [--steps 4]
 
 ``--fixed-batch`` removes sampling differences entirely: per seed, grpolab samples one batch from the
 starting model once; then TRL's own training step (its ``_generate_and_score_completions`` replaced,
@@ -80,7 +80,7 @@ from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE / "results" / "vs_trl.json"
+DEFAULT_OUT = HERE.parent / "results" / "vs_trl.json"
 #: a step is "quiet" when other processes kept fewer than this many cores busy on average during it
 QUIET_CORES = 0.25
 #: the verdict needs the two trainers' mean completion lengths within this relative difference

@@ -6,9 +6,9 @@ success of the warm start and of each seed's final model, overall and by item fa
 (``meta["family"]`` for web, ``meta["n_terms"]`` for tool_arith), on the same eval items.
 
     # warm start + 3 seeds (the settings of examples/web_agent.yaml, docs/results/envs_log.md "Measured")
-    python benchmarks/envs.py --env web --seeds 0 1 2
+    python benchmarks/experiments/envs.py --env web --seeds 0 1 2
     # reuse a warm start; extra overrides go to `grpolab train`
-    python benchmarks/envs.py --env web --warm-start runs/web_ws --set trainer.steps=60 --jobs 2
+    python benchmarks/experiments/envs.py --env web --warm-start runs/web_ws --set trainer.steps=60 --jobs 2
 
 Prints a table and writes benchmarks/results/envs.json (one entry per environment, merged into
 the file if it exists).
@@ -31,7 +31,7 @@ from grpolab.runs import greedy_episodes
 from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 CONFIGS = {"web": "examples/web_agent.yaml", "tool_arith": "examples/tool_arith.yaml",
            "miniwob": "examples/miniwob.yaml"}
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--n-eval", type=int, default=128, help="held-out items (same for every seed)")
     ap.add_argument("--jobs", type=int, default=1, help="seeds trained at once")
     ap.add_argument("--root", default=None, help="where runs go (default runs/bench_envs_ENV)")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "envs.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "envs.json"))
     args = ap.parse_args()
     config = args.config or str(ROOT / CONFIGS[args.env])
     root = Path(args.root or ROOT / "runs" / f"bench_envs_{args.env}")

@@ -4,7 +4,7 @@ Used to show that a refactor is behaviour-preserving: the same config, seed and 
 must give identical rows (``OMP_NUM_THREADS=1 grpolab train --set trainer.steps=20 --set
 trainer.run_dir=A`` on the old code, the same with ``run_dir=B`` on the new one)::
 
-    python benchmarks/metrics_diff.py A/metrics.jsonl B/metrics.jsonl [--ignore PREFIX ...]
+    python tools/metrics_diff.py A/metrics.jsonl B/metrics.jsonl [--ignore PREFIX ...]
 
 Prints every differing value and the count; exits 1 when anything differs. Keys present in only
 one file count as differences unless ``--ignore``d (e.g. ``--ignore actor/`` for metric aliases

@@ -4,7 +4,7 @@ history, settings and key), ``headroom.json`` and the accuracy of ``summary.json
 per task). Time fields are left out. Used with ``metrics_diff.py`` to show a restructuring kept a
 run bit for bit (docs/results/refactor/)::
 
-    python benchmarks/run_diff.py RUN_A RUN_B
+    python tools/run_diff.py RUN_A RUN_B
 
 Prints one line per check; exits 1 when anything differs (a file missing in one run counts).
 """

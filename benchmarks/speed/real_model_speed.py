@@ -22,7 +22,7 @@ same torch thread count (``--threads``, default 2), so the ratios hold even on a
    shared-prompt forward computes (each distinct prompt once, every response; a lower bound when a
    group is split across micro-batches) at ``6 N`` FLOPs per token for full fine-tuning and ``4 N``
    for LoRA (no base-weight gradients), attention and the chunked head's recompute left out.
-4. **vs TRL** (``benchmarks/vs_trl.py``'s two trainers on this model): TRL's ``GRPOTrainer`` and
+4. **vs TRL** (``benchmarks/speed/vs_trl.py``'s two trainers on this model): TRL's ``GRPOTrainer`` and
    grpolab, same prompts at every step, same group size, ``max_new_tokens`` (``--trl-max-new-tokens``,
    default ``--max-new-tokens``), temperature, token-level loss, lr ``--lr``, one optimizer step per
    batch, skipping off; ``--trl-seeds`` seeds (each its own prompt order and sampling; which side
@@ -43,11 +43,11 @@ The process fixes glibc's mmap threshold first, as ``grpolab train`` does
 update timings of both sides run under it; in the TRL comparison each trainer runs under the
 allocator its users get (TRL: the threshold at 32 MiB, where glibc's dynamic threshold settles).
 
-    python benchmarks/real_model_speed.py --model /path/to/smollm2-135m-instruct
-    python benchmarks/real_model_speed.py --model DIR --skip trl,rss   # the in-process parts only
-    python benchmarks/real_model_speed.py --model DIR --prompts 2 --group-size 2 --max-new-tokens 4 \
+    python benchmarks/speed/real_model_speed.py --model /path/to/smollm2-135m-instruct
+    python benchmarks/speed/real_model_speed.py --model DIR --skip trl,rss   # the in-process parts only
+    python benchmarks/speed/real_model_speed.py --model DIR --prompts 2 --group-size 2 --max-new-tokens 4 \
         --repeats 1 --trl-steps 2 --out /tmp/tiny.json                   # every part, end to end, fast
-    python benchmarks/real_model_speed.py --merge A.json B.json --out OUT  # parts of two invocations
+    python benchmarks/speed/real_model_speed.py --merge A.json B.json --out OUT  # parts of two invocations
 
 ``--merge`` joins the JSON of two invocations that measured different parts (e.g. the peak-RSS
 children run concurrently with the timings, which they do not disturb in ratio: both sides of every
@@ -78,7 +78,7 @@ from grpolab.rollout.timing import sync_device, time_hf_generate, time_sample, t
 from grpolab.utils import bench
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE.parent / "docs" / "results" / "real_model_speed.json"
+DEFAULT_OUT = HERE.parents[1] / "docs" / "results" / "real_model_speed.json"
 PARTS = ("rollout", "update", "trl", "rss")
 #: the TRL side of the comparison runs with glibc's mmap threshold at 32 MiB, where glibc's dynamic
 #: threshold settles in a torch process (a TRL user's process does not call bound_heap)

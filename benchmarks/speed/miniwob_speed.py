@@ -8,7 +8,7 @@ alone: episodes per second of browser time, for one-step tasks and for multi-ste
 and 2 browsers in alternating rounds (timings on a shared machine are noisy; compare the ratio).
 It also reports the browsers' memory (PSS of every process in a browser's tree).
 
-    python benchmarks/miniwob_speed.py --rounds 3
+    python benchmarks/speed/miniwob_speed.py --rounds 3
 
 Prints a table and writes benchmarks/results/miniwob_speed.json.
 """
@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 from grpolab.envs import make_env, step_envs
 from grpolab.envs.miniwob import MiniWoBPool, shared_pool
@@ -84,7 +84,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=16, help="items per batch (rollout.prompts_per_step)")
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "miniwob_speed.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "miniwob_speed.json"))
     args = ap.parse_args()
     kinds = {"one-step": ONE_STEP, "multi-step": MULTI_STEP}
     items = {k: [it for it in get_task("miniwob", tasks=t, elements="interactive").items("train", 8 * args.prompts)

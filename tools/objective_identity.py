@@ -8,9 +8,9 @@ as JSON. Run ``snapshot`` on the code before and after a change (e.g. with ``PYT
 at an exported copy of the earlier commit), then ``compare``::
 
     git archive <before> src | tar -x -C /tmp/before
-    PYTHONPATH=/tmp/before/src python benchmarks/objective_identity.py snapshot before.pt
-    python benchmarks/objective_identity.py snapshot after.pt
-    python benchmarks/objective_identity.py compare before.pt after.pt --json identity.json
+    PYTHONPATH=/tmp/before/src python tools/objective_identity.py snapshot before.pt
+    python tools/objective_identity.py snapshot after.pt
+    python tools/objective_identity.py compare before.pt after.pt --json identity.json
 """
 
 from __future__ import annotations

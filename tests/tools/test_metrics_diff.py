@@ -1,10 +1,10 @@
-"""benchmarks/metrics_diff.py: identical rows pass, a changed value or a missing key is reported."""
+"""tools/metrics_diff.py: identical rows pass, a changed value or a missing key is reported."""
 
 import importlib.util
 import json
 from pathlib import Path
 
-spec = importlib.util.spec_from_file_location("metrics_diff", Path(__file__).parents[2] / "benchmarks" / "metrics_diff.py")
+spec = importlib.util.spec_from_file_location("metrics_diff", Path(__file__).parents[2] / "tools" / "metrics_diff.py")
 md = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(md)
 

@@ -4,7 +4,7 @@ For each seed: wall time of the whole command (warm start included, as a user ru
 greedy accuracy of the warm-started model (before RL) and after RL, and the gain. Targets (issue
 "the main job"): <= 600 s on 2 CPU cores and a gain >= 15 points for every seed.
 
-    python benchmarks/train_default.py --seeds 0 1 2
+    python benchmarks/experiments/train_default.py --seeds 0 1 2
 
 Prints a table and writes benchmarks/results/train_default.json.
 """
@@ -52,7 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra --set for grpolab train")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "train_default.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "train_default.json"))
     args = ap.parse_args()
     extra = sum((["--set", s] for s in args.extra), [])
     rows = []

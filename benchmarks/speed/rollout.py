@@ -15,7 +15,7 @@ measurement is the median of ``--repeats`` runs, the two samplers interleaved so
 hits both alike. For context it also times HF generate followed by the teacher-forced forward
 that TRL needs for the sampling log-probs (``sample`` returns them for free).
 
-Run:  python benchmarks/rollout.py [--repeats 5] [--threads N]
+Run:  python benchmarks/speed/rollout.py [--repeats 5] [--threads N]
 Writes benchmarks/results/rollout.json (atomically).
 """
 
@@ -38,7 +38,7 @@ from grpolab.utils.io import atomic_write_json
 
 VOCAB, PAD, BOS, EOS = 48, 0, 1, 2
 N_PROMPTS, GROUP, MAX_NEW = 32, 8, 48
-RESULTS = Path(__file__).resolve().parent / "results" / "rollout.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "rollout.json"
 
 
 def build_model() -> LlamaForCausalLM:

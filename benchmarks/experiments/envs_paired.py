@@ -5,7 +5,7 @@ items it solves that the start model does not (gained) and the reverse (lost), a
 two-sided McNemar p-value (a binomial test on the discordant items). More items than the training
 run evaluated make the comparison less noisy, and none of them chose the models.
 
-    python benchmarks/envs_paired.py --config examples/web_agent.yaml --n-eval 512 \
+    python benchmarks/experiments/envs_paired.py --config examples/web_agent.yaml --n-eval 512 \
         --start runs/web_ws_e runs/web_bench_e/seed0/final runs/web_bench_e/seed1/final
 
 Prints a table and writes benchmarks/results/envs_paired.json.
@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--n-eval", type=int, default=512)
     ap.add_argument("--start", required=True, help="the start (warm-started) model directory")
     ap.add_argument("models", nargs="+", help="model directories trained from --start")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "envs_paired.json"))
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "envs_paired.json"))
     args = ap.parse_args()
     _, base = greedy_episodes(args.start, args.config, args.n_eval)
     n = len(base)

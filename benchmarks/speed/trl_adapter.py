@@ -3,7 +3,7 @@
 The overhead of grpolab's TRL adapter (balanced aggregation, cumulative ratio, RLSD teacher forward)
 relative to TRL's own token-level loss, on the CPU with a tiny model; only ratios are meaningful.
 
-    python benchmarks/trl_adapter.py [STEPS=6] [ROUNDS=2]
+    python benchmarks/speed/trl_adapter.py [STEPS=6] [ROUNDS=2]
 """
 import dataclasses, statistics, sys, tempfile, time
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)

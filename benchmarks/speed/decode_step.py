@@ -17,7 +17,7 @@ cached keys, averaged over the run) divided by a matmul throughput measured in t
 shapes (``[64, 192] x [192, 576]`` and so on, each timed alone). ``torch.profiler`` then gives the
 self CPU time per op for one run of each decoder (the breakdown in docs/performance.md).
 
-Run:  python benchmarks/decode_step.py [--repeats 7] [--threads N]
+Run:  python benchmarks/speed/decode_step.py [--repeats 7] [--threads N]
 Writes benchmarks/results/decode_step.json (atomically).
 """
 
@@ -35,7 +35,7 @@ from grpolab.rollout import sample
 from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
-RESULTS = Path(__file__).resolve().parent / "results" / "decode_step.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "decode_step.json"
 N_PROMPTS, GROUP, NEW = 8, 8, 48
 
 

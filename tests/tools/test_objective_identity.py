@@ -1,4 +1,4 @@
-"""benchmarks/objective_identity.py: two snapshots of the same code compare equal bit for bit, a
+"""tools/objective_identity.py: two snapshots of the same code compare equal bit for bit, a
 one-ulp change in one gradient value is reported by case and tensor, and the cases cover every
 ratio level x aggregation."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 spec = importlib.util.spec_from_file_location(
-    "objective_identity", Path(__file__).parents[2] / "benchmarks" / "objective_identity.py")
+    "objective_identity", Path(__file__).parents[2] / "tools" / "objective_identity.py")
 oi = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(oi)
 

@@ -5,7 +5,7 @@ run's final model greedily on ALL held-out items of the task (the runs' own curv
 ``task.n_eval``), pairs them item by item, and writes a JSON record, a markdown page and a PNG of
 the curves:
 
-    python benchmarks/real_model.py --base models/smollm2-135m-instruct \\
+    python benchmarks/experiments/real_model.py --base models/smollm2-135m-instruct \\
         --runs runs/smollm2_sums_s0 runs/smollm2_sums_s1 runs/smollm2_sums_s2 \\
         --json docs/results/real_model.json --md docs/results/real_model.md \\
         --png docs/results/figures/real_model.png --command "grpolab train examples/smollm2_sums.yaml ..."
@@ -37,7 +37,7 @@ model's own chat template, 12 new tokens, the `final_line` verifier (the last li
 ## Held-out greedy accuracy before and after, paired ({n} held-out sums)
 
 The base model and each seed's final model answer all {n} held-out sums greedily
-(`benchmarks/real_model.py`); "fixed / broken" count the items that flipped each way.
+(`benchmarks/experiments/real_model.py`); "fixed / broken" count the items that flipped each way.
 
 {table}
 

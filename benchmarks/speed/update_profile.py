@@ -1,6 +1,6 @@
 """Where the update's time goes: one fixed batch, the shared-prompt forward vs the joint forward.
 
-The setting of ``benchmarks/vs_trl.py``: grpolab's tiny Llama (``TinyModelConfig()`` defaults),
+The setting of ``benchmarks/speed/vs_trl.py``: grpolab's tiny Llama (``TinyModelConfig()`` defaults),
 16 prompts of 6..9 tokens x group 8 = 128 completions of at most 48 tokens sampled once (temperature
 1, EOS on), Bernoulli(0.5) rewards, group-normalised advantages, ``grpolab.train.update`` with
 skipping off (every row goes through forward + backward), token-level loss, one AdamW step,
@@ -17,7 +17,7 @@ multiply-adds per forwarded token, backward = 2 x forward); the achieved GFLOP/s
 breakdown of one update of each (self CPU time: matmuls, attention, elementwise, optimizer, the
 rest), the table in docs/performance.md.
 
-Run:  python benchmarks/update_profile.py [--repeats 5]
+Run:  python benchmarks/speed/update_profile.py [--repeats 5]
 Writes benchmarks/results/update_profile.json (atomically).
 """
 
@@ -42,7 +42,7 @@ from grpolab.train.policy_update import LossSpec, micro_batches
 from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
-RESULTS = Path(__file__).resolve().parent / "results" / "update_profile.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "update_profile.json"
 N_PROMPTS, GROUP, NEW = 16, 8, 48
 
 #: profiler op-name fragments per category (first match wins)
