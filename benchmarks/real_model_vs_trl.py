@@ -90,11 +90,13 @@ def mean_curve(runs: list[dict], start_accuracy: float | None) -> list[dict]:
 
 def _side_summary(side: str, rs: list[dict], start: float | None) -> dict:
     later = [x for r in rs for x in r["step_s"][1:]]
+    cpu_later = [x for r in rs for x in r.get("step_cpu_s", [])[1:]] if all("step_cpu_s" in r for r in rs) else []
     return {
         "label": LABELS.get(side, side), "seeds": [r["seed"] for r in rs],
         "final": [r["final"] for r in rs], "final_mean": statistics.fmean(r["final"] for r in rs),
         "wall_s": [r["wall_s"] for r in rs], "wall_s_mean": statistics.fmean(r["wall_s"] for r in rs),
         "s_per_step_median": statistics.median(later) if later else None,
+        "cpu_s_per_step_median": statistics.median(cpu_later) if cpu_later else None,
         "first_step_s": [r["step_s"][0] for r in rs],
         "peak_rss_gib": [r["peak_rss_mb"] / 1024 for r in rs],
         "cpu_s": [r.get("cpu_s") for r in rs],
@@ -186,9 +188,9 @@ def markdown(record: dict) -> str:
         "by seed, each side on the seeds it shares with plain TRL).",
         "",
         "| side | seeds | held-out accuracy after the last step, per seed | mean | wall s (training steps), per seed "
-        "| training CPU s, per seed | median s/step (steps 2+) | peak RSS GiB "
+        "| training CPU s, per seed | median wall s/step (steps 2+) | median CPU s/step (steps 2+) | peak RSS GiB "
         "| time to plain TRL's final accuracy (same seeds): wall / CPU | ratio to plain TRL: wall / CPU |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     def fmt(x, form, none="--"):
         return none if x is None else format(x, form)
@@ -202,6 +204,7 @@ def markdown(record: dict) -> str:
             f"| {v['label']} | {', '.join(map(str, v['seeds']))} | {' / '.join(f'{x:.3f}' for x in v['final'])} | "
             f"{v['final_mean']:.3f} | {' / '.join(f'{x:.0f}' for x in v['wall_s'])} | "
             f"{' / '.join(fmt(x, '.0f') for x in cpu)} | {fmt(v['s_per_step_median'], '.1f')} | "
+            f"{fmt(v.get('cpu_s_per_step_median'), '.1f')} | "
             f"{max(v['peak_rss_gib']):.2f} | {reached} | {fmt(r, '.2f')} / {fmt(rc, '.2f')} |")
     start = "--" if record["start_accuracy"] is None else f"{record['start_accuracy']:.3f}"
     target = "--" if record["trl_final"] is None else f"{record['trl_final']:.3f}"
@@ -348,7 +351,7 @@ def main(argv=None) -> int:
         print(f"error: unknown sides {sorted(unknown)}; choose from {', '.join(SIDES)}", file=sys.stderr)
         return 2
     given = list(argv if argv is not None else sys.argv[1:])
-    for flag, n in (("--after-pid", 2), ("--plan", 2), ("--report-only", 1)):  # scheduling, not what was measured
+    for flag, n in (("--after-pid", 2), ("--plan", 2), ("--report-only", 1), ("--notes", 2)):  # not what was measured
         if flag in given:
             k = given.index(flag)
             del given[k:k + n]

@@ -76,7 +76,7 @@ def test_summary_means_target_and_ratio():
     assert rec["cpu_to_trl_final_ratio"] == {"grpolab": pytest.approx(0.3), "trl": pytest.approx(1.0)}
     assert g["s_per_step_median"] == 3.0 and t["peak_rss_gib"] == [2.0, 2.0]  # steps 2+ of both seeds
     page = bench.markdown(rec)
-    assert "| grpolab (own trainer) | 0, 1 | 0.700 / 0.800 | 0.750 | 20 / 40 | 10 / 20 | 3.0 |" in page
+    assert "| grpolab (own trainer) | 0, 1 | 0.700 / 0.800 | 0.750 | 20 / 40 | 10 / 20 | 3.0 | -- |" in page
     assert "| 30 s / 15 s | 0.30 / 0.30 |" in page
 
 
@@ -102,3 +102,13 @@ def test_the_schema_check_fails_on_a_record_that_lacks_what_the_issue_asks():
     broken = dict(rec, sides={"trl": dict(rec["sides"]["trl"], seeds=[0], final=[0.6], wall_s=[100.0])})
     with pytest.raises(ValueError, match="not the record's"):
         bench.check_record(broken)
+
+
+def test_the_committed_record_has_the_issues_schema():
+    import json
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "results" / "real_model_vs_trl.json"
+    rec = json.loads(path.read_text())
+    bench.check_record(rec)
+    assert set(rec["sides"]) >= {"grpolab", "trl"} and rec["command"].startswith("python benchmarks/real_model_vs_trl.py")
+    assert len(rec["commit"]) == 40 and rec["seeds"] == rec["sides"]["trl"]["seeds"]
