@@ -36,6 +36,7 @@ import time
 from pathlib import Path
 
 from grpolab.utils import offline  # noqa: F401  (nothing reaches the Hub)
+from grpolab.config import DEFAULT_CHAT_TEACHER_TEMPLATE
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "docs" / "results" / "real_credit_reads.json"
@@ -78,7 +79,7 @@ def _record_command(doc: dict, cmd: str) -> None:
 #: Teacher templates tried (chat-template runs: where the privileged context goes and how it reads).
 TEMPLATES = {
     "user_bare": {"privileged_placement": "user", "chat_template": "{prompt}\n\n{privileged}"},
-    "user": {"privileged_placement": "user"},
+    "user": {"privileged_placement": "user", "chat_template": DEFAULT_CHAT_TEACHER_TEMPLATE},  # the default text
     "system": {"privileged_placement": "system"},
     "system_bare": {"privileged_placement": "system", "system_template": "{privileged}"},
     "user_solution_first": {"privileged_placement": "user", "chat_template": "{privileged}\n\n{prompt}"},
