@@ -110,5 +110,6 @@ def test_the_committed_record_has_the_issues_schema():
     path = Path(__file__).resolve().parents[2] / "docs" / "results" / "real_model_vs_trl.json"
     rec = json.loads(path.read_text())
     bench.check_record(rec)
-    assert set(rec["sides"]) >= {"grpolab", "trl"} and rec["command"].startswith("python benchmarks/real_model_vs_trl.py")
+    assert set(rec["sides"]) >= {"grpolab", "trl"}
+    assert rec["command"].startswith("python benchmarks/real_model_vs_trl.py")
     assert len(rec["commit"]) == 40 and rec["seeds"] == rec["sides"]["trl"]["seeds"]

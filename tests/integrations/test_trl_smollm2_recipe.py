@@ -75,7 +75,8 @@ def test_the_reward_is_the_items_own_verifier():
     wrong = [[{"role": "assistant", "content": f"{it.reference}\n\nIn mathematics"}] for it in items]
     assert reward(None, right, item=[0, 1, 2]) == [1.0, 1.0, 1.0]
     assert reward(None, wrong, item=[0, 1, 2]) == [0.0, 0.0, 0.0]
-    assert reward(None, [items[1].reference, items[0].reference], item=[1, 1]) == [1.0, float(items[0].reference == items[1].reference)]
+    same = float(items[0].reference == items[1].reference)
+    assert reward(None, [items[1].reference, items[0].reference], item=[1, 1]) == [1.0, same]
 
 
 def test_the_yamls_trainer_is_built_with_its_settings(chat_dir, tmp_path):
@@ -87,7 +88,8 @@ def test_the_yamls_trainer_is_built_with_its_settings(chat_dir, tmp_path):
     tr, train_items, eval_items, fmt = trl_recipe.build_trl_trainer(cfg, output_dir=str(tmp_path / "out"))
     assert isinstance(tr, GrpolabGRPOTrainer) and isinstance(tr.model, PeftModel)
     a = tr.args
-    assert (a.per_device_train_batch_size, a.num_generations, a.max_completion_length, a.temperature) == (32, 8, 12, 0.7)
+    assert (a.per_device_train_batch_size, a.num_generations) == (32, 8)
+    assert (a.max_completion_length, a.temperature) == (12, 0.7)
     assert (a.learning_rate, a.warmup_steps, a.max_steps) == (5e-4, 2, 10)
     assert getattr(a, trl_recipe._checkpointing_key()) is False 
     inner = tr.model.base_model.model

@@ -50,8 +50,8 @@ from typing import Any, Callable, Sequence
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 from grpolab.config import Config, ConfigError
 
-__all__ = ["StepClock", "build_trl_trainer", "heldout_accuracy", "save_trl_policy", "task_dataset", "task_reward", "trl_policy",
-           "trl_settings", "trl_peft_config"]
+__all__ = ["StepClock", "build_trl_trainer", "heldout_accuracy", "save_trl_policy", "task_dataset", "task_reward",
+           "trl_policy", "trl_settings", "trl_peft_config"]
 
 _SCHEDULES = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}
 _SCALE_REWARDS = {"grpo": "group", "drgrpo": "none"}
@@ -265,7 +265,8 @@ def heldout_accuracy(model, tokenizer, items, cfg: Config, prompt_format):
     was_training = model.training
     model.eval()
     try:
-        collector = collector_for(cfg, tokenizer, prompt_format=prompt_format, stop_ids=stop_token_ids(model, tokenizer))
+        stop_ids = stop_token_ids(model, tokenizer)
+        collector = collector_for(cfg, tokenizer, prompt_format=prompt_format, stop_ids=stop_ids)
         with torch.no_grad():
             return evaluate(model, tokenizer, items, greedy=True, max_new_tokens=cfg.rollout.max_new_tokens,
                             env=cfg.env, collector=collector)
