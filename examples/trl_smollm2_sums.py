@@ -15,9 +15,10 @@ Options: --config (another grpolab YAML), --set KEY=VALUE (grpolab keys, e.g. tr
 --plain (TRL's own GRPOTrainer and loss, same reward), --out DIR.
 
 TRL's gradient checkpointing (on by default in GRPOConfig) follows the YAML's
-model.gradient_checkpointing, i.e. off here: for a 135M model with 32 completions of 12 tokens the
-activations are a few MB, so recomputing them buys no memory and costs time (docs/scale-out.md,
-"TRL: the SmolLM2 example", has the measurement).
+model.gradient_checkpointing, i.e. off here: measured on this example, turning it on saves 1.9 GiB
+of peak memory (4.74 -> 2.84 GiB) and costs 21% more CPU time per step (34.0 -> 41.0 s); on a CPU the
+time is the limit, so it stays off (--set model.gradient_checkpointing=true turns it on; docs/scale-out.md,
+"The SmolLM2 example through TRL").
 """
 
 from __future__ import annotations
