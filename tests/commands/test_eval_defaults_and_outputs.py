@@ -1,6 +1,6 @@
 """Issue 46: `grpolab eval RUN_DIR` samples as the run did (its group size, temperature and top_p,
 printed), and outputs are checked for writability before any work (eval --completions, headroom
---out and models import --out failed after the evaluation or a 30 s load)."""
+--out, credit --out and models import --out failed after the evaluation or a 30 s load)."""
 
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def test_eval_samples_as_the_run_did_and_says_so(run_dir, capsys):
 
 
 def _no_work(monkeypatch):
+    import grpolab.commands.credit as credit
     import grpolab.models.gguf as gguf
     import grpolab.runs as runs
 
@@ -54,6 +55,7 @@ def _no_work(monkeypatch):
 
     monkeypatch.setattr(runs, "open_run", boom)
     monkeypatch.setattr(gguf, "load_gguf", boom)
+    monkeypatch.setattr(credit, "collect", boom)
 
 
 def _one_error(capsys, argv, *needles):
@@ -73,5 +75,7 @@ def test_outputs_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
     _one_error(capsys, ["eval", str(tmp_path), "--completions", str(tmp_path)], "--completions", "is a directory")
     _one_error(capsys, ["headroom", str(tmp_path), "--out", str(blocker)], "--out", "is a file")
     _one_error(capsys, ["headroom", str(tmp_path), "--out", str(blocker / "sub")], "--out", "is a file")
+    _one_error(capsys, ["credit", str(tmp_path), "--out", str(blocker)], "--out", "is a file")
+    _one_error(capsys, ["credit", str(tmp_path), "--out", str(blocker / "sub")], "--out", "is a file")
     _one_error(capsys, ["models", "import", str(tmp_path / "m.gguf"), "--out", str(blocker / "m")], "--out",
                "is a file")

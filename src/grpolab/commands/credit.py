@@ -243,8 +243,11 @@ def render_png(data: dict[str, Any], path: Path) -> None:
 def credit_page(run_dir: str | Path, *, sample: int = 4, lam: float | None = None, method: str | None = None,
                 seed: int = 0, out_dir: str | Path | None = None, png: bool = True, log=print) -> Path:
     """Write ``credit.html`` (and ``credit.png``) for a run; returns the HTML path."""
-    data = collect(run_dir, sample=sample, lam=lam, method=method, seed=seed, log=log)
+    from grpolab.train.checks import check_writable
+
     out = Path(out_dir) if out_dir is not None else Path(run_dir) / "credit"
+    check_writable(out, "the credit page's folder (--out)", directory=True)  # before the model work
+    data = collect(run_dir, sample=sample, lam=lam, method=method, seed=seed, log=log)
     out.mkdir(parents=True, exist_ok=True)
     page = out / "credit.html"
     atomic_write_text(page, render_html(data))
