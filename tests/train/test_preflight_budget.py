@@ -108,6 +108,7 @@ def test_train_check_writes_preflight(policy, tmp_path):
     assert (tmp_path / "preflight.md").read_text().startswith("# Preflight")
     assert any(ln.startswith("preflight (16 held-out items x 8 samples") for ln in lines)
     assert "stopped at" not in "\n".join(lines)
+    assert lines[-1].endswith(f"({tmp_path / 'preflight.md'})")  # the real path, not a literal RUN_DIR
 
 
 def test_a_cut_check_equals_an_unbounded_check_of_its_prefix(policy):

@@ -275,5 +275,5 @@ def run_preflight_check(policy, tokenizer, eval_items, cfg, run_dir, *, collecto
            if res.settings["stopped_at_budget"] else "")
     log(f"preflight ({n} held-out items x {res.stats['k']} samples, {clock() - t0:.0f} s{cut}): {res.message}")
     others = [f"{m.method}: {m.verdict}" for m in res.methods[1:]]
-    log("preflight methods: " + "; ".join(others) + " (RUN_DIR/preflight.md)")
+    log("preflight methods: " + "; ".join(others) + f" ({Path(run_dir) / 'preflight.md'})")
     return res
