@@ -7,7 +7,7 @@ default), paired by item against the starting model. The record is rewritten ato
 step, so a partial calibration survives an interruption; run the same command again to continue
 (finished preflights, warm starts, runs and evaluations are reused).
 
-    OMP_NUM_THREADS=1 python benchmarks/preflight_calibration.py --root runs/calib \\
+    OMP_NUM_THREADS=1 python benchmarks/experiments/preflight_calibration.py --root runs/calib \\
         --json docs/results/preflight_calibration.json --seeds 0 1 2
 
 The settings are visited seed by seed (every setting's seed 0 first, then seed 1, ...), so a
@@ -32,7 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from grpolab.utils.bench import write_json
+
+ROOT = Path(__file__).resolve().parents[2]
 SMOL = "models/smollm2-135m-instruct"
 
 # The standard short run of each model: SmolLM2 as examples/smollm2_sums.yaml (GRPO + LoRA r 16,
@@ -72,13 +74,6 @@ SETTINGS: list[dict] = [
     {"name": "smollm2/sums0-20/cap6", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..20, 6-token cap",
      "set": ["rollout.max_new_tokens=6"]},
 ]
-
-
-def _atomic_json(path: Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def _run(cmd: list[str], log_path: Path) -> None:
@@ -470,7 +465,7 @@ def main() -> None:
 
     def save() -> None:
         summarise(record, args.null)
-        _atomic_json(out_json, record)
+        write_json(out_json, record)
         if args.page:
             figure(record, ROOT / args.png)
             page(record, ROOT / args.page, ROOT / args.png)
