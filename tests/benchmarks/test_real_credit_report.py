@@ -1,12 +1,12 @@
-"""benchmarks/real_credit.py (issue 33's report) against hand values."""
+"""benchmarks/experiments/real_credit.py (issue 33's report) against hand values."""
 
 import importlib.util
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("bench_real_credit",
-                                               Path(__file__).resolve().parents[2] / "benchmarks" / "real_credit.py")
+_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments" / "real_credit.py"
+_spec = importlib.util.spec_from_file_location("bench_real_credit", _SCRIPT)
 real_credit = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(real_credit)
 

@@ -1,4 +1,4 @@
-"""The precondition measurements of issue 16 (benchmarks/credit.py signal, benchmarks/preconditions.py),
+"""The precondition measurements of issue 16 (benchmarks/experiments/credit.py signal, benchmarks/experiments/preconditions.py),
 against hand-computed cases."""
 
 import importlib.util
@@ -10,7 +10,7 @@ import torch
 from grpolab.models import build_tokenizer
 from grpolab.tasks import TaskItem
 
-_ROOT = Path(__file__).resolve().parents[2] / "benchmarks"
+_ROOT = Path(__file__).resolve().parents[2] / "benchmarks" / "experiments"
 
 
 def _load(name):

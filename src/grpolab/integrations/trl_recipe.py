@@ -1,6 +1,6 @@
 """A grpolab training config run through TRL's ``GRPOTrainer``: the same model, task, prompts,
 verifier and settings, so a run of ``grpolab train CONFIG`` and its TRL twin differ only in the
-trainer (examples/trl_smollm2_sums.py, benchmarks/real_model_vs_trl.py).
+trainer (examples/trl_smollm2_sums.py, benchmarks/speed/real_model_vs_trl.py).
 
 :func:`build_trl_trainer` reads a grpolab config (e.g. examples/smollm2_sums.yaml) and returns
 :class:`grpolab.integrations.trl.GrpolabGRPOTrainer` (grpolab's objective inside TRL) or, with

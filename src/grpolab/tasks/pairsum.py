@@ -32,7 +32,7 @@ may run on to ``rollout.max_new_tokens``, which scores 0. Within a group (one pr
 are therefore longer than successes -- the sign-length coupling that Balanced Aggregation removes.
 The opposite error (writing the target as the sum of a wrong pair and stopping early) makes a
 short failure; which one dominates is measured, not assumed
-(``benchmarks/preconditions.py lengths``).
+(``benchmarks/experiments/preconditions.py lengths``).
 
 Numbers are 0..``max_value`` (default 9: one character each for the tiny model). With the default
 4 numbers a demonstration has at most 6 checks and 63 characters (:meth:`max_completion_length`;

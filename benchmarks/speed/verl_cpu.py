@@ -17,7 +17,7 @@ The reward is binary (the final answer after ``#``), so the held-out mean reward
 in both trainers. Needs CI's verl environment (``pip install -c constraints-cpu.txt -e
 ".[test,verl]"``)::
 
-    OMP_NUM_THREADS=1 .venv-ci-verl/bin/python benchmarks/verl_cpu.py --steps 40 --eval-every 5
+    OMP_NUM_THREADS=1 .venv-ci-verl/bin/python benchmarks/speed/verl_cpu.py --steps 40 --eval-every 5
 
 Prints a table and writes docs/results/verl_cpu.json (``--out``).
 """
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from grpolab.utils import bench
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 N_EVAL = 256  # grpolab's trainer.n_eval default: the same held-out items in both trainers
 TEACHER = "{prompt} here is a reference solution: {privileged} solve it in your own way. {prompt}"
 

@@ -9,12 +9,12 @@ rlsd <= 1.4x grpo, gear+KL <= 1.6x grpo.
 Quality: held-out greedy accuracy of grpo, rlsd, gear and opsd after ``--steps`` RL steps, for
 each seed, from one shared warm start (``model.path``), same config otherwise.
 
-    python benchmarks/credit.py --warm-start DIR speed --steps 8 --rounds 2
-    python benchmarks/credit.py --warm-start DIR quality --steps 100 --seeds 0 1 2
-    python benchmarks/credit.py --warm-start DIR signal --prompts 32
-    python benchmarks/credit.py --warm-start DIR signal --prompts 32 --templates config \
+    python benchmarks/experiments/credit.py --warm-start DIR speed --steps 8 --rounds 2
+    python benchmarks/experiments/credit.py --warm-start DIR quality --steps 100 --seeds 0 1 2
+    python benchmarks/experiments/credit.py --warm-start DIR signal --prompts 32
+    python benchmarks/experiments/credit.py --warm-start DIR signal --prompts 32 --templates config \
         --config studies/credit_teacher.yaml --out docs/results/credit_teacher_signal.json
-    python benchmarks/credit.py signal --templates config --config studies/credit_teacher.yaml \
+    python benchmarks/experiments/credit.py signal --templates config --config studies/credit_teacher.yaml \
         --min-auc 0.8 --warm-starts runs/ws.snapshots/step_*     # which snapshot to start from
 
 Signal: on one batch sampled from the warm start, does the privileged teacher raise the log-prob
@@ -41,7 +41,7 @@ from grpolab.diagnostics.readability import accepted_targets, auc, first_wrong_t
 
 __all__ = ["accepted_targets", "first_wrong_token", "localisation", "measure_signal", "choose_warm_start"]
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 SPEED_METHODS = {
     "grpo": ["credit.name=grpo"],
     "rlsd": ["credit.name=rlsd"],

@@ -19,10 +19,10 @@ fork server, its servers' CPU from /proc), turned into items/s for 2 otherwise i
 the machine's busy time per item (/proc/stat: counts the kernel's namespace teardown too, and
 everything else running on the machine, so an upper bound on a shared machine).
 
-Run:  python benchmarks/rewards.py [--rounds 3] [--n-code 400]
+Run:  python benchmarks/speed/rewards.py [--rounds 3] [--n-code 400]
 Writes benchmarks/results/rewards.json (atomically).
 
-Before/after:  python benchmarks/rewards.py --before /path/to/old/src [--rounds 3]
+Before/after:  python benchmarks/speed/rewards.py --before /path/to/old/src [--rounds 3]
 measures the sandbox rows (trivial program, fast path, judge path) for the grpolab under
 ``--before`` and for this one, each round in a fresh subprocess per side, sides alternating, and
 prints the medians and after/before ratios; writes docs/results/sandbox_throughput.json
@@ -44,7 +44,7 @@ from grpolab.rewards.math import math_verify_available
 from grpolab.rewards.sandbox import default_pool
 from grpolab.utils.io import atomic_write_json
 
-RESULTS = Path(__file__).resolve().parent / "results" / "rewards.json"
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "rewards.json"
 PROGRAM = "print(6 * 7)"
 CODE = "def f(x):\n    return x + 1\n"
 TESTS = ["assert f(1) == 2"]
@@ -130,7 +130,7 @@ def before_after(args) -> None:
     import subprocess
     import sys
 
-    here = str(Path(__file__).resolve().parents[1] / "src")
+    here = str(Path(__file__).resolve().parents[2] / "src")
     sides = {"before": str(Path(args.before).resolve()), "after": here}
     runs: dict[str, list[dict]] = {k: [] for k in sides}
     load_before = os.getloadavg()
@@ -179,7 +179,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-code", type=int, default=400, help="programs per fork-server round")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "results"
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "docs" / "results"
                                          / "sandbox_throughput.json"),
                     help="where --before writes its JSON")
     ap.add_argument("--n-math", type=int, default=2000)

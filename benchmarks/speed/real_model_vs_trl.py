@@ -31,7 +31,7 @@ another -- seed by seed, or in the order ``--plan side:seed,...`` gives -- and i
 in ``--work``; a rerun skips finished runs, and the JSON and page are rewritten after every run (so
 a cut-short measurement holds exactly the runs that finished).
 
-    python benchmarks/real_model_vs_trl.py [--seeds 0,1,2] [--sides grpolab,adapter,trl] [--eval-every 5]
+    python benchmarks/speed/real_model_vs_trl.py [--seeds 0,1,2] [--sides grpolab,adapter,trl] [--eval-every 5]
         [--work runs/real_model_vs_trl] [--json docs/results/real_model_vs_trl.json]
         [--md docs/results/real_model_vs_trl.md]
 """
@@ -48,7 +48,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 SIDES = ("grpolab", "adapter", "trl")
 LABELS = {"grpolab": "grpolab (own trainer)", "adapter": "TRL + grpolab objective (GrpolabGRPOTrainer)",
           "trl": "plain TRL GRPOTrainer"}
@@ -180,7 +180,7 @@ def markdown(record: dict) -> str:
         "settings, reward (grpolab's `final_line` verifier) and seeds, one process per run at one torch thread "
         "on the CPU. Held-out accuracy: greedy on all 219 held-out sums, one evaluator for all three "
         "(grpolab's, through the run's collector), outside the timers. Script: "
-        "[benchmarks/real_model_vs_trl.py](../../benchmarks/real_model_vs_trl.py); raw record: "
+        "[benchmarks/speed/real_model_vs_trl.py](../../benchmarks/speed/real_model_vs_trl.py); raw record: "
         "[real_model_vs_trl.json](real_model_vs_trl.json).",
         "",
         f"Seeds: {', '.join(map(str, seeds)) or 'none'} ({record['complete_seeds']} of "
@@ -355,7 +355,7 @@ def main(argv=None) -> int:
         if flag in given:
             k = given.index(flag)
             del given[k:k + n]
-    command = "python benchmarks/real_model_vs_trl.py " + " ".join(given)
+    command = "python benchmarks/speed/real_model_vs_trl.py " + " ".join(given)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
 
     def report():

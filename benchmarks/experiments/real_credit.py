@@ -1,11 +1,11 @@
 """RLSD and GEAR on a real pretrained model (issue 33): the results of a finished comparison.
 
-    python benchmarks/real_credit.py runs/study_real_credit --signal docs/results/real_credit_signal.json \
+    python benchmarks/experiments/real_credit.py runs/study_real_credit --signal docs/results/real_credit_signal.json \
         [--variant user_bare] [--json docs/results/real_credit.json] [--md docs/results/real_credit.md]
 
 Reads the ``grpolab compare`` directory made from studies/real_credit.yaml (GRPO, RLSD, GEAR and OPSD
 over seeds, each run's held-out greedy curve on all 219 held-out sums) and the teacher-signal
-measurement of ``benchmarks/credit.py signal`` on the base model, and writes:
+measurement of ``benchmarks/experiments/credit.py signal`` on the base model, and writes:
 
 - ``precondition``: the teacher signal of the variant the study trains with (``--variant``, the
   study config's placement/template) -- ``teacher_auc`` is the AUC at separating the first wrong
@@ -36,7 +36,7 @@ from grpolab.diagnostics.stats import wilson_interval
 from grpolab.sweep.study import collect, fmt_diff, paired
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 METRICS = ["time/step", "time/rollout", "time/update", "credit/segment_token_frac", "credit/clip_frac",
            "credit/kl_sampled"]
 METHODS = ("grpo", "rlsd", "gear", "opsd")
@@ -95,11 +95,11 @@ def build(study: Path, signal: dict, variant: str, heldout: int) -> dict:
         "baseline": "grpo", "variants": variants, "paired_vs_grpo": pairs,
         "command": [
             "grpolab models import smollm2-135m-instruct --out models/smollm2-135m-instruct",
-            "python benchmarks/credit.py --warm-start models/smollm2-135m-instruct signal --config "
+            "python benchmarks/experiments/credit.py --warm-start models/smollm2-135m-instruct signal --config "
             "studies/real_credit.yaml --prompts 32 --out docs/results/real_credit_signal.json",
             "for n in 1 2 3; do grpolab compare studies/real_credit.yaml --vary credit.name=grpo,rlsd,gear,opsd "
             "--seeds $n --jobs 2 --out runs/study_real_credit; done",
-            f"python benchmarks/real_credit.py runs/study_real_credit --signal docs/results/real_credit_signal.json "
+            f"python benchmarks/experiments/real_credit.py runs/study_real_credit --signal docs/results/real_credit_signal.json "
             f"--variant {variant}",
         ],
         "commit": commit,
@@ -154,7 +154,7 @@ def signal_table(pre: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("study", help="the grpolab compare output directory of studies/real_credit.yaml")
-    ap.add_argument("--signal", required=True, help="benchmarks/credit.py signal's JSON on the base model")
+    ap.add_argument("--signal", required=True, help="benchmarks/experiments/credit.py signal's JSON on the base model")
     ap.add_argument("--variant", default="user_bare", help="the signal variant the study trained with")
     ap.add_argument("--heldout", type=int, default=219, help="held-out items of each evaluation")
     ap.add_argument("--json", default=str(ROOT / "docs" / "results" / "real_credit.json"))

@@ -1,6 +1,6 @@
 """Preconditions of the aggregation and ratio studies (issue 16), measured at a warm start.
 
-    python benchmarks/preconditions.py --warm-start DIR lengths --prompts 128 [--set KEY=V ...]
+    python benchmarks/experiments/preconditions.py --warm-start DIR lengths --prompts 128 [--set KEY=V ...]
 
 ``lengths``: sign-length coupling, the thing Balanced Aggregation exists to remove. Samples
 ``prompts x rollout.group_size`` responses from the warm start (the run's sampling settings) and,
@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 def length_coupling(lengths: list[float], correct: list[bool], group_size: int) -> dict:
