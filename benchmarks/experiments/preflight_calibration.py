@@ -47,6 +47,23 @@ TINY_RUN = ["rollout.prompts_per_step=16", "rollout.group_size=8", "rollout.max_
             "trainer.save_every=40", "task.n_eval=32", "log.tensorboard=false", "log.plots=false",
             "log.progress=false", "sft.enabled=no"]
 
+RG_CONFIG = "examples/smollm2_reasoning_gym.yaml"
+#: how the reasoning-gym families were chosen, fixed before any model output on them (shown on the page)
+RG_CRITERION = (
+    "A reasoning-gym family fits a 135M model here when, at a configuration of its own knobs: (a) the answer is "
+    "one integer of at most 4 digits (it fits the 32-token cap after '#' with room for a restated question); "
+    "(b) the question asks for one elementary operation on what the prompt states (one multiplication, one "
+    "count over a short text, one look-up-and-multiply), not a search, a chain of steps or a grid; (c) the "
+    "family yields >= 200 distinct held-out questions; (d) it is not the sums or differences short_arith "
+    "already covers. Meeting (a)-(d) in reasoning-gym 0.1.19: products (2 terms of 1-2 digits), "
+    "letter_counting (defaults) and leg_counting (one kind of animal); rejected by (b): gcd, lcm and "
+    "count_bits (a chain: Euclid's steps, a base conversion), chain_sum / basic_arithmetic beyond two terms; "
+    "by (a): number_sorting and other list answers; by (d): chain_sum with two terms. All three were run, "
+    "with nothing changed after the first preflight.")
+
+#: the commit whose preflight rules the reasoning-gym settings were judged by (frozen before their runs)
+RG_RULES_COMMIT = "5cc2a68"
+
 SETTINGS: list[dict] = [
     {"name": "smollm2/sums0-20/cap12", "model": "SmolLM2-135M-Instruct",
      "task": "short_arith sums 0..20, 12-token cap (examples/smollm2_sums.yaml)", "set": [],
@@ -73,6 +90,16 @@ SETTINGS: list[dict] = [
      "set": ["task.options.max_operand=10"]},
     {"name": "smollm2/sums0-20/cap6", "model": "SmolLM2-135M-Instruct", "task": "short_arith sums 0..20, 6-token cap",
      "set": ["rollout.max_new_tokens=6"]},
+    # reasoning-gym families, chosen by RG_CRITERION before any SmolLM2 output on them was seen (00:50 UTC
+    # 2026-12-05); the recipe is examples/smollm2_reasoning_gym.yaml (the sums recipe, a 32-token cap)
+    {"name": "smollm2/rg/products", "model": "SmolLM2-135M-Instruct", "config": RG_CONFIG,
+     "task": "reasoning_gym products: one multiplication, 2 numbers of 1-2 digits", "set": []},
+    {"name": "smollm2/rg/letter_counting", "model": "SmolLM2-135M-Instruct", "config": RG_CONFIG,
+     "task": "reasoning_gym letter_counting: one letter in a 5-15-word text (defaults)",
+     "set": ["task.options.name=letter_counting", "task.options.config={}"]},
+    {"name": "smollm2/rg/leg_counting", "model": "SmolLM2-135M-Instruct", "config": RG_CONFIG,
+     "task": "reasoning_gym leg_counting: 1-15 of one kind of animal",
+     "set": ["task.options.name=leg_counting", "task.options.config={min_animals: 1, max_animals: 1}"]},
 ]
 
 
@@ -93,7 +120,7 @@ def _config(s: dict, root: Path) -> tuple[str | None, list[str]]:
     """``(config file, --set lines)`` of a setting's runs."""
     if "tiny" in s:
         return None, [f"task.name={s['tiny']}", f"model.path={root / ('ws_' + s['tiny'])}", *TINY_RUN, *s["set"]]
-    return SMOL_BASE[0], [f"model.path={SMOL}", *SMOL_BASE[1], *s["set"]]
+    return s.get("config", SMOL_BASE[0]), [f"model.path={SMOL}", *SMOL_BASE[1], *s["set"]]
 
 
 def _sets(lines: list[str]) -> list[str]:
@@ -336,7 +363,7 @@ def page(record: dict, md: Path, png: Path) -> None:
                     + (f"**{sum(g) / len(g):+.3f}**" if g else "-") + " |")
     misses = "\n".join(f"- {m['setting']}: {m['why']}" for m in record.get("misses", [])) or "- none"
     pic = f"![predicted vs measured]({os.path.relpath(png, md.parent)})" if png.exists() else "(no figure)"
-    text = PAGE.format(table="\n".join(rows), misses=misses, figure=pic, command=record["command"],
+    text = PAGE.format(rg_criterion=RG_CRITERION, rg_commit=RG_RULES_COMMIT, table="\n".join(rows), misses=misses, figure=pic, command=record["command"],
                        commit=record["commit"], a=a, decided=a.get("decided"), agree=a.get("agree_decided"),
                        share=(a.get("share_of_decided") or 0) * 100, share_all=(a.get("share_of_all") or 0) * 100,
                        n=a.get("settings_with_runs"), cant=a.get("cant_tell"),
@@ -364,6 +391,15 @@ Standard short runs: SmolLM2-135M-Instruct as `examples/smollm2_sums.yaml` (GRPO
 4 prompts x 8 at T 0.7, 10 steps, chat template, `final_line` verifier); the tiny model as the
 headroom study (`studies/headroom.yaml`: 40 steps of 16 prompts x 8 at T 1, lr 1e-4) from a default
 warm start (`grpolab sft --set task.name=TASK`); MiniWoB++ as `studies/miniwob_gain.yaml` (120 steps).
+
+## reasoning-gym families (chosen before any result)
+
+{rg_criterion}
+
+Recipe: `examples/smollm2_reasoning_gym.yaml` (the SmolLM2 recipe above with a 32-token cap and the task's
+own prompt, which asks for the answer after `#`; 2000 generated entries, half of the questions held out;
+the gain is measured on the first 256 held-out entries, which can repeat a question). The preflight's
+rules were frozen before these runs (`src/grpolab/diagnostics/preflight.py` at commit {rg_commit}).
 
 ## Agreement
 
