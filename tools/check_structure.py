@@ -44,7 +44,6 @@ LONG_FUNCTIONS = {
 SCRIPT_FOLDERS = ("benchmarks", "docs", "studies", "tools")
 #: script -> why it still loads another file by path (move the helper into the package, then drop the entry)
 SCRIPT_LOADS = {
-    "benchmarks/speed/real_model_speed.py": "its TRL part runs benchmarks/speed/vs_trl.py's harness (run_trl, run_grpolab)",
     "benchmarks/speed/objectives.py": "times the float64 loop reference of tests/objectives/reference.py (test code)",
 }
 #: test files at the top of ``tests/`` that mirror no module

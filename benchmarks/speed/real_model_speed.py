@@ -22,7 +22,8 @@ same torch thread count (``--threads``, default 2), so the ratios hold even on a
    shared-prompt forward computes (each distinct prompt once, every response; a lower bound when a
    group is split across micro-batches) at ``6 N`` FLOPs per token for full fine-tuning and ``4 N``
    for LoRA (no base-weight gradients), attention and the chunked head's recompute left out.
-4. **vs TRL** (``benchmarks/speed/vs_trl.py``'s two trainers on this model): TRL's ``GRPOTrainer`` and
+4. **vs TRL** (:mod:`grpolab.integrations.trl_equal_work`, benchmarks/speed/vs_trl.py's two trainers on
+   this model): TRL's ``GRPOTrainer`` and
    grpolab, same prompts at every step, same group size, ``max_new_tokens`` (``--trl-max-new-tokens``,
    default ``--max-new-tokens``), temperature, token-level loss, lr ``--lr``, one optimizer step per
    batch, skipping off; ``--trl-seeds`` seeds (each its own prompt order and sampling; which side
@@ -60,7 +61,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import os
 import platform
@@ -230,14 +230,13 @@ def part_update(model, tok, a, ceilings: list[float]) -> dict:
 
 
 def part_trl(model_dir: Path, a) -> dict:
-    spec = importlib.util.spec_from_file_location("vs_trl", HERE / "vs_trl.py")
-    vs = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(vs)
+    from grpolab.integrations import trl_equal_work as vs
+
     T = a.trl_max_new_tokens or a.max_new_tokens
     s = {"prompts_per_step": a.prompts, "group_size": a.group_size, "max_new_tokens": T,
          "temperature": 1.0, "top_p": 1.0, "clip_low": 0.2, "clip_high": 0.28, "lr": a.lr, "beta1": 0.9,
          "beta2": 0.99, "grad_clip": 1.0, "trl_activation_checkpointing": False}
-    items, _ = vs.load_items(256)
+    items = vs.load_items(256)
     by_seed = []
     with tempfile.TemporaryDirectory(prefix="grpolab_real_trl_") as tmp:
         for k, seed in enumerate(range(a.trl_seeds)):

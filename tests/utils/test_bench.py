@@ -54,3 +54,13 @@ def test_write_json_is_atomic_and_makes_the_folder(tmp_path):
     out = bench.write_json(tmp_path / "a" / "r.json", {"x": torch.tensor([1.5])})
     assert json.loads(out.read_text()) == {"x": [1.5]}
     assert [p.name for p in out.parent.iterdir()] == ["r.json"]  # no temp file left
+
+
+def test_others_cores_is_the_machines_busy_time_less_this_process_over_the_wall_time():
+    # (wall, machine busy CPU-s, this process's CPU-s): 2 s of wall, 3 CPU-s busy of which 1 was ours
+    assert bench.others_cores((10.0, 100.0, 5.0), (12.0, 103.0, 6.0)) == pytest.approx(1.0)
+    assert bench.others_cores((10.0, 100.0, 5.0), (12.0, 100.5, 6.0)) == 0.0  # counters' jitter: not below 0
+    assert bench.others_cores(None, (12.0, 103.0, 6.0)) is None
+    assert bench.others_cores((12.0, 100.0, 5.0), (12.0, 103.0, 6.0)) is None  # no time passed
+    now = bench.cpu_counters()
+    assert now is None or (len(now) == 3 and now[1] >= 0 and now[2] >= 0)

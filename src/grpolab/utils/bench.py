@@ -10,6 +10,8 @@ load averages in about fifteen scripts, the matmul ceiling and parameter counts 
   GFLOP/s are read against.
 - :func:`interleaved` -- time several contenders in alternating rounds, so that a noisy machine
   affects each alike (compare side by side, as ratios).
+- :func:`cpu_counters`, :func:`others_cores`, :func:`wait_for_idle` -- how many cores other
+  processes kept busy during a timed span (a shared machine), and waiting for a quiet one.
 - :func:`param_count`, :func:`linear_param_count` -- parameters, counted once.
 - :func:`write_json` -- the results file, written atomically.
 
@@ -28,8 +30,8 @@ from typing import Any, Callable, Iterable
 
 from grpolab.utils.io import atomic_write_json
 
-__all__ = ["command_line", "interleaved", "linear_param_count", "load_average", "machine", "matmul_gflops",
-           "param_count", "write_json"]
+__all__ = ["command_line", "cpu_counters", "interleaved", "linear_param_count", "load_average", "machine",
+           "matmul_gflops", "others_cores", "param_count", "wait_for_idle", "write_json"]
 
 #: the libraries whose versions :func:`machine` records when they are installed
 PACKAGES = ("grpolab", "torch", "transformers")
@@ -118,6 +120,39 @@ def interleaved(contenders: dict[str, Callable[[int], Any]], rounds: int, *,
         if after_round is not None:
             after_round(r)
     return out
+
+
+def cpu_counters() -> tuple[float, float, float] | None:
+    """``(wall, system busy CPU-seconds, this process's CPU-seconds)`` from /proc (None off Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+        hz = os.sysconf("SC_CLK_TCK")
+        busy = (sum(fields[:8]) - fields[3] - fields[4]) / hz  # all but idle and iowait (guest is in user)
+    except (OSError, ValueError, IndexError):
+        return None
+    t = os.times()
+    return time.perf_counter(), busy, t.user + t.system
+
+
+def others_cores(a, b) -> float | None:
+    """Average number of CPU cores busy with *other* processes between two :func:`cpu_counters`."""
+    if a is None or b is None or b[0] <= a[0]:
+        return None
+    return max(0.0, ((b[1] - a[1]) - (b[2] - a[2])) / (b[0] - a[0]))
+
+
+def wait_for_idle(max_wait: float, threshold: float = 0.25, window: float = 2.0) -> dict:
+    """Wait (at most ``max_wait`` s) until other processes use < ``threshold`` cores over ``window`` s.
+    Returns ``{"waited_s", "others_cores"}`` (the last window's :func:`others_cores`)."""
+    t0 = time.perf_counter()
+    last = None
+    while True:
+        a = cpu_counters()
+        time.sleep(window)
+        last = others_cores(a, cpu_counters())
+        if last is None or last < threshold or time.perf_counter() - t0 >= max_wait:
+            return {"waited_s": round(time.perf_counter() - t0, 1), "others_cores": last}
 
 
 def param_count(model) -> int:

@@ -1,14 +1,9 @@
-"""benchmarks/speed/vs_trl.py: the shared prompt schedule, the per-token rates and the equal-work rule."""
-
-import importlib.util
-from pathlib import Path
+"""grpolab.integrations.trl_equal_work (the harness of benchmarks/speed/vs_trl.py and real_model_speed.py's
+TRL part): the shared prompt schedule, the per-token rates and the equal-work rule."""
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "speed" / "vs_trl.py"
-_spec = importlib.util.spec_from_file_location("vs_trl", _PATH)
-vs_trl = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(vs_trl)
+from grpolab.integrations import trl_equal_work as vs_trl
 
 
 def test_prompt_schedule_is_seeded_and_distinct_within_a_step():
