@@ -523,8 +523,9 @@ class LogConfig:
     warn_no_signal_steps: int = _key(
         5, "warn after this many steps in a row without a group with signal (0 = never)", form=">= 0",
         more=("Training warnings (grpolab.train.watch): a line when this many consecutive steps had no prompt "
-              "group with reward variance (0 = never), and when more than this share of a step's responses hit "
-              "the length cap (1 = never). A step whose every verifier call failed always warns."))
+              "group with reward variance (0 = never), and when more than log.warn_truncated_frac of a step's "
+              "responses hit the length cap after this many first steps (within them: one note; 5 when this is "
+              "0). A step whose every verifier call failed always warns."))
     warn_truncated_frac: float = _key(
         0.5, "warn when more than this share of responses is truncated (1 = never)", form="(0, 1]")
 

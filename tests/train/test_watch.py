@@ -49,12 +49,76 @@ def test_reward_errors_warn_on_the_first_failing_step_with_the_cause():
     assert "every response (32)" in lines[0]
 
 
-def test_truncation_warns_above_the_share():
-    w = TrainingWatch(no_signal_steps=0, truncated_frac=0.5, max_new_tokens=16)
+def test_truncation_is_a_note_early_and_a_warning_when_it_persists():
+    w = TrainingWatch(no_signal_steps=0, truncated_frac=0.5, max_new_tokens=16)  # early steps: 5
     assert w.observe(1, _row(trunc=0.5)) == []
     lines = w.observe(2, _row(trunc=0.75))
-    assert len(lines) == 1 and "75% of responses hit rollout.max_new_tokens=16" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("note: step 2: 75% of responses hit rollout.max_new_tokens=16")
+    assert "normal in the first 5 steps while the model learns to stop" in lines[0]
+    assert [w.observe(s, _row(trunc=0.9)) for s in (3, 4, 5)] == [[], [], []]  # the note is said once
+    lines = w.observe(6, _row(trunc=0.6))  # persisting after the first 5 steps: a warning
+    assert len(lines) == 1 and lines[0].startswith("warning: step 6: 60% of responses hit rollout.max_new_tokens=16")
+    assert "after the first 5 steps" in lines[0] and "not learning to stop" in lines[0]
+    assert w.observe(7, _row(trunc=0.6)) == []  # repeats at most every REPEAT_EVERY steps
     assert TrainingWatch(no_signal_steps=0, truncated_frac=1.0).observe(1, _row(trunc=1.0)) == []
+    w = TrainingWatch(no_signal_steps=2, truncated_frac=0.5)  # log.warn_no_signal_steps sets the early steps
+    assert w.observe(3, _row(trunc=0.9))[0].startswith("warning: step 3: 90% of responses hit the length cap")
+
+
+def test_truncation_advice_agrees_with_the_preflight():
+    """Both say: a longer cap or overlong shaping, not truncation masking (it hides the failures the
+    model learns to stop from)."""
+    from grpolab.diagnostics.preflight import _overlong
+    from grpolab.train.watch import TRUNCATION_ADVICE
+
+    cut = {"value": 0.8, "low": 0.7, "high": 0.9, "n": 376}
+    row = _overlong({"responses": {"cut": cut, "answer_in_cut_response": cut}, "max_new_tokens": 12})
+    assert row.verdict == "indicated"
+    assert "rollout.max_new_tokens=24" in row.set_lines
+    assert any(x.startswith("objective.overlong_buffer") for x in row.set_lines)
+    assert not any("mask_truncated" in x for x in row.set_lines) and "not truncation masking" in row.note
+    w = TrainingWatch(no_signal_steps=1, truncated_frac=0.5, max_new_tokens=12)
+    line = w.observe(2, _row(trunc=0.9))[0]
+    assert line.endswith(TRUNCATION_ADVICE)
+    assert "raise rollout.max_new_tokens" in line and "objective.overlong_buffer" in line
+    assert "objective.mask_truncated hides these failures from the loss" in line
+    assert "or set objective.mask_truncated" not in line
+
+
+#: held-out-gaining SmolLM2 runs and one that did not stop (length/truncated_frac per step;
+#: runs/calib, docs/results/preflight_calibration.md)
+DIGITS_2_1_SEED_0 = [0.91, 0.97, 0.94, 0.88, 0.59, 0.19, 0.09, 0.06, 0.38, 0.06]  # +27.3 points
+SUMS_0_50_SEED_0 = [0.91, 0.97, 0.78, 0.97, 0.88, 0.44, 0.38, 0.41, 0.34, 0.09]  # +23.0 points
+CAP6_SEED_0 = [1.00, 0.97, 1.00, 1.00, 1.00, 1.00, 1.00, 0.97, 1.00, 1.00]  # +0.0 points
+
+
+def _trunc_steps(*fracs):
+    return [{**_row(trunc=t), "step": i} for i, t in enumerate(fracs, 1)]
+
+
+def test_early_truncation_in_a_run_that_learns_to_stop_is_a_note():
+    for fracs in (DIGITS_2_1_SEED_0, SUMS_0_50_SEED_0):
+        h = run_health(_trunc_steps(*fracs), truncated_frac=0.5)
+        assert h.truncated_steps == 5 and not h.truncation_persists and h.headline() is None
+        assert h.note().startswith("Note: 5 of 10 steps had most responses truncated (all within the first 5 steps")
+        w = TrainingWatch(truncated_frac=0.5, max_new_tokens=12)
+        lines = [x for s, t in enumerate(fracs, 1) for x in w.observe(s, _row(trunc=t))]
+        assert len(lines) == 1 and lines[0].startswith("note: step 1: ")
+    # the 6-token cap never stops: a warning, live at step 6 and in the report
+    h = run_health(_trunc_steps(*CAP6_SEED_0), truncated_frac=0.5)
+    assert h.truncation_persists and h.late_truncated_streak == 5
+    assert h.headline().startswith("**Warning: 10 steps had most responses truncated (5 in a row after the first 5 "
+                                   "steps): raise rollout.max_new_tokens")
+    assert h.note() is None and h.to_dict()["truncation_persists"] is True
+    w = TrainingWatch(truncated_frac=0.5, max_new_tokens=6)
+    lines = [x for s, t in enumerate(CAP6_SEED_0, 1) for x in w.observe(s, _row(trunc=t))]
+    assert [x.split(":")[0] + ":" + x.split(":")[1] for x in lines] == ["note: step 1", "warning: step 6"]
+    # a relapse at the last step after the first ones: persists (still truncated when the run ended)
+    h = run_health(_trunc_steps(0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.7), truncated_frac=0.5)
+    assert h.truncation_persists and "(still at the last step)" in h.headline()
+    # scattered late steps, not at the end: a note saying how many in a row at most
+    h = run_health(_trunc_steps(0.9, 0.1, 0.1, 0.1, 0.1, 0.7, 0.1, 0.1), truncated_frac=0.5)
+    assert h.headline() is None and "at most 1 in a row after the first 5 steps" in h.note()
 
 
 def test_run_health_counts_and_headline():
@@ -63,9 +127,11 @@ def test_run_health_counts_and_headline():
     h = run_health(rows, truncated_frac=0.5)
     assert (h.steps, h.no_signal_steps, h.all_error_steps, h.truncated_steps) == (4, 2, 1, 1)
     assert h.peak_rss_mb == 900.0 and h.cuda_peak_mb is None
-    # two steps without signal in the first five are normal early: a note, not a warning
-    assert h.headline() == "**Warning: 1 step had every verifier call fail; 1 step had most responses truncated.**"
-    assert h.note().startswith("Note: 2 of 4 steps updated nothing (all within the first 5 steps")
+    # two steps without signal and one truncated step in the first five are normal early: notes
+    assert h.headline() == "**Warning: 1 step had every verifier call fail.**"
+    first, second = h.note().split("\n\n")
+    assert first.startswith("Note: 2 of 4 steps updated nothing (all within the first 5 steps")
+    assert second.startswith("Note: 1 of 4 steps had most responses truncated (all within the first 5 steps")
     assert run_health([_row(), _row()]).headline() is None and run_health([_row()]).note() is None
 
 
@@ -91,8 +157,10 @@ def test_no_signal_early_is_a_note_persisting_or_most_is_a_warning():
 
 
 def test_one_step_is_singular():
-    h = run_health([_row(errors=32.0, trunc=0.9), _row(), _row()])
-    assert "1 step had every verifier call fail; 1 step had most responses truncated" in h.headline()
+    h = run_health([_row(errors=32.0, trunc=0.9), _row(), _row(trunc=0.9)], early_steps=2)
+    assert "1 step had every verifier call fail; 2 steps had most responses truncated (still at the last" in h.headline()
+    h = run_health([_row(errors=32.0), _row(), _row(trunc=0.9)], early_steps=2)
+    assert "1 step had most responses truncated (still at the last step)" in h.headline()
     assert "1 steps" not in h.headline()
 
 
@@ -160,8 +228,11 @@ def test_a_run_that_cannot_learn_says_so(tmp_path, monkeypatch):
     assert any("step 2: no prompt group had reward variance in the last 2 steps" in x for x in warnings)
     rows = read_metrics(run)
     assert rows[0]["length/truncated_frac"] > 0.1  # the untrained model rarely stops within 2 tokens
-    assert any(f"step 1: {rows[0]['length/truncated_frac']:.0%} of responses hit rollout.max_new_tokens=2" in x
-               for x in warnings)
+    assert f"note: step 1: {rows[0]['length/truncated_frac']:.0%} of responses hit rollout.max_new_tokens=2" in \
+        " ".join(lines)  # within the first 2 steps: a note
+    late = [x for x in warnings if "of responses hit rollout.max_new_tokens=2" in x]
+    assert len(late) == (rows[2]["length/truncated_frac"] > 0.1)  # step 3, after them: a warning if truncated
+    assert all(x.startswith(f"warning: step 3: {rows[2]['length/truncated_frac']:.0%} of responses hit") for x in late)
     assert any("3 of 3 steps updated nothing" in x for x in warnings)  # the closing line
     summary = (run / "summary.md").read_text()
     assert summary.splitlines()[2].startswith("**Held-out greedy accuracy ")  # gains first

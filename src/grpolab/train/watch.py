@@ -9,7 +9,11 @@
   returns NaN, a string or None, or an answer format the verifier cannot read): the first such
   step warns with the exception text and one failing completion;
 - more than ``log.warn_truncated_frac`` of a step's responses hit the length cap
-  (``length/truncated_frac``).
+  (``length/truncated_frac``) after the first steps. Early truncation is normal: a model that runs
+  past the cap learns to stop within a few steps (SmolLM2 on sums: 60-97% of responses cut in steps
+  1-5, under 10% by step 10, +25 to +70 points; docs/results/preflight_calibration.md), so in the first
+  ``log.warn_no_signal_steps`` steps (5 when that is 0) a truncated step gives one ``note:`` line, and
+  the warning comes only when truncation persists after them.
 
 A warning of each kind repeats at most once every :data:`REPEAT_EVERY` steps while it lasts.
 :func:`run_health` counts the same conditions over a whole ``metrics.jsonl`` for the report
@@ -17,7 +21,10 @@ A warning of each kind repeats at most once every :data:`REPEAT_EVERY` steps whi
 signal are normal at the start of a run that learns (every sample of a hard task fails until the
 first successes): the report warns only when they persist after the first
 ``log.warn_no_signal_steps`` steps (that many in a row later on) or are most of the run, and
-otherwise notes them as early steps.
+otherwise notes them as early steps. Truncated steps follow the same early-vs-persistent rule: a
+warning when that many in a row come after the first steps or the run's last step is still
+truncated, otherwise a note ("most of the run" is no warning here: runs that learned to stop were
+truncated on half their steps).
 :func:`memory_metrics` gives the process's peak resident memory (and the CUDA allocator's peak
 where a GPU is in use) for every metrics row.
 """
@@ -53,6 +60,19 @@ def all_errors(row: dict[str, Any]) -> bool:
     return errors is not None and scored is not None and scored > 0 and errors >= scored
 
 
+#: what to do about persistent truncation; the preflight's overlong row gives the same advice
+#: (grpolab.diagnostics.preflight: not truncation masking, which hides these failures from the loss)
+TRUNCATION_ADVICE = ("raise rollout.max_new_tokens if the responses are still working toward an answer, or ask for "
+                     "shorter answers / shape the overlong ones (objective.overlong_buffer); objective.mask_truncated "
+                     "hides these failures from the loss, and they are what a model that must learn to stop learns "
+                     "from (docs/when-grpo-helps.md)")
+
+
+def _early(no_signal_steps: int) -> int:
+    """The first steps in which steps without signal or truncated steps are normal."""
+    return no_signal_steps if no_signal_steps > 0 else 5
+
+
 def truncated_over(row: dict[str, Any], frac: float) -> bool:
     """More than ``frac`` of the step's responses hit the length cap."""
     t = _num(row, "length/truncated_frac")
@@ -65,8 +85,9 @@ class TrainingWatch:
 
     Args:
         no_signal_steps: consecutive steps without signal before warning (0 = never).
-        truncated_frac: the truncation share above which a step warns (>= 1 = never).
-        max_new_tokens: the length cap, named in the truncation warning.
+        truncated_frac: the truncation share above which a step is truncated (>= 1 = never): a note
+            in the first ``no_signal_steps`` steps (5 when that is 0), a warning after them.
+        max_new_tokens: the length cap, named in the truncation lines.
     """
 
     no_signal_steps: int = 5
@@ -95,18 +116,29 @@ class TrainingWatch:
             out.append(
                 f"warning: step {step}: no prompt group had reward variance in the last {self.streak} steps, so "
                 "every advantage was 0 and the model learned nothing; the task is too hard (or too easy) for the "
-                "model as sampled: check `grpolab headroom`, raise rollout.group_size or rollout.temperature, or "
+                "model as sampled: check `grpolab preflight`, raise rollout.group_size or rollout.temperature, or "
                 "set rollout.dynamic_sampling=true")
         if (_num(row, "reward/errors") or 0) > 0 and self._due("errors", step):
             out.append(self._reward_warning(step, row, reward_error))
-        if self.truncated_frac < 1 and truncated_over(row, self.truncated_frac) and self._due("truncated", step):
-            cap = f"rollout.max_new_tokens={self.max_new_tokens}" if self.max_new_tokens else "the length cap"
-            out.append(
-                f"warning: step {step}: {row['length/truncated_frac']:.0%} of responses hit {cap} (more than "
-                f"log.warn_truncated_frac={self.truncated_frac}); a truncated answer rarely scores: raise the cap, "
-                "ask for shorter answers, or set objective.mask_truncated / objective.overlong_buffer")
+        if self.truncated_frac < 1 and truncated_over(row, self.truncated_frac):
+            out += self._truncation_lines(step, row)
         return out
 
+    def _truncation_lines(self, step: int, row: dict[str, Any]) -> list[str]:
+        cap = f"rollout.max_new_tokens={self.max_new_tokens}" if self.max_new_tokens else "the length cap"
+        early = _early(self.no_signal_steps)
+        share = f"{row['length/truncated_frac']:.0%} of responses hit {cap}"
+        if step <= early:  # normal while the model learns to stop: said once
+            if "truncated_early" in self.last_warned:
+                return []
+            self.last_warned["truncated_early"] = step
+            return [f"note: step {step}: {share} (more than log.warn_truncated_frac={self.truncated_frac}); normal in "
+                    f"the first {_steps(early)} while the model learns to stop, a warning if it persists after them"]
+        if not self._due("truncated", step):
+            return []
+        return [f"warning: step {step}: {share} (more than log.warn_truncated_frac={self.truncated_frac}) after the "
+                f"first {_steps(early)}, so the model is not learning to stop and a truncated answer rarely scores: "
+                + TRUNCATION_ADVICE]
 
     def warned(self, kind: str, step: int) -> bool:
         """Whether warning ``kind`` (``errors``, ``no_signal``, ``truncated``) was given at ``step``."""
@@ -147,7 +179,9 @@ class RunHealth:
     hard prompt fails until the first successes); ``late_no_signal_streak``: the longest run of
     consecutive steps without signal after them. Steps without signal are a warning
     (:attr:`not_learning`) when that streak reaches ``early_steps`` or they are most of the run;
-    otherwise :meth:`note` mentions them."""
+    otherwise :meth:`note` mentions them. Truncated steps likewise (:attr:`truncation_persists`):
+    a warning when ``late_truncated_streak`` reaches ``early_steps`` or the last step (after the
+    first ones) is still truncated, otherwise a note (early truncation: the model learns to stop)."""
 
     steps: int
     no_signal_steps: int
@@ -157,12 +191,21 @@ class RunHealth:
     cuda_peak_mb: float | None
     early_steps: int = 5
     late_no_signal_streak: int = 0
+    late_truncated_streak: int = 0
+    last_step_truncated: bool = False
 
     @property
     def not_learning(self) -> bool:
         """Steps without signal persisted after the first ``early_steps`` or are most of the run."""
         return bool(self.no_signal_steps) and (self.late_no_signal_streak >= max(1, self.early_steps)
                                                or 2 * self.no_signal_steps > self.steps)
+
+    @property
+    def truncation_persists(self) -> bool:
+        """Truncated steps persisted after the first ``early_steps``: that many in a row later on, or
+        the run still truncated at its last step (after the first ones)."""
+        return bool(self.truncated_steps) and (self.late_truncated_streak >= max(1, self.early_steps)
+                                               or self.last_step_truncated)
 
     def headline(self) -> str | None:
         """One bold line for ``summary.md`` when something went wrong, else None."""
@@ -174,12 +217,29 @@ class RunHealth:
                          "reward variance, so this run is not learning)")
         if self.all_error_steps:
             parts.append(f"{_steps(self.all_error_steps)} had every verifier call fail")
-        if self.truncated_steps:
-            parts.append(f"{_steps(self.truncated_steps)} had most responses truncated")
+        if self.truncation_persists:
+            parts.append(f"{_steps(self.truncated_steps)} had most responses truncated ("
+                         + (f"{self.late_truncated_streak} in a row after the first {_steps(self.early_steps)}"
+                            if self.late_truncated_streak >= max(1, self.early_steps) else "still at the last step")
+                         + "): " + TRUNCATION_ADVICE)
         return ("**Warning: " + "; ".join(parts) + ".**") if parts else None
 
     def note(self) -> str | None:
-        """A plain line for steps without signal that are no warning (early in a run that learns)."""
+        """Plain lines for steps without signal and truncated steps that are no warning (early in a run
+        that learns), one paragraph each; None when there are none."""
+        notes = [x for x in (self._no_signal_note(), self._truncation_note()) if x]
+        return "\n\n".join(notes) if notes else None
+
+    def _truncation_note(self) -> str | None:
+        if not self.truncated_steps or self.truncation_persists:
+            return None
+        where = (f"all within the first {_steps(self.early_steps)}" if self.late_truncated_streak == 0 else
+                 f"at most {self.late_truncated_streak} in a row after the first {_steps(self.early_steps)}")
+        return (f"Note: {self.truncated_steps} of {self.steps} steps had most responses truncated ({where}; not at "
+                "the last step). That is normal while a model learns to stop; it is a warning when it persists "
+                f"({self.early_steps} in a row after the first {self.early_steps}, or at the last step).")
+
+    def _no_signal_note(self) -> str | None:
         if not self.no_signal_steps or self.not_learning:
             return None
         where = (f"all within the first {_steps(self.early_steps)}" if self.late_no_signal_streak == 0 else
@@ -192,6 +252,7 @@ class RunHealth:
         return {"steps": self.steps, "steps_without_signal": self.no_signal_steps,
                 "late_no_signal_streak": self.late_no_signal_streak, "not_learning": self.not_learning,
                 "steps_all_verifier_errors": self.all_error_steps, "steps_truncated_over": self.truncated_steps,
+                "late_truncated_streak": self.late_truncated_streak, "truncation_persists": self.truncation_persists,
                 "peak_rss_mb": self.peak_rss_mb, "cuda_peak_mb": self.cuda_peak_mb}
 
 
@@ -200,17 +261,22 @@ def run_health(rows: list[dict[str, Any]], *, truncated_frac: float = 0.5, early
     ``log.warn_no_signal_steps``, 5 when that is 0)."""
     rss = [v for v in (_num(r, "memory/peak_rss_mb") for r in rows) if v is not None]
     cuda = [v for v in (_num(r, "memory/cuda_peak_mb") for r in rows) if v is not None]
-    early = early_steps if early_steps > 0 else 5
-    streak = longest = 0
+    early = _early(early_steps)
+    trunc = [truncated_frac < 1 and truncated_over(r, truncated_frac) for r in rows]
+    streak = longest = t_streak = t_longest = 0
+    last_late = False
     for i, r in enumerate(rows):
         step = int(r.get("step", i + 1))
         streak = streak + 1 if step > early and no_signal(r) else 0
         longest = max(longest, streak)
+        t_streak = t_streak + 1 if step > early and trunc[i] else 0
+        t_longest = max(t_longest, t_streak)
+        last_late = step > early and trunc[i]
     return RunHealth(steps=len(rows), no_signal_steps=sum(no_signal(r) for r in rows),
-                     all_error_steps=sum(all_errors(r) for r in rows),
-                     truncated_steps=sum(truncated_frac < 1 and truncated_over(r, truncated_frac) for r in rows),
+                     all_error_steps=sum(all_errors(r) for r in rows), truncated_steps=sum(trunc),
                      peak_rss_mb=max(rss) if rss else None, cuda_peak_mb=max(cuda) if cuda else None,
-                     early_steps=early, late_no_signal_streak=longest)
+                     early_steps=early, late_no_signal_streak=longest, late_truncated_streak=t_longest,
+                     last_step_truncated=last_late)
 
 
 def memory_metrics() -> dict[str, float]:
