@@ -1,0 +1,74 @@
+"""benchmarks/experiments/preflight_calibration.py: the agreement it reports, the committed record's
+schema (issue 43), and the reasoning-gym settings' criterion (c): >= 200 distinct held-out questions."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "benchmarks" / "experiments" / "preflight_calibration.py"
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("preflight_calibration", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _setting(name, verdict, gains):
+    return {"name": name, "preflight": {"grpo": verdict},
+            "gain": {"seeds": {str(i): {"gain": g} for i, g in enumerate(gains)}}}
+
+
+def test_agreement_counts_the_sign_of_the_mean_gain_and_names_the_misses():
+    cal = _load()
+    record = {"settings": [
+        _setting("a", "indicated", [0.30, 0.20, 0.25]),        # agrees
+        _setting("b", "indicated", [0.01, -0.02, 0.02]),       # mean +0.3 points: no gain -> miss
+        _setting("c", "not indicated", [0.0, 0.01, -0.01]),    # agrees (no gain)
+        _setting("d", "not indicated", [0.12, 0.15, 0.11]),    # miss, and every seed gained >= 10 points
+        _setting("e", "can't tell", [0.5]),                    # counted apart
+        {"name": "f", "preflight": {"grpo": "indicated"}, "gain": {"seeds": {}}},  # not run: not counted
+    ]}
+    cal._summarise(record, 0.02)
+    a = record["agreement"]
+    assert (a["settings_with_runs"], a["decided"], a["cant_tell"], a["agree_decided"]) == (5, 4, 1, 2)
+    assert a["share_of_decided"] == 0.5 and a["share_of_all"] == 0.4
+    assert a["never_not_indicated_where_all_seeds_gain_10pts"] is False
+    missed = [m["setting"] for m in record["misses"]]
+    assert missed == ["b", "d", "d"]  # d: the sign miss and the every-seed-gained rule
+    assert record["settings"][0]["gain"]["final"] == pytest.approx(0.25)
+
+
+def test_committed_record_has_the_issue_schema():
+    rec = json.loads((ROOT / "docs" / "results" / "preflight_calibration.json").read_text())
+    assert len(rec["settings"]) >= 12
+    for s in rec["settings"]:
+        assert s["model"] and s["task"] and s["preflight"]["grpo"] in ("indicated", "not indicated", "can't tell")
+        assert s["gain"]["seeds"] and isinstance(s["gain"]["final"], float)
+    a = rec["agreement"]
+    assert 0 <= a["share_of_decided"] <= 1 and a["decided"] + a["cant_tell"] == a["settings_with_runs"]
+    assert isinstance(rec["misses"], list) and len(rec["commit"]) == 40
+    assert "benchmarks/experiments/preflight_calibration.py" in rec["command"]
+
+
+def test_reasoning_gym_settings_hold_200_distinct_held_out_questions():
+    pytest.importorskip("reasoning_gym")
+    from grpolab.config import load_config
+    from grpolab.tasks.base import get_task
+
+    cal = _load()
+    rg = [s for s in cal.SETTINGS if s["name"].startswith("smollm2/rg/")]
+    assert len(rg) == 3
+    for s in rg:
+        cfg_file, sets = cal._config(s, ROOT / "runs" / "calib")
+        cfg = load_config(ROOT / cfg_file, sets)
+        assert cfg.rollout.max_new_tokens == 32 and cfg.task.name == "reasoning_gym"
+        task = get_task(cfg.task.name, **cfg.task.options)
+        held_out = {it.prompt for it in task.items("eval")}
+        assert len(held_out) >= 200, s["name"]
+        assert not held_out & {it.prompt for it in task.items("train")}
+        assert all(len(it.reference) <= 4 and it.reference.isdigit() for it in task.items("eval"))  # criterion (a)
