@@ -29,15 +29,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
 from grpolab.diagnostics.readability import accepted_targets, auc, first_wrong_token, localisation
+from grpolab.utils import bench
 
 __all__ = ["accepted_targets", "first_wrong_token", "localisation", "measure_signal", "choose_warm_start"]
 
@@ -124,11 +124,6 @@ def _run(warm_start, run_dir, steps, seed, sets, nice: int, clock: str = "wall",
     return json.loads(line[len("RESULT "):])
 
 
-def _machine() -> dict:
-    return {"platform": platform.platform(), "cpus": os.cpu_count(),
-            "loadavg_at_start": os.getloadavg()}
-
-
 def speed(args) -> None:
     from grpolab.utils.io import atomic_write_json
 
@@ -136,7 +131,7 @@ def speed(args) -> None:
     times: dict[str, list[float]] = {m: [] for m in SPEED_METHODS}
     rss: dict[str, float] = {m: 0.0 for m in SPEED_METHODS}
     cuda: dict[str, float | None] = {m: None for m in SPEED_METHODS}
-    machine = _machine()
+    machine = bench.machine()  # its loadavg: at the start
     for rnd in range(args.rounds):
         for m, sets in SPEED_METHODS.items():
             r = _run(args.warm_start, root / f"{m}_{rnd}", args.steps, 0,
@@ -156,7 +151,7 @@ def speed(args) -> None:
                      "peak_rss_mb": rss[m], "peak_cuda_mb": cuda[m], "n_steps": len(times[m])})
         print(f"| {m} | {mean:.3f} | {mean / base:.2f} | {'' if target is None else f'<= {target}'} | "
               f"{rss[m]:.0f} | {cuda[m] if cuda[m] is not None else '-'} |")
-    machine["loadavg_at_end"] = os.getloadavg()
+    machine["loadavg_at_end"] = bench.load_average()
     out = Path(args.out or RESULTS / "credit_speed.json")
     atomic_write_json(out, {"machine": machine, "clock": args.clock, "steps_per_run": args.steps, "rounds": args.rounds,
                             "extra": args.set, "rows": rows})
@@ -168,7 +163,7 @@ def quality(args) -> None:
 
     root = Path(args.root or tempfile.mkdtemp(prefix="credit_quality_"))
     out = Path(args.out or RESULTS / "credit_quality.json")
-    machine = _machine()
+    machine = bench.machine()  # its loadavg: at the start
     results = []
     methods = {m: QUALITY_METHODS[m] for m in args.methods}
     for seed in args.seeds:
@@ -182,7 +177,7 @@ def quality(args) -> None:
             results.append(row)
             print(f"seed {seed} {m:5s} {r['start_accuracy']:.3f} -> {r['final_accuracy']:.3f} "
                   f"(best {r['best_accuracy']:.3f}) {r['wall_s']:.0f}s  curve {r['eval_curve']}", flush=True)
-            machine["loadavg_at_end"] = os.getloadavg()
+            machine["loadavg_at_end"] = bench.load_average()
             atomic_write_json(out, {"machine": machine, "steps": args.steps, "seeds": args.seeds,
                                     "extra": args.set, "warm_start": str(args.warm_start), "runs": results})
     print("\n| credit | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean final | mean gain |")

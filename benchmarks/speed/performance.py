@@ -193,7 +193,7 @@ def scaling(cfg_overrides: dict, width: int, items, steps: int) -> dict:
                                                   intermediate_size=inter), seed=0)
     rows = timed_steps(model, tok, cfg, items, steps=steps, eos=False, rewards_fn=bernoulli_rewards(0))
     return {
-        "params": sum(p.numel() for p in model.parameters()), "step_s": median(rows, "step_s"),
+        "params": bench.param_count(model), "step_s": median(rows, "step_s"),
         "rollout_s": median(rows, "rollout_s"), "update_s": median(rows, "update_s"),
         "update_tokens_per_s": median(rows, "update_tokens") / median(rows, "update_s"),
     }

@@ -63,7 +63,6 @@ import argparse
 import copy
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -443,9 +442,7 @@ def main(argv=None) -> int:
                                                        "rows": a.prompts * a.group_size,
                                                        "max_new_tokens": a.max_new_tokens},
         "dtype": "float32", "malloc_mmap_threshold": heap,
-        "cpu": {"count": os.cpu_count(), "processor": platform.processor(),
-                "avx512_bf16": "avx512_bf16" in cpu_flags, "amx_bf16": "amx_bf16" in cpu_flags},
-        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__},
+        "machine": bench.machine(avx512_bf16="avx512_bf16" in cpu_flags, amx_bf16="amx_bf16" in cpu_flags),
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "load_at_start": bench.load_average(),
     }
     ceilings = [bench.matmul_gflops()]

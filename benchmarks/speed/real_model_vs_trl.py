@@ -47,6 +47,8 @@ import sys
 import time
 from pathlib import Path
 
+from grpolab.utils import bench
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 SIDES = ("grpolab", "adapter", "trl")
@@ -225,11 +227,6 @@ def markdown(record: dict) -> str:
 # one run (in its own process)
 
 
-def _cpu_s() -> float:
-    t = os.times()
-    return t.user + t.system
-
-
 def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_: list[str]) -> dict:
     """Train one side for one seed; its curve, step times and peak memory."""
     import grpolab.utils.offline  # noqa: F401  (before transformers/trl)
@@ -239,7 +236,7 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
     from grpolab.config import load_config
     from grpolab.train.watch import memory_metrics
 
-    t0, c0, load0 = time.time(), _cpu_s(), os.getloadavg()[0]
+    t0, c0, load0 = time.time(), bench.process_cpu_seconds(), os.getloadavg()[0]
     over = [f"trainer.seed={seed}", "task.n_eval=all", *set_]
     rec: dict = {"side": side, "seed": seed}
     if side == "grpolab":
@@ -258,14 +255,14 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
 
         def evaluate_start(*a, **k):
             out = start_fn(*a, **k)
-            cpu["start"] = _cpu_s()
+            cpu["start"] = bench.process_cpu_seconds()
             return out
 
         def evaluate_now(*a, **k):
-            c = _cpu_s()
+            c = bench.process_cpu_seconds()
             cpu["at"].append(c - cpu["start"] - cpu["evals"])
             out = now_fn(*a, **k)
-            cpu["evals"] += _cpu_s() - c
+            cpu["evals"] += bench.process_cpu_seconds() - c
             return out
 
         loop.evaluate_start, loop.evaluate_now = evaluate_start, evaluate_now
@@ -309,7 +306,7 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
                    peak_rss_mb_steps=clock.peak_rss_mb,
                    trl_rewards=[row["reward"] for row in trainer.state.log_history if "reward" in row])
     rec.update(step_s=step_s, curve=curve, final=curve[-1]["accuracy"], wall_s=sum(step_s),
-               peak_rss_mb_end=memory_metrics()["memory/peak_rss_mb"], cpu_s=_cpu_s() - c0,
+               peak_rss_mb_end=memory_metrics()["memory/peak_rss_mb"], cpu_s=bench.process_cpu_seconds() - c0,
                process_wall_s=time.time() - t0, load_avg=[load0, os.getloadavg()[0]], steps=len(step_s))
     return rec
 

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -125,6 +124,15 @@ def worker(n: int) -> dict:
     return out
 
 
+def _machine(load_before, load_after) -> dict:
+    """The toolkit's machine record (:func:`grpolab.utils.bench.machine`), with the load averages
+    around the measurement. Imported here, after the measurement: a ``--worker`` may run an older
+    grpolab (``--before``) that has no toolkit, and torch stays out of the timed process."""
+    from grpolab.utils import bench
+
+    return bench.machine(load_average_before=load_before, load_average_after=load_after)
+
+
 def before_after(args) -> None:
     import json
     import subprocess
@@ -169,9 +177,7 @@ def before_after(args) -> None:
     path = Path(args.out)
     atomic_write_json(path, {"median": med, "from_cpu": idle, "rounds": runs, "sides": sides,
                              "config": {"rounds": args.rounds, "n_code": args.n_code},
-                             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                                         "load_average_before": load_before,
-                                         "load_average_after": load_after}})
+                             "machine": _machine(load_before, load_after)})
     print(f"wrote {path}")
 
 
@@ -255,9 +261,7 @@ def main() -> None:
         "code_verifier_items_per_s_on_2_idle_cores_from_cpu": 2000 / per_code,
         "config": vars(args) | {"threads": threads, "pool_size": pool.size,
                                 "isolation": list(pool.features())},
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                    "python": platform.python_version(),
-                    "load_average_before": load_before, "load_average_after": load_after},
+        "machine": _machine(load_before, load_after),
     })
     print(f"wrote {RESULTS}")
 

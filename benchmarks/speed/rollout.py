@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -151,9 +150,9 @@ def main() -> None:
             "model": "Llama hidden 192, 4 layers, 4 heads, intermediate 512, vocab 48",
             "params": n_params, "prompts": N_PROMPTS, "group_size": GROUP, "max_new_tokens": MAX_NEW,
             "prompt_lengths": [len(p) for p in prompts], "repeats": args.repeats,
-            "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "transformers": __import__("transformers").__version__, "machine": platform.processor() or platform.machine(),
+            "threads": torch.get_num_threads(),
         },
+        "machine": bench.machine(),
         "scenarios": {},
     }
     print(f"model: {n_params / 1e6:.2f}M params; {N_PROMPTS} prompts x {GROUP} samples, {MAX_NEW} new tokens, "

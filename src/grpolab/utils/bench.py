@@ -10,6 +10,7 @@ load averages in about fifteen scripts, the matmul ceiling and parameter counts 
   GFLOP/s are read against.
 - :func:`interleaved` -- time several contenders in alternating rounds, so that a noisy machine
   affects each alike (compare side by side, as ratios).
+- :func:`process_cpu_seconds` -- this process's CPU time (a clock the machine's load barely moves).
 - :func:`cpu_counters`, :func:`others_cores`, :func:`wait_for_idle` -- how many cores other
   processes kept busy during a timed span (a shared machine), and waiting for a quiet one.
 - :func:`param_count`, :func:`linear_param_count` -- parameters, counted once.
@@ -31,7 +32,7 @@ from typing import Any, Callable, Iterable
 from grpolab.utils.io import atomic_write_json
 
 __all__ = ["command_line", "cpu_counters", "interleaved", "linear_param_count", "load_average", "machine",
-           "matmul_gflops", "others_cores", "param_count", "wait_for_idle", "write_json"]
+           "matmul_gflops", "others_cores", "param_count", "process_cpu_seconds", "wait_for_idle", "write_json"]
 
 #: the libraries whose versions :func:`machine` records when they are installed
 PACKAGES = ("grpolab", "torch", "transformers")
@@ -122,6 +123,12 @@ def interleaved(contenders: dict[str, Callable[[int], Any]], rounds: int, *,
     return out
 
 
+def process_cpu_seconds() -> float:
+    """CPU seconds of this process so far, all threads (user + system)."""
+    t = os.times()
+    return t.user + t.system
+
+
 def cpu_counters() -> tuple[float, float, float] | None:
     """``(wall, system busy CPU-seconds, this process's CPU-seconds)`` from /proc (None off Linux)."""
     try:
@@ -131,8 +138,7 @@ def cpu_counters() -> tuple[float, float, float] | None:
         busy = (sum(fields[:8]) - fields[3] - fields[4]) / hz  # all but idle and iowait (guest is in user)
     except (OSError, ValueError, IndexError):
         return None
-    t = os.times()
-    return time.perf_counter(), busy, t.user + t.system
+    return time.perf_counter(), busy, process_cpu_seconds()
 
 
 def others_cores(a, b) -> float | None:
