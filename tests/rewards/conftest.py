@@ -18,11 +18,41 @@ SECRET_VALUE = "s3cr3t-" + uuid.uuid4().hex
 os.environ[SECRET_ENV] = SECRET_VALUE
 
 
+def _descends_from(pid: int, ancestors: set[int]) -> bool:
+    """Whether ``pid`` is one of ``ancestors`` or a descendant of one (via /proc PPid)."""
+    seen = 0
+    while pid > 1 and seen < 64:
+        if pid in ancestors:
+            return True
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                pid = int(next(ln for ln in f if ln.startswith("PPid:")).split()[1])
+        except (OSError, StopIteration, ValueError):
+            return False
+        seen += 1
+    return False
+
+
+#: Pools these fixtures made (their never-used prestarted sandboxes are not leftovers).
+_POOLS: list = []
+
+
+def _idle(pools) -> set[int]:
+    """bubblewrap pids of the prestarted sandboxes no program has used yet, of ``pools`` and
+    of the process-wide default pool."""
+    from grpolab.rewards import sandbox as sandbox_mod
+
+    default = [sandbox_mod._POOL] if sandbox_mod._POOL is not None else []
+    return {pid for pool in [*pools, *default] for pid in pool.idle_sandbox_pids()}
+
+
 def _processes_with_uid(uid: int) -> list[tuple[int, str]]:
-    """(pid, command) of every live process whose real uid is ``uid`` (from /proc)."""
+    """(pid, command) of every live process whose real uid is ``uid`` (from /proc), except
+    the never-used prestarted sandboxes of the fixtures' pools and their children."""
     found = []
+    idle = _idle(_POOLS)
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not name.isdigit() or _descends_from(int(name), idle):
             continue
         try:
             with open(f"/proc/{name}/status") as f:
@@ -39,10 +69,12 @@ def _processes_with_uid(uid: int) -> list[tuple[int, str]]:
 
 
 def _processes_in(pool) -> list[tuple[int, str]]:
-    """(pid, command) of every live process inside a sandbox ``pool`` started."""
+    """(pid, command) of every live process inside a sandbox ``pool`` started (its prestarted,
+    never-used sandboxes aside: a PID namespace's inode number is reused once it is freed)."""
     found = []
+    idle = _idle([pool, *_POOLS])
     for name in os.listdir("/proc"):
-        if not name.isdigit():
+        if not name.isdigit() or _descends_from(int(name), idle):
             continue
         try:
             ns = os.stat(f"/proc/{name}/ns/pid").st_ino
@@ -89,6 +121,7 @@ def sandbox_pool():
     from grpolab.rewards.sandbox import SandboxPool
 
     pool = SandboxPool(size=1)
+    _POOLS.append(pool)
     feats = pool.features()
     yield pool, feats
     pool.close()
@@ -133,6 +166,7 @@ def unprivileged_server():
         uid = UNPRIVILEGED_UID
     else:
         server, uid = sandbox_mod.SandboxPool(size=1), os.getuid()
+    _POOLS.append(server)
     feats = server.features()
     missing = set(sandbox_mod.REQUIRED_FEATURES) - set(feats)
     if missing:

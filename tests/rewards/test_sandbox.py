@@ -166,3 +166,10 @@ def _sleepers(uid):
             if f"\nUid:\t{uid}\t" in st and b"time.sleep(30)" in cmd:
                 out.append(int(name))
     return out
+
+
+def test_the_pool_is_exported_under_its_own_name_and_the_old_one_still_works():
+    import grpolab.rewards as rewards
+
+    assert "SandboxPool" in rewards.__all__
+    assert rewards.SandboxPool is rewards.ForkServerPool  # deprecated alias, one release

@@ -288,3 +288,30 @@ def test_later_pools_reuse_the_first_one_s_view():
     finally:
         second.close()
         first.close()
+
+
+def test_a_dead_processs_staging_dir_is_swept_and_a_live_ones_kept(tmp_path):
+    from grpolab.rewards.sandbox import view
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid is free now (reuse within this test is vanishingly unlikely)
+    gone = tmp_path / f"{view.VIEW_PREFIX}{dead.pid}-abc"
+    (gone / "usr").mkdir(parents=True)
+    mine = tmp_path / f"{view.VIEW_PREFIX}{os.getpid()}-def"
+    mine.mkdir()
+    other = tmp_path / f"{view.VIEW_PREFIX}notapid"
+    other.mkdir()
+    assert view.sweep(str(tmp_path)) == [str(gone)]
+    assert not gone.exists() and mine.exists() and other.exists()
+
+
+def test_a_pool_stages_its_view_under_its_pid_and_removes_it_on_close():
+    pool = SandboxPool(size=1)
+    try:
+        root = pool.launcher().staged["root"]
+    except SandboxError as exc:
+        pytest.skip(f"no sandbox here: {exc}")
+    assert os.path.basename(root).startswith(f"grpolab-view-{os.getpid()}-")
+    assert os.path.isdir(root)
+    pool.close()
+    assert not os.path.exists(root)

@@ -52,10 +52,11 @@ from grpolab.rewards.math import (
 from grpolab.rewards.final_line import final_line_reward
 from grpolab.rewards.reasoning_gym import import_reasoning_gym, reasoning_gym_reward
 from grpolab.rewards.sandbox import (
-    ForkServerPool,
+    ForkServerPool,  # deprecated alias of SandboxPool (kept for one release)
     SandboxError,
     SandboxIsolation,
     SandboxLimits,
+    SandboxPool,
     SandboxResult,
     isolation_of,
     isolation_required,
@@ -77,6 +78,7 @@ __all__ = [
     "SandboxError",
     "SandboxIsolation",
     "SandboxLimits",
+    "SandboxPool",
     "SandboxResult",
     "ScoreRequest",
     "code_reward",

@@ -20,7 +20,8 @@ import threading
 from dataclasses import dataclass
 
 from grpolab.rewards.sandbox.limits import SandboxError, SandboxLimits, SandboxResult
-from grpolab.rewards.sandbox.runner import DEFAULT_PACKAGES, Launcher, Proc, spawn, supervise
+from grpolab.rewards.sandbox.prestart import Key, Prestarter
+from grpolab.rewards.sandbox.runner import DEFAULT_PACKAGES, Launcher, Proc, discard, start, supervise
 
 __all__ = ["FEATURES", "SandboxPool", "UID_BASE", "default_size"]
 
@@ -96,6 +97,7 @@ class SandboxPool:
             self._slots.put(k)
         self._lock = threading.Lock()
         self._launcher: Launcher | None = None
+        self._prestart: Prestarter | None = None
         self._uids: list[int | None] | None = None
         #: PID-namespace inodes of every sandbox started (audits: nothing may outlive a run).
         self.pid_namespaces: set[int] = set()
@@ -110,6 +112,7 @@ class SandboxPool:
             if self._launcher is None:
                 self._launcher = Launcher(self.python, None, self.packages)
                 self._uids = self._choose_uids(self._launcher)
+                self._prestart = Prestarter(self._start_key)
             return self._launcher
 
     def _choose_uids(self, launcher: Launcher) -> list[int | None]:
@@ -124,6 +127,12 @@ class SandboxPool:
                           f"({launcher.spec['executable']}): programs run as uid 0 of the "
                           "host without capabilities, inside their user namespace")
         return [None] * self.size
+
+    def idle_sandbox_pids(self) -> list[int]:
+        """bubblewrap pids of the prestarted sandboxes no program has used yet (see
+        :mod:`.prestart`): audits for leftover processes leave these (and their children) out."""
+        prestart = self._prestart
+        return prestart.idle_pids() if prestart is not None else []
 
     def sandbox_uids(self) -> list[int]:
         """Host uids programs run as (empty when they run as this process's uid)."""
@@ -145,7 +154,12 @@ class SandboxPool:
         return FEATURES + uid
 
     def warm_up(self) -> None:
+        """Stage the view and prestart one sandbox per slot for the default limits."""
         self.launcher()
+        key = ("one", SandboxLimits().tmp_mb())
+        for slot in range(self.size):
+            if self._prestart is not None:
+                self._prestart.fill(slot, key)
 
     def _probe(self) -> "SandboxPool":
         return self
@@ -162,15 +176,44 @@ class SandboxPool:
             return
         with self._lock:
             launcher, self._launcher = self._launcher, None
+            prestart, self._prestart = self._prestart, None
+        if prestart is not None:
+            prestart.close()
         if launcher is not None:
             launcher.close()
 
     # -------------------------------------------------------------- runs
 
-    def _spawn(self, slot: int, role: str, limits, stdin=b"", **kw) -> Proc:
+    def _start_key(self, slot: int, key: Key) -> list[Proc]:
+        """Start fresh sandboxes for ``key``: ("one", tmp_mb) or a ("pair", tmp_mb) of a
+        solver and a judge joined by two pipes (solver first)."""
         launcher = self.launcher()
-        p = spawn(launcher, role, limits, stdin, user=(self._uids or [None])[slot], **kw)
-        return p
+        user = (self._uids or [None])[slot]
+        limits = SandboxLimits(memory_mb=max(16, 4 * key[1]), file_size_mb=key[1])  # tmp_mb() = key[1]
+        if key[0] == "one":
+            return [start(launcher, limits, None, user)]
+        s2j_r, s2j_w = os.pipe()
+        j2s_r, j2s_w = os.pipe()
+        procs: list[Proc] = []
+        try:
+            procs.append(start(launcher, limits, (j2s_r, s2j_w), user))
+            procs.append(start(launcher, limits, (s2j_r, j2s_w), user))
+        except BaseException:
+            discard(procs)
+            raise
+        finally:
+            for fd in (s2j_r, s2j_w, j2s_r, j2s_w):
+                os.close(fd)
+        return procs
+
+    def _sandboxes(self, slot: int, kind: str, limits: SandboxLimits) -> list[Proc]:
+        """Fresh, never-used sandboxes for one run: the slot's prestarted ones when they fit
+        ``limits``, else started now (see :mod:`.prestart`)."""
+        self.launcher()
+        key = (kind, limits.tmp_mb())
+        prestart = self._prestart
+        procs = prestart.take(slot, key) if prestart is not None else None
+        return procs if procs is not None else self._start_key(slot, key)
 
     def _record_ns(self, procs: list[Proc]) -> None:
         for p in procs:
@@ -188,54 +231,49 @@ class SandboxPool:
     def run(self, source: str, stdin: str, limits: SandboxLimits,
             private_input: str = "") -> SandboxResult:
         slot = self._slots.get()
+        procs: list[Proc] = []
         try:
-            p = self._spawn(slot, "program", limits, stdin.encode(), source=source,
-                            private=private_input.encode())
+            procs = self._sandboxes(slot, "one", limits)
+            [p] = procs
+            p.load(self.launcher(), "program", limits, stdin.encode(),
+                   private_input.encode(), source=source)
             wall = self._go([p], limits, p)
             return result_of(p, limits, wall, self.isolation_features())
         finally:
+            discard(procs)
             self._slots.put(slot)
 
     def run_fast(self, program: str, setup: str, exprs: list[str], stdin: str,
                  limits: SandboxLimits) -> tuple[SandboxResult, list]:
         slot = self._slots.get()
+        procs: list[Proc] = []
         try:
-            p = self._spawn(slot, "fast", limits, stdin.encode(), source=program, setup=setup,
-                            exprs=list(exprs))
+            procs = self._sandboxes(slot, "one", limits)
+            [p] = procs
+            p.load(self.launcher(), "fast", limits, stdin.encode(), source=program,
+                   setup=setup, exprs=list(exprs))
             wall = self._go([p], limits, p)
             return result_of(p, limits, wall, self.isolation_features()), p.report.records
         finally:
+            discard(procs)
             self._slots.put(slot)
 
     def run_judged(self, program: str, setup: str, tests: list[str], stdin: str,
                    limits: SandboxLimits) -> Judged:
         slot = self._slots.get()
-        s2j_r, s2j_w = os.pipe()
-        j2s_r, j2s_w = os.pipe()
         procs: list[Proc] = []
         try:
-            procs.append(self._spawn(slot, "solver", limits, stdin.encode(),
-                                     peer=(j2s_r, s2j_w), source=program, setup=setup))
-            procs.append(self._spawn(slot, "judge", limits, b"", peer=(s2j_r, j2s_w),
-                                     setup=setup, tests=list(tests)))
-            for fd in (s2j_r, s2j_w, j2s_r, j2s_w):
-                os.close(fd)
-            s2j_r = -1
+            procs = self._sandboxes(slot, "pair", limits)
             solver, judge = procs
+            launcher = self.launcher()
+            solver.load(launcher, "solver", limits, stdin.encode(), source=program, setup=setup)
+            judge.load(launcher, "judge", limits, b"", setup=setup, tests=list(tests))
             wall = self._go(procs, limits, judge)
             feats = self.isolation_features()
             return Judged(judge.report.records, result_of(judge, limits, wall, feats),
                           result_of(solver, limits, wall, feats))
         finally:
-            if s2j_r != -1:
-                for fd in (s2j_r, s2j_w, j2s_r, j2s_w):
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-                for p in procs:
-                    p.kill("")
-                    supervise([p], limits, p)
+            discard(procs)  # no-op for sandboxes supervise already reaped and closed
             self._slots.put(slot)
 
     def isolation_features(self) -> tuple[str, ...]:

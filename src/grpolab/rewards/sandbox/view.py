@@ -248,8 +248,10 @@ def view_spec(packages=()) -> dict:
 def stage(spec: dict) -> dict:
     """``{"root": staging dir, "binds": [(src, dst)], "empty": empty dir}`` for ``spec``:
     single files linked into the staging tree (binds of its top-level folders first), then the
-    directory binds on top. The staging dir is private to this process (removed by the caller)."""
-    root = tempfile.mkdtemp(prefix="grpolab-view-")
+    directory binds on top. The staging dir is private to this process (removed by the caller;
+    one left by a process that died without removing it is removed here, see :func:`sweep`)."""
+    sweep()
+    root = tempfile.mkdtemp(prefix=f"{VIEW_PREFIX}{os.getpid()}-")
     os.chmod(root, 0o755)
     tops: list[str] = []
     dir_binds: list[tuple[str, str]] = []
@@ -278,6 +280,38 @@ def stage(spec: dict) -> dict:
     binds += [(empty, d) for d in spec.get("hide", ())]
     binds += [(s, d) for s, d in dir_binds if d.startswith(PACKAGES_DIR + "/")]
     return {"root": root, "binds": binds, "empty": empty}
+
+
+#: Staging dirs are ``<tmp>/grpolab-view-<pid>-<random>``.
+VIEW_PREFIX = "grpolab-view-"
+
+
+def sweep(tmp: str | None = None) -> list[str]:
+    """Remove staging dirs of this uid whose process is gone (a crashed or killed trainer
+    cannot remove its own); returns the removed paths."""
+    tmp = tmp or tempfile.gettempdir()
+    removed = []
+    try:
+        names = os.listdir(tmp)
+    except OSError:
+        return removed
+    for name in names:
+        pid = name[len(VIEW_PREFIX):].split("-", 1)[0]
+        if not name.startswith(VIEW_PREFIX) or not pid.isdigit():
+            continue
+        path = os.path.join(tmp, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid() or os.path.islink(path):
+                continue
+            os.kill(int(pid), 0)
+            continue  # its process is alive
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def _mkdirs(root: str, path: str) -> None:
