@@ -158,7 +158,7 @@ class SandboxPool:
         self.launcher()
         key = ("one", SandboxLimits().tmp_mb())
         for slot in range(self.size):
-            if self._prestart is not None:
+            for _ in range(self._prestart.depth if self._prestart is not None else 0):
                 self._prestart.fill(slot, key)
 
     def _probe(self) -> "SandboxPool":

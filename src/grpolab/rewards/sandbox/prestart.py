@@ -36,9 +36,10 @@ class Prestarter:
     prestarting thread only).
     """
 
-    def __init__(self, start: Callable[[int, Key], list[Proc]]) -> None:
+    def __init__(self, start: Callable[[int, Key], list[Proc]], depth: int = 1) -> None:
         self._start = start
-        self._ready: dict[int, tuple[Key, list[Proc]]] = {}
+        self.depth = depth
+        self._ready: dict[int, list[tuple[Key, list[Proc]]]] = {}
         self._lock = threading.Lock()
         self._todo: queue.Queue = queue.Queue()
         self._closed = False
@@ -53,7 +54,8 @@ class Prestarter:
         if os.getpid() != self.owner_pid:  # a forked child: its parent's sandboxes are not its own
             return None
         with self._lock:
-            entry = self._ready.pop(slot, None)
+            queue_ = self._ready.get(slot, [])
+            entry = queue_.pop(0) if queue_ else None
             if not self._closed:
                 self._todo.put((slot, key))
         if entry is None:
@@ -73,7 +75,7 @@ class Prestarter:
     def idle_pids(self) -> list[int]:
         """bubblewrap pids of the ready, never-used sandboxes (audits leave them out)."""
         with self._lock:
-            return [p.popen.pid for _, procs in self._ready.values() for p in procs]
+            return [p.popen.pid for q in self._ready.values() for _, procs in q for p in procs]
 
     def close(self) -> None:
         """Stop prestarting and discard every unused sandbox (owner process only)."""
@@ -81,7 +83,7 @@ class Prestarter:
             return
         with self._lock:
             self._closed = True
-            ready, self._ready = list(self._ready.values()), {}
+            ready, self._ready = [e for q in self._ready.values() for e in q], {}
         self._todo.put(None)
         self._thread.join(timeout=10)
         for _, procs in ready:
@@ -97,11 +99,15 @@ class Prestarter:
                 procs = self._start(slot, key)
             except Exception:  # noqa: BLE001 - the run itself then starts one and reports
                 continue
+            old = []
             with self._lock:
-                old = None if self._closed else self._ready.pop(slot, None)
                 if not self._closed:
-                    self._ready[slot] = (key, procs)
+                    q = self._ready.setdefault(slot, [])
+                    q.append((key, procs))
+                    # at most ``depth`` per slot, those of the newest key first in line
+                    old = [e for e in q if e[0] != key] + [e for e in q if e[0] == key][self.depth:]
+                    q[:] = [e for e in q if e[0] == key][:self.depth]
             if self._closed:
                 discard(procs)
-            elif old is not None:
-                discard(old[1])
+            for _, stale in old:
+                discard(stale)
