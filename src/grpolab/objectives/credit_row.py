@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from grpolab import step_row as K
 from grpolab.objectives.credit import credit_metrics
 
 __all__ = ["credit_step_metrics"]
@@ -32,28 +33,30 @@ def credit_step_metrics(result, lam: float, student_logp: torch.Tensor, teacher_
 
     ``kl_sampled`` is KL(student || teacher) on the student's own samples (the k1 estimate from
     the sampled tokens; ``kl``: the exact value when computed); ``delta_*`` and GEAR's segment
-    statistics are over the scored rows only (unscored rows have delta 0).
+    statistics are over the scored rows only (unscored rows have delta 0). Every key and its
+    meaning: :data:`grpolab.step_row.STEP_METRICS` (docs/metrics.md).
     """
-    row: dict[str, float] = {"credit/lam": float(lam),
-                             "credit/scored_rows_frac": float(scored.float().mean()) if len(scored) else 0.0}
+    row: dict[str, float] = {K.CREDIT_LAM: float(lam),
+                             K.CREDIT_SCORED_ROWS_FRAC: float(scored.float().mean()) if len(scored) else 0.0}
     valid = mask.bool() & scored.unsqueeze(-1)
     n = max(int(valid.sum()), 1)
-    row["credit/kl_sampled"] = float(torch.where(valid, student_logp - teacher_logp,
+    row[K.CREDIT_KL_SAMPLED] = float(torch.where(valid, student_logp - teacher_logp,
                                                  torch.zeros_like(student_logp)).sum()) / n
     if divergence is not None:
-        row["credit/kl"] = float(torch.where(valid, divergence, torch.zeros_like(divergence)).sum()) / n
+        row[K.CREDIT_KL] = float(torch.where(valid, divergence, torch.zeros_like(divergence)).sum()) / n
     if bool(valid.any()):
         seg = result.segment_ids
         if seg is not None:
             seg = torch.where(valid, seg, torch.zeros_like(seg))
         delta = torch.where(valid, teacher_logp - student_logp, torch.zeros_like(student_logp)).double()
         for k, v in credit_metrics(delta, torch.zeros_like(valid), valid, valid.double(), seg).items():
-            if k not in ("clip_frac", "reweighted_frac"):
-                row[f"credit/{k}"] = float(v)
-    if "clip_frac" in result.metrics:
-        row["credit/clip_frac"] = float(result.metrics["clip_frac"])
+            if k not in ("clip_frac", "reweighted_frac"):  # the clip rate is the reweighting's own, below
+                row[K.row_key(K.CREDIT, k)] = float(v)
+    clip = K.stat_name(K.CREDIT, K.CREDIT_CLIP_FRAC)
+    if clip in result.metrics:
+        row[K.CREDIT_CLIP_FRAC] = float(result.metrics[clip])
     mult = result.multiplier[valid]
     if mult.numel():
-        row["credit/multiplier_min"] = float(mult.min())
-        row["credit/multiplier_max"] = float(mult.max())
+        row[K.CREDIT_MULTIPLIER_MIN] = float(mult.min())
+        row[K.CREDIT_MULTIPLIER_MAX] = float(mult.max())
     return row

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import torch
 
 from grpolab import objectives as obj
+from grpolab import step_row as K
 from grpolab.config import Config, CreditConfig
 from grpolab.train.frozen import frozen_copy
 from grpolab.objectives.credit_row import credit_step_metrics
@@ -85,7 +86,7 @@ def leakage(completions: Sequence[str], items: Sequence, template: str) -> dict[
         if len(priv) >= 8 and priv in text:
             copy_ += 1
     n = max(len(completions), 1)
-    return {"credit/leak_mention_frac": mention / n, "credit/leak_copy_frac": copy_ / n}
+    return {K.CREDIT_LEAK_MENTION_FRAC: mention / n, K.CREDIT_LEAK_COPY_FRAC: copy_ / n}
 
 
 class CreditStep:
@@ -197,7 +198,7 @@ class CreditStep:
                                     **c.method_kwargs())
         metrics = credit_step_metrics(out, lam, full_student, full_teacher, mask, scored, divergence=full_div)
         metrics.update(leakage(exp.texts, exp.row_items, self.leak_template()))
-        metrics["time/teacher"] = time.time() - t0
+        metrics[K.TIME_TEACHER] = time.time() - t0
         return CreditOutput(advantages=out.advantages, multiplier=out.multiplier, segment_ids=out.segment_ids,
                             student_logp=full_student, teacher_logp=full_teacher, divergence=full_div,
                             metrics=metrics)

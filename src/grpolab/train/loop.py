@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from grpolab import objectives as obj
+from grpolab import step_row as K
 from grpolab.config import Config
 from grpolab.models import stop_token_ids
 from grpolab.rollout import response_logprobs
@@ -41,7 +42,6 @@ from grpolab.train.metrics_log import MetricsLog
 from grpolab.train.report import write_report
 from grpolab.train.rundir import RunDir
 from grpolab.train.completions import append_jsonl, completion_rows, examples_table
-from grpolab.train.metric_names import with_verl_names
 from grpolab.train.setup import (
     build_policy,
     model_context,
@@ -147,8 +147,8 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
             stats = update(state.policy, state.optimizer, state.scheduler,
                            without_truncated(exp) if cfg.objective.mask_truncated else exp, spec)
         state.finish_step()
-        row = {**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics, **exp.episode_metrics,
-               **_throughput(state, exp, timer), **memory_metrics()}
+        row = K.checked({**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics,
+                         **exp.episode_metrics, **_throughput(state, exp, timer), **memory_metrics()})
         for line in watch.observe(state.step, row, exp.reward_error_example):  # a run that cannot learn says so
             warn(line)
         every = cfg.log.completions_every
@@ -161,10 +161,10 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
             metrics_log.text("completions", examples_table(rows), state.step)
         if state.step % tr.eval_every == 0 or state.step == tr.steps:
             row.update(evaluate_now(state, collector, eval_items, cfg))
-        metrics_log.log(state.step, with_verl_names(row) if cfg.log.metric_names == "both" else row)
+        metrics_log.log(state.step, K.with_verl_names(row) if cfg.log.metric_names == "both" else row)
         # the figures of the step just finished, set before the line (or bar) for it is drawn
-        progress.set_postfix(reward=f"{row['reward/mean']:.2f}", acc=f"{row['accuracy']:.2f}",
-                             eval=f"{state.history['eval'][-1]['accuracy']:.2f}", s=f"{row['time/step']:.1f}")
+        progress.set_postfix(reward=f"{row[K.REWARD_MEAN]:.2f}", acc=f"{row[K.ACCURACY]:.2f}",
+                             eval=f"{state.history['eval'][-1]['accuracy']:.2f}", s=f"{row[K.TIME_STEP]:.1f}")
         progress.update(1)
         if state.step % tr.save_every == 0 or state.step == tr.steps:
             state.seconds = earlier + time.time() - t_start
@@ -303,7 +303,7 @@ def evaluate_now(state: TrainState, collector: Collector, eval_items, cfg: Confi
     """Held-out greedy evaluation after a step; recorded in the state's history."""
     ev = _evaluate(state.policy, state.tokenizer, eval_items, cfg, collector)
     state.record_eval(state.step, ev.accuracy, ev.mean_reward, per_family(eval_items, ev.scores))
-    return {"eval/accuracy": ev.accuracy, "eval/mean_reward": ev.mean_reward, "eval/mean_length": ev.mean_length}
+    return {K.EVAL_ACCURACY: ev.accuracy, K.EVAL_MEAN_REWARD: ev.mean_reward, K.EVAL_MEAN_LENGTH: ev.mean_length}
 
 
 def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: float,
@@ -333,9 +333,9 @@ def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: floa
 def _throughput(state: TrainState, exp: Experience, timer: PhaseTimer) -> dict[str, float]:
     n_tokens = int(exp.rollout.response_mask.sum()) + int(exp.rollout.prompt_mask.sum())
     step_time = timer.total()
-    return {"lr": state.scheduler.get_last_lr()[0], "time/step": step_time,
-            "time/rollout": exp.seconds.get("rollout", 0.0), "time/reward": exp.seconds.get("reward", 0.0),
-            "time/update": timer.seconds.get("update", 0.0), "tokens_per_s": n_tokens / max(step_time, 1e-9)}
+    return {K.LR: state.scheduler.get_last_lr()[0], K.TIME_STEP: step_time,
+            K.TIME_ROLLOUT: exp.seconds.get("rollout", 0.0), K.TIME_REWARD: exp.seconds.get("reward", 0.0),
+            K.TIME_UPDATE: timer.seconds.get("update", 0.0), K.TOKENS_PER_S: n_tokens / max(step_time, 1e-9)}
 
 
 def _logprobs(model, rollout, spec: UpdateSpec) -> torch.Tensor:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from grpolab import objectives as obj
+from grpolab import step_row as K
 from grpolab.config import Config, ObjectiveConfig
 from grpolab.rollout import response_logprobs
 
@@ -139,7 +140,8 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
     over the rows that went through the forward, ``loss``/``pg_loss``/``kl`` as the mean over
     optimizer steps of each mini-batch's loss, ``clip_frac_by_pos/*``, ``cum_log_ratio_rms_by_pos/*`` and
     ``cum_log_ratio_rms_pos_gt100`` (the drift of the behaviour policy by position), ``skipped_rows_frac`` and
-    ``grad_norm`` (mean over optimizer steps).
+    ``grad_norm`` (mean over optimizer steps). The step row holds each as ``update/`` + its name;
+    what each means: :data:`grpolab.step_row.STEP_METRICS` (docs/metrics.md).
     """
     rollout, advantages, old_logp, ref_logp = exp.rollout, exp.advantages, exp.old_logp, exp.ref_logp
     if advantages is None:
@@ -192,17 +194,17 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
     out = means.means()
     out.update({k: float(np.mean(v)) for k, v in losses.items()})  # mean over optimizer steps
     labels = obj.position_bucket_labels()
-    out.update({f"clip_frac_by_pos/{labels[int(b)]}": v for b, v in clip_by_pos.means().items()
+    out.update({K.stat_name(K.UPDATE, K.UPDATE_CLIP_BY_POS, labels[int(b)]): v for b, v in clip_by_pos.means().items()
                 if clip_by_pos.counts[b] > 0})
     # the spread (root mean square) of the cumulative log ratio: how far the behaviour policy has
     # drifted by each position (0 on-policy at the first optimizer step)
     drift = drift_by_pos.means()
-    out.update({f"cum_log_ratio_rms_by_pos/{labels[int(b)]}": float(np.sqrt(drift[b])) for b in drift
+    out.update({K.stat_name(K.UPDATE, K.UPDATE_DRIFT_BY_POS, labels[int(b)]): float(np.sqrt(drift[b])) for b in drift
                 if b != "late" and drift_by_pos.counts[b] > 0})
     if drift_by_pos.counts.get("late", 0) > 0:
-        out[f"cum_log_ratio_rms_pos_gt{obj.LATE_POSITION}"] = float(np.sqrt(drift["late"]))
-    out["skipped_rows_frac"] = skipped / max(total_rows, 1)
-    out["grad_norm"] = float(np.mean(grad_norms))
+        out[K.stat_name(K.UPDATE, K.UPDATE_DRIFT_LATE, str(obj.LATE_POSITION))] = float(np.sqrt(drift["late"]))
+    out[K.stat_name(K.UPDATE, K.UPDATE_SKIPPED_ROWS_FRAC)] = skipped / max(total_rows, 1)
+    out[K.stat_name(K.UPDATE, K.UPDATE_GRAD_NORM)] = float(np.mean(grad_norms))
     return out
 
 
@@ -217,7 +219,7 @@ def _forward_backward(policy, part, adv, old_logp, ref_logp, W, spec: UpdateSpec
     loss.backward()
     n_tok = float(part.response_mask.sum())
     valid = part.response_mask.bool()
-    m["entropy"] = lp.entropy.detach()[valid].sum() / max(n_tok, 1.0)
+    m[K.stat_name(K.UPDATE, K.UPDATE_ENTROPY)] = lp.entropy.detach()[valid].sum() / max(n_tok, 1.0)
     return m, n_tok
 
 

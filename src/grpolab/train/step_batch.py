@@ -32,6 +32,7 @@ from typing import Callable
 
 import torch
 
+from grpolab import step_row as K
 from grpolab.config import Config
 from grpolab.objectives.shaping import group_has_signal, overlong_penalty, truncation_mask
 from grpolab.rollout import Rollout
@@ -92,7 +93,7 @@ def collect_step(collector, model, next_prompts: Callable[[int], list], cfg: Con
         shaping = overlong_penalty(exp.rollout.response_mask.float().cpu(), max_len=max_response_len(cfg),
                                    buffer=buffer, penalty=cfg.objective.overlong_penalty)
         exp = exp.replace(reward_shaping=shaping)
-        metrics["reward/overlong_penalty"] = float(shaping.mean())
+        metrics[K.REWARD_OVERLONG_PENALTY] = float(shaping.mean())
     return exp, metrics
 
 
@@ -122,9 +123,8 @@ def _dynamic_sampling(collect: Callable[[int], Experience], *, prompts_per_step:
     assert last is not None
     out = concat_experiences(kept, pad_id=pad_id) if kept else last
     out = out.replace(reward_errors=errors, reward_scored=scored, seconds=seconds)
-    return out, {"dynamic_sampling/rounds": float(rounds), "dynamic_sampling/sampled_groups": float(sampled),
-                 "dynamic_sampling/kept_groups": float(n_kept),
-                 "dynamic_sampling/signal_frac": with_signal / max(sampled, 1)}
+    return out, {K.DS_ROUNDS: float(rounds), K.DS_SAMPLED_GROUPS: float(sampled), K.DS_KEPT_GROUPS: float(n_kept),
+                 K.DS_SIGNAL_FRAC: with_signal / max(sampled, 1)}
 
 
 def _pad_id(collector) -> int:

@@ -14,7 +14,8 @@ from grpolab import objectives as obj
 from grpolab.config import Config
 from grpolab.train.evaluate import SOLVED
 from grpolab.train.experience import Experience
-from grpolab.train.metric_names import with_verl_names
+from grpolab import step_row as K
+from grpolab.step_row import with_verl_names
 
 __all__ = ["GroupLengths", "group_lengths", "metric_schema", "step_metrics", "within_group_lengths"]
 
@@ -29,43 +30,43 @@ def step_metrics(exp: Experience, update_stats: dict[str, float]) -> dict[str, f
     solved = rewards >= SOLVED
     nan = float("nan")
     row: dict[str, float] = {
-        "reward/mean": float(rewards.mean()),
-        "reward/std": float(rewards.std()) if len(rewards) > 1 else 0.0,
-        "reward/max": float(rewards.max()),
-        "reward/min": float(rewards.min()),
-        "accuracy": float(solved.float().mean()),
-        "length/mean": float(lengths.mean()),
-        "length/std": float(lengths.std()) if len(lengths) > 1 else 0.0,
-        "length/max": float(lengths.max()),
-        "length/min": float(lengths.min()),
-        "length/truncated_frac": float((~rollout.finished.cpu()).float().mean()),
-        "prompt_length/mean": float(rollout.prompt_mask.sum(-1).float().mean()),
-        "reward/errors": float(exp.reward_errors),
+        K.REWARD_MEAN: float(rewards.mean()),
+        K.REWARD_STD: float(rewards.std()) if len(rewards) > 1 else 0.0,
+        K.REWARD_MAX: float(rewards.max()),
+        K.REWARD_MIN: float(rewards.min()),
+        K.ACCURACY: float(solved.float().mean()),
+        K.LENGTH_MEAN: float(lengths.mean()),
+        K.LENGTH_STD: float(lengths.std()) if len(lengths) > 1 else 0.0,
+        K.LENGTH_MAX: float(lengths.max()),
+        K.LENGTH_MIN: float(lengths.min()),
+        K.LENGTH_TRUNCATED_FRAC: float((~rollout.finished.cpu()).float().mean()),
+        K.PROMPT_LENGTH_MEAN: float(rollout.prompt_mask.sum(-1).float().mean()),
+        K.REWARD_ERRORS: float(exp.reward_errors),
     }
     if exp.advantages is not None:  # sequence advantages, or the token mean of per-token ones
         adv = exp.advantages.detach().float().cpu()
         if adv.dim() == 2:  # in float64: a row of equal advantages then averages to exactly that value
             m = rollout.response_mask.cpu().double()
             adv = (adv.double() * m).sum(-1) / m.sum(-1).clamp_min(1)
-        row.update({"advantages/mean": float(adv.mean()), "advantages/max": float(adv.max()),
-                    "advantages/min": float(adv.min())})
+        row.update({K.ADVANTAGES_MEAN: float(adv.mean()), K.ADVANTAGES_MAX: float(adv.max()),
+                    K.ADVANTAGES_MIN: float(adv.min())})
     # aggregation diagnostics: length of right vs wrong answers, and the sign-length gap
-    row["length/correct"] = float(lengths[solved].mean()) if solved.any() else nan
-    row["length/incorrect"] = float(lengths[~solved].mean()) if (~solved).any() else nan
-    row["length/gap_incorrect_minus_correct"] = row["length/incorrect"] - row["length/correct"]
+    row[K.LENGTH_CORRECT] = float(lengths[solved].mean()) if solved.any() else nan
+    row[K.LENGTH_INCORRECT] = float(lengths[~solved].mean()) if (~solved).any() else nan
+    row[K.LENGTH_GAP] = row[K.LENGTH_INCORRECT] - row[K.LENGTH_CORRECT]
     idx = exp.prompt_index
     n = len(exp.items)
     row.update(within_group_lengths(lengths, solved, idx.cpu(), n))
     # fraction of groups whose rewards are all equal (they carry no GRPO signal)
     hi = torch.full((n,), -float("inf")).scatter_reduce(0, idx, rewards, "amax")
     lo = torch.full((n,), float("inf")).scatter_reduce(0, idx, rewards, "amin")
-    row["groups/all_equal_frac"] = float((hi - lo <= 1e-12).float().mean())
+    row[K.GROUPS_ALL_EQUAL_FRAC] = float((hi - lo <= 1e-12).float().mean())
     # groups whose advantage is not 0 everywhere (rewards as the advantage sees them, shaping included):
     # 0 means the step had nothing to learn from (see grpolab.train.watch)
     signal = obj.group_has_signal(exp.learning_rewards, idx)
-    row["groups/with_signal"] = float(torch.unique(idx[signal]).numel())
-    row["reward/scored"] = float(exp.reward_scored if exp.reward_scored is not None else len(rewards))
-    row.update({f"update/{k}": v for k, v in update_stats.items()})
+    row[K.GROUPS_WITH_SIGNAL] = float(torch.unique(idx[signal]).numel())
+    row[K.REWARD_SCORED] = float(exp.reward_scored if exp.reward_scored is not None else len(rewards))
+    row.update({K.row_key(K.UPDATE, k): v for k, v in update_stats.items()})
     return row
 
 
@@ -118,26 +119,20 @@ def within_group_lengths(lengths_B: torch.Tensor, solved_B: torch.Tensor, group_
     mixed = g.mixed_G
     nan = float("nan")
     if not mixed.any():
-        return {"length/mixed_correct": nan, "length/mixed_incorrect": nan, "length/mixed_ratio": nan,
-                "groups/mixed_frac": 0.0}
+        return {K.LENGTH_MIXED_CORRECT: nan, K.LENGTH_MIXED_INCORRECT: nan, K.LENGTH_MIXED_RATIO: nan,
+                K.GROUPS_MIXED_FRAC: 0.0}
     correct = float(g.correct_G[mixed].mean())
     incorrect = float(g.incorrect_G[mixed].mean())
-    return {"length/mixed_correct": correct, "length/mixed_incorrect": incorrect,
-            "length/mixed_ratio": incorrect / correct if correct > 0 else nan,
-            "groups/mixed_frac": float(mixed.float().mean())}
+    return {K.LENGTH_MIXED_CORRECT: correct, K.LENGTH_MIXED_INCORRECT: incorrect,
+            K.LENGTH_MIXED_RATIO: incorrect / correct if correct > 0 else nan,
+            K.GROUPS_MIXED_FRAC: float(mixed.float().mean())}
 
 
 def metric_schema(cfg: Config) -> list[str]:
     """Keys every step row carries (null in metrics.jsonl when a step does not compute them): the
     update's loss metrics (absent when every row was skipped), the clip rate and the drift of the
     cumulative log ratio of every position bucket, and the evaluation keys (computed every ``trainer.eval_every`` steps)."""
-    keys = [f"update/{k}" for k in ("loss", "pg_loss", "kl", "clip_frac_low", "clip_frac_high", "clip_frac_dual",
-                                     "clip_frac", "ratio_mean", "ratio_min", "ratio_max", "approx_kl", "entropy",
-                                     "skipped_rows_frac", "grad_norm")]
-    keys += [f"update/clip_frac_by_pos/{label}" for label in obj.position_bucket_labels()]
-    keys += [f"update/cum_log_ratio_rms_by_pos/{label}" for label in obj.position_bucket_labels()]
-    keys += [f"update/cum_log_ratio_rms_pos_gt{obj.LATE_POSITION}"]
-    keys += ["eval/accuracy", "eval/mean_reward", "eval/mean_length"]
+    keys = K.group_keys("update") + K.group_keys("eval")  # in grpolab.step_row's order
     if cfg.log.metric_names == "both":
         keys = list(with_verl_names(dict.fromkeys(keys, float("nan"))))
     return keys

@@ -37,6 +37,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpolab import step_row as K
+
 __all__ = ["REPEAT_EVERY", "RunHealth", "TrainingWatch", "memory_metrics", "run_health"]
 
 REPEAT_EVERY = 25  # steps between two warnings of the same kind while the condition lasts
@@ -51,12 +53,12 @@ def _num(row: dict[str, Any], key: str) -> float | None:
 
 def no_signal(row: dict[str, Any]) -> bool:
     """The step had no prompt group with reward variance (nothing for the update to learn)."""
-    return _num(row, "groups/with_signal") == 0
+    return _num(row, K.GROUPS_WITH_SIGNAL) == 0
 
 
 def all_errors(row: dict[str, Any]) -> bool:
     """Every verifier call of the step failed."""
-    errors, scored = _num(row, "reward/errors"), _num(row, "reward/scored")
+    errors, scored = _num(row, K.REWARD_ERRORS), _num(row, K.REWARD_SCORED)
     return errors is not None and scored is not None and scored > 0 and errors >= scored
 
 
@@ -75,7 +77,7 @@ def _early(no_signal_steps: int) -> int:
 
 def truncated_over(row: dict[str, Any], frac: float) -> bool:
     """More than ``frac`` of the step's responses hit the length cap."""
-    t = _num(row, "length/truncated_frac")
+    t = _num(row, K.LENGTH_TRUNCATED_FRAC)
     return t is not None and t > frac
 
 
@@ -118,7 +120,7 @@ class TrainingWatch:
                 "every advantage was 0 and the model learned nothing; the task is too hard (or too easy) for the "
                 "model as sampled: check `grpolab preflight`, raise rollout.group_size or rollout.temperature, or "
                 "set rollout.dynamic_sampling=true")
-        if (_num(row, "reward/errors") or 0) > 0 and self._due("errors", step):
+        if (_num(row, K.REWARD_ERRORS) or 0) > 0 and self._due("errors", step):
             out.append(self._reward_warning(step, row, reward_error))
         if self.truncated_frac < 1 and truncated_over(row, self.truncated_frac):
             out += self._truncation_lines(step, row)
@@ -145,7 +147,7 @@ class TrainingWatch:
         return self.last_warned.get(kind) == step
 
     def _reward_warning(self, step: int, row: dict[str, Any], ex: dict[str, Any] | None) -> str:
-        errors, scored = int(row["reward/errors"]), int(row.get("reward/scored") or 0)
+        errors, scored = int(row[K.REWARD_ERRORS]), int(row.get(K.REWARD_SCORED) or 0)
         if scored and errors >= scored:
             what = f"every response ({errors})"
         elif scored:
@@ -259,8 +261,8 @@ class RunHealth:
 def run_health(rows: list[dict[str, Any]], *, truncated_frac: float = 0.5, early_steps: int = 5) -> RunHealth:
     """:class:`RunHealth` of the step rows of ``metrics.jsonl`` (``early_steps``: see there;
     ``log.warn_no_signal_steps``, 5 when that is 0)."""
-    rss = [v for v in (_num(r, "memory/peak_rss_mb") for r in rows) if v is not None]
-    cuda = [v for v in (_num(r, "memory/cuda_peak_mb") for r in rows) if v is not None]
+    rss = [v for v in (_num(r, K.MEMORY_PEAK_RSS_MB) for r in rows) if v is not None]
+    cuda = [v for v in (_num(r, K.MEMORY_CUDA_PEAK_MB) for r in rows) if v is not None]
     early = _early(early_steps)
     trunc = [truncated_frac < 1 and truncated_over(r, truncated_frac) for r in rows]
     streak = longest = t_streak = t_longest = 0
@@ -291,9 +293,9 @@ def memory_metrics() -> dict[str, float]:
             mb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
     except (OSError, StopIteration, ValueError, IndexError):
         pass
-    out = {"memory/peak_rss_mb": float(mb)}
+    out = {K.MEMORY_PEAK_RSS_MB: float(mb)}
     import torch
 
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        out["memory/cuda_peak_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        out[K.MEMORY_CUDA_PEAK_MB] = torch.cuda.max_memory_allocated() / 2**20
     return out
