@@ -24,11 +24,17 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    (subfolders mirror subpackages), in ``tests/<folder>/`` for the repository's own
    :data:`SCRIPT_FOLDERS`, or at the top as ``tests/test_<module>[_*].py`` for a top-level
    module; :data:`TOP_LEVEL_TESTS` names the others.
+8. Benchmarks write to one folder: an output a script under ``benchmarks/`` writes when not told
+   otherwise (an ``add_argument`` default, a module-level ``*OUT*`` / ``RESULTS*`` constant) lies
+   under ``runs/bench/`` through :func:`grpolab.utils.bench.results_path`; a committed record goes to
+   ``docs/results/`` only through the ``--out`` its page's command states. :data:`OUTPUT_PENDING`
+   names the scripts still to follow, each with its reason.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -46,6 +52,13 @@ SCRIPT_FOLDERS = ("benchmarks", "docs", "studies", "tools")
 SCRIPT_LOADS = {
     "benchmarks/speed/objectives.py": "times the float64 loop reference of tests/objectives/reference.py (test code)",
 }
+#: benchmark script (file name) -> why its default output is not yet under runs/bench/ (rule 8)
+OUTPUT_PENDING = {
+    "preflight_calibration.py": "being moved to benchmarks/experiments/ by its owner (issue 43) this session",
+    "real_credit_reads.py": "being moved to benchmarks/experiments/ by its owner (issue 44) this session",
+}
+#: module-level names that hold a script's default output (rule 8)
+OUTPUT_NAME = re.compile(r"(^|_)(OUT|OUTPUT|RESULTS?)(_|$)")
 #: test files at the top of ``tests/`` that mirror no module
 TOP_LEVEL_TESTS = {"test_structure.py": "these rules themselves, run by CI"}
 #: leaf modules (prefix) -> the grpolab prefixes they may import
@@ -264,6 +277,43 @@ def path_edits(scripts: Path, exempt: dict[str, str] | None = None) -> list[str]
     return out
 
 
+def _names_a_results_folder(expr: ast.AST, consts: dict[str, ast.AST]) -> bool:
+    """Whether ``expr`` (its module-level names resolved once) spells a results folder by hand: a
+    string with ``results`` in it, and no call of the toolkit's ``results_path`` / ``RESULTS_DIR``."""
+    parts = [expr] + [consts[n.id] for n in ast.walk(expr) if isinstance(n, ast.Name) and n.id in consts]
+    text = " ".join(ast.unparse(x) for x in parts)
+    if "results_path" in text or "RESULTS_DIR" in text:
+        return False
+    return any(isinstance(n, ast.Constant) and isinstance(n.value, str) and "results" in n.value
+               for x in parts for n in ast.walk(x))
+
+
+def output_defaults(scripts: Path, exempt: dict[str, str] | None = None) -> list[str]:
+    """Default outputs of the scripts under ``scripts/benchmarks`` that name a results folder by
+    hand instead of :func:`grpolab.utils.bench.results_path` (rule 8; files named in ``exempt``,
+    default :data:`OUTPUT_PENDING`, pass)."""
+    exempt = OUTPUT_PENDING if exempt is None else exempt
+    out = []
+    for p in sorted((scripts / "benchmarks").rglob("*.py")):
+        if p.name in exempt:
+            continue
+        tree = ast.parse(p.read_text(encoding="utf-8"), str(p))
+        consts = {t.id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                  for t in node.targets if isinstance(t, ast.Name)}
+        found = [(node.lineno, f"{t.id} = ...", node.value) for node in tree.body if isinstance(node, ast.Assign)
+                 for t in node.targets if isinstance(t, ast.Name) and OUTPUT_NAME.search(t.id)]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument":
+                flag = next((a.value for a in node.args if isinstance(a, ast.Constant)), "?")
+                found += [(kw.value.lineno, f"{flag}'s default", kw.value) for kw in node.keywords if kw.arg == "default"]
+        for line, what, expr in found:
+            if _names_a_results_folder(expr, consts):
+                out.append(f"{p.relative_to(scripts).as_posix()}:{line} {what} names a results folder by hand; "
+                           "default to grpolab.utils.bench.results_path(NAME) (runs/bench/) and write a committed "
+                           "record with --out docs/results/...")
+    return out
+
+
 def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
     """Every violation in the package at ``root`` and the scripts of the repository ``scripts``
     (default: the package's repository, when ``root`` is the package)."""
@@ -279,6 +329,8 @@ def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
         scripts = PACKAGE.parents[1]
     if scripts is not None:
         out += path_edits(scripts)
+        if (scripts / "benchmarks").is_dir():
+            out += output_defaults(scripts)
         if (scripts / "tests").is_dir():
             out += test_layout(scripts / "tests", root)
     return out

@@ -22,7 +22,7 @@ of correct responses and lower it for wrong ones (per template)? If it cannot, R
 noise to GRPO's magnitudes.
 
 ``DIR`` is a warm-started model (e.g. ``RUN_DIR/sft`` of a default run, or ``grpolab sft --out DIR``).
-Prints a table and writes ``benchmarks/results/credit_{speed,quality}.json``.
+Prints a table and writes ``runs/bench/credit_{speed,quality}.json``.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from grpolab.utils import bench
 
 __all__ = ["accepted_targets", "first_wrong_token", "localisation", "measure_signal", "choose_warm_start"]
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+RESULTS = bench.RESULTS_DIR
 SPEED_METHODS = {
     "grpo": ["credit.name=grpo"],
     "rlsd": ["credit.name=rlsd"],

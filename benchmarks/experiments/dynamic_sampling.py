@@ -8,7 +8,7 @@ sampling rounds per step, the mean step time, and held-out greedy accuracy befor
 
     python benchmarks/experiments/dynamic_sampling.py --seeds 0 1 2 --steps 40 --prompts 32 4
 
-Prints a table (dynamic / plain ratios side by side) and writes benchmarks/results/dynamic_sampling.json.
+Prints a table (dynamic / plain ratios side by side) and writes runs/bench/dynamic_sampling.json.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--prompts", type=int, nargs="+", default=[32, 4])
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="benchmarks/results/dynamic_sampling.json")
+    ap.add_argument("--out", default=str(bench.results_path("dynamic_sampling.json")))
     ap.add_argument("--root", default=None, help="work directory (default: a new temporary one); finished "
                     "runs found there are reused, so an interrupted invocation continues")
     args = ap.parse_args()

@@ -10,7 +10,7 @@ success of the warm start and of each seed's final model, overall and by item fa
     # reuse a warm start; extra overrides go to `grpolab train`
     python benchmarks/experiments/envs.py --env web --warm-start runs/web_ws --set trainer.steps=60 --jobs 2
 
-Prints a table and writes benchmarks/results/envs.json (one entry per environment, merged into
+Prints a table and writes runs/bench/envs.json (one entry per environment, merged into
 the file if it exists).
 """
 
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--n-eval", type=int, default=128, help="held-out items (same for every seed)")
     ap.add_argument("--jobs", type=int, default=1, help="seeds trained at once")
     ap.add_argument("--root", default=None, help="where runs go (default runs/bench_envs_ENV)")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "envs.json"))
+    ap.add_argument("--out", default=str(bench.results_path("envs.json")))
     args = ap.parse_args()
     config = args.config or str(ROOT / CONFIGS[args.env])
     root = Path(args.root or ROOT / "runs" / f"bench_envs_{args.env}")

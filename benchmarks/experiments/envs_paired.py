@@ -8,7 +8,7 @@ run evaluated make the comparison less noisy, and none of them chose the models.
     python benchmarks/experiments/envs_paired.py --config examples/web_agent.yaml --n-eval 512 \
         --start runs/web_ws_e runs/web_bench_e/seed0/final runs/web_bench_e/seed1/final
 
-Prints a table and writes benchmarks/results/envs_paired.json.
+Prints a table and writes runs/bench/envs_paired.json.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 
 from grpolab.diagnostics import mcnemar_exact
 from grpolab.runs import greedy_episodes
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
 
@@ -27,7 +28,7 @@ def main() -> None:
     ap.add_argument("--n-eval", type=int, default=512)
     ap.add_argument("--start", required=True, help="the start (warm-started) model directory")
     ap.add_argument("models", nargs="+", help="model directories trained from --start")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "envs_paired.json"))
+    ap.add_argument("--out", default=str(bench.results_path("envs_paired.json")))
     args = ap.parse_args()
     _, base = greedy_episodes(args.start, args.config, args.n_eval)
     n = len(base)

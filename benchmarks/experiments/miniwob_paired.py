@@ -8,7 +8,7 @@ two-sided McNemar p-value on those discordant seeds (``benchmarks/experiments/en
     python benchmarks/experiments/miniwob_paired.py --config examples/miniwob.yaml --per-task 200 \\
         --start runs/miniwob/sft runs/miniwob/final
 
-Prints a table and writes benchmarks/results/miniwob_paired.json. ``--by-target`` adds, per task,
+Prints a table and writes runs/bench/miniwob_paired.json. ``--by-target`` adds, per task,
 greedy success split by the page's target field (e.g. focus-text-2's "Focus into the 2nd input":
 target 2): a policy that ignores the target solves one value and none of the others.
 """
@@ -22,6 +22,7 @@ from pathlib import Path
 
 from grpolab.diagnostics import mcnemar_exact
 from grpolab.runs import greedy_episodes, heldout_items
+from grpolab.utils import bench
 
 from grpolab.utils.io import atomic_write_json
 
@@ -45,7 +46,7 @@ def main() -> None:
     ap.add_argument("--per-task", type=int, default=200, help="held-out seeds per task")
     ap.add_argument("--start", required=True, help="the start (warm-started) model directory")
     ap.add_argument("models", nargs="*", help="model directories trained from --start")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "miniwob_paired.json"))
+    ap.add_argument("--out", default=str(bench.results_path("miniwob_paired.json")))
     ap.add_argument("--cache", default=None, help="JSON file of per-model greedy outcomes to reuse and extend "
                     "(a model already evaluated on the same seeds is not played again)")
     ap.add_argument("--only", action="store_true", help="only evaluate the models into --cache, print nothing")

@@ -19,7 +19,8 @@ import re
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from grpolab.utils import bench
+
 
 _CLICK = re.compile(r"click\((\d+)\)")
 
@@ -58,7 +59,7 @@ def main() -> None:
     ap.add_argument("--task", required=True, help="one MiniWoB++ task of the config (e.g. click-link)")
     ap.add_argument("--per-task", type=int, default=200, help="held-out seeds")
     ap.add_argument("models", nargs="+", help="model directories")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "miniwob_position.json"))
+    ap.add_argument("--out", default=str(bench.results_path("miniwob_position.json")))
     args = ap.parse_args()
 
     from grpolab.runs import greedy_eval, heldout_items

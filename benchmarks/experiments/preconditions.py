@@ -12,7 +12,7 @@ easy and hard prompts), the shares of the mixed groups' failures that are longer
 their group's mean success, and how many failures were cut at ``rollout.max_new_tokens``. The issue's
 precondition is a within-group ratio >= 1.25 over >= 1,000 responses.
 
-Prints one JSON line and writes ``--out`` (default ``benchmarks/results/preconditions_lengths.json``).
+Prints one JSON line and writes ``--out`` (default ``runs/bench/preconditions_lengths.json``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ import argparse
 import json
 from pathlib import Path
 
+from grpolab.utils import bench
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+RESULTS = bench.RESULTS_DIR
 
 
 def length_coupling(lengths: list[float], correct: list[bool], group_size: int) -> dict:

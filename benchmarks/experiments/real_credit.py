@@ -34,6 +34,7 @@ from pathlib import Path
 from grpolab.diagnostics.readability import READABLE_AUC
 from grpolab.diagnostics.stats import wilson_interval
 from grpolab.sweep.study import collect, fmt_diff, paired
+from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +101,7 @@ def build(study: Path, signal: dict, variant: str, heldout: int) -> dict:
             "for n in 1 2 3; do grpolab compare studies/real_credit.yaml --vary credit.name=grpo,rlsd,gear,opsd "
             "--seeds $n --jobs 2 --out runs/study_real_credit; done",
             f"python benchmarks/experiments/real_credit.py runs/study_real_credit --signal docs/results/real_credit_signal.json "
-            f"--variant {variant}",
+            f"--variant {variant} --json docs/results/real_credit.json",
         ],
         "commit": commit,
     }
@@ -157,7 +158,7 @@ def main() -> None:
     ap.add_argument("--signal", required=True, help="benchmarks/experiments/credit.py signal's JSON on the base model")
     ap.add_argument("--variant", default="user_bare", help="the signal variant the study trained with")
     ap.add_argument("--heldout", type=int, default=219, help="held-out items of each evaluation")
-    ap.add_argument("--json", default=str(ROOT / "docs" / "results" / "real_credit.json"))
+    ap.add_argument("--json", default=str(bench.results_path("real_credit.json")))
     ap.add_argument("--tables", default=None, help="also write the two tables (markdown) here")
     args = ap.parse_args()
     doc = build(Path(args.study), json.loads(Path(args.signal).read_text()), args.variant, args.heldout)

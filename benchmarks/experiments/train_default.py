@@ -6,7 +6,7 @@ greedy accuracy of the warm-started model (before RL) and after RL, and the gain
 
     python benchmarks/experiments/train_default.py --seeds 0 1 2
 
-Prints a table and writes benchmarks/results/train_default.json.
+Prints a table and writes runs/bench/train_default.json.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--set", dest="extra", action="append", default=[], help="extra --set for grpolab train")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "train_default.json"))
+    ap.add_argument("--out", default=str(bench.results_path("train_default.json")))
     args = ap.parse_args()
     extra = sum((["--set", s] for s in args.extra), [])
     rows = []

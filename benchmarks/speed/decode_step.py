@@ -18,7 +18,7 @@ shapes (``[64, 192] x [192, 576]`` and so on, each timed alone). ``torch.profile
 self CPU time per op for one run of each decoder (the breakdown in docs/performance.md).
 
 Run:  python benchmarks/speed/decode_step.py [--repeats 7] [--threads N]
-Writes benchmarks/results/decode_step.json (atomically).
+Writes runs/bench/decode_step.json (atomically).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from grpolab.rollout import sample
 from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "decode_step.json"
+RESULTS = bench.results_path("decode_step.json")
 N_PROMPTS, GROUP, NEW = 8, 8, 48
 
 

@@ -29,7 +29,7 @@ peak RSS fresh and after ``--resume``) run on a GPU machine as they are
     python benchmarks/speed/gpu_check.py --model DIR     # a real model (bf16 on the GPU)
     python benchmarks/speed/gpu_check.py --dry-run       # the same code on CPU at a tiny width (CI)
 
-Writes benchmarks/results/gpu_check.json (``--out``).
+Writes runs/bench/gpu_check.json (``--out``).
 """
 
 from __future__ import annotations
@@ -258,7 +258,7 @@ def main(argv=None) -> int:
     ap.add_argument("--model", type=Path, default=None, help="a local HF model directory (default: random Qwen-shaped)")
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the rollout-vs-generate timing")
     ap.add_argument("--peak-tflops", type=float, default=None, help="override the bf16 peak (TFLOP/s)")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "gpu_check.json"))
+    ap.add_argument("--out", default=str(bench.results_path("gpu_check.json")))
     args = ap.parse_args(argv)
     if args.dry_run:
         device, dtype, shape = torch.device("cpu"), torch.float32, TINY

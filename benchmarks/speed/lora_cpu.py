@@ -7,7 +7,7 @@ grpolab's loss, then AdamW), after one warm-up step. Reported: trainable paramet
 AdamW state and gradients actually held, the process's peak RSS, and the median step time.
 Settings run in interleaved rounds so a noisy (shared) machine affects all alike.
 
-    python benchmarks/speed/lora_cpu.py                       # writes benchmarks/results/lora_cpu.json
+    python benchmarks/speed/lora_cpu.py                       # writes runs/bench/lora_cpu.json
     python benchmarks/speed/lora_cpu.py --hidden 256 --layers 4 --steps 2   # quicker
 """
 
@@ -22,6 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from grpolab.utils import bench
 
 SETTINGS = [("full", False), ("full", True), ("lora", False), ("lora", True)]
 
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", "1")))
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "lora_cpu.json"))
+    ap.add_argument("--out", default=str(bench.results_path("lora_cpu.json")))
     ap.add_argument("--mode", choices=["full", "lora"], help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -10,7 +10,7 @@ It also reports the browsers' memory (PSS of every process in a browser's tree).
 
     python benchmarks/speed/miniwob_speed.py --rounds 3
 
-Prints a table and writes benchmarks/results/miniwob_speed.json.
+Prints a table and writes runs/bench/miniwob_speed.json.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import os
 import statistics
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 from grpolab.envs import make_env, step_envs
 from grpolab.envs.miniwob import MiniWoBPool, shared_pool
@@ -84,7 +82,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=16, help="items per batch (rollout.prompts_per_step)")
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "results" / "miniwob_speed.json"))
+    ap.add_argument("--out", default=str(bench.results_path("miniwob_speed.json")))
     args = ap.parse_args()
     kinds = {"one-step": ONE_STEP, "multi-step": MULTI_STEP}
     items = {k: [it for it in get_task("miniwob", tasks=t, elements="interactive").items("train", 8 * args.prompts)

@@ -9,7 +9,7 @@ float64 loop reference of tests/objectives/reference.py (value + analytic gradie
 implementation are also timed on a small batch (``--small-B`` x ``--small-T``).
 
 Target: every combination within 3x of token/token at full size. Writes
-benchmarks/results/objectives.json (atomically: temp file + os.replace).
+runs/bench/objectives.json (atomically: temp file + os.replace).
 """
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--T", type=int, default=2048)
     ap.add_argument("--small-B", type=int, default=8)
     ap.add_argument("--small-T", type=int, default=64)
-    ap.add_argument("--out", type=Path, default=HERE.parent / "results" / "objectives.json")
+    ap.add_argument("--out", type=Path, default=bench.results_path("objectives.json"))
     args = ap.parse_args(argv)
 
     big = make_inputs(args.B, args.T, torch.float32)

@@ -31,8 +31,8 @@ Run::
     python benchmarks/speed/performance.py [--model WARM_DIR] [--steps 5] [--out PATH]
     python benchmarks/speed/performance.py --model WARM_DIR --micro-batch-budgets 2048 4096 8192 16384
 
-Prints tables and writes ``benchmarks/results/performance.json`` (the second form: the update's
-throughput against ``trainer.micro_batch_tokens``, ``benchmarks/results/micro_batch.json``).
+Prints tables and writes ``runs/bench/performance.json`` (the second form: the update's
+throughput against ``trainer.micro_batch_tokens``, ``runs/bench/micro_batch.json``).
 """
 
 from __future__ import annotations
@@ -222,7 +222,7 @@ def micro_batch_sweep(args) -> None:
     print("\n| micro_batch_tokens | update s (median) | useful GFLOP/s (median) |\n|---|---|---|")
     for b, r in summary.items():
         print(f"| {b} | {r['median_update_s']:.3f} | {r['median_gflops']:.1f} |")
-    out = args.out or str(Path(__file__).resolve().parents[1] / "results" / "micro_batch.json")
+    out = args.out or str(bench.results_path("micro_batch.json"))
     bench.write_json(out, {"rounds": rows, "summary": summary, "machine": bench.machine()})
     print(f"wrote {out}")
 
@@ -230,21 +230,21 @@ def micro_batch_sweep(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default=None, help="warm-started model dir (default: build and cache one)")
-    ap.add_argument("--cache", default=str(Path(__file__).resolve().parents[1] / "results" / "warm_default"))
+    ap.add_argument("--cache", default=str(bench.results_path("warm_default")))
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--scaling-steps", type=int, default=2)
     ap.add_argument("--micro-batch-budgets", type=int, nargs="+", default=None, metavar="TOKENS",
                     help="instead of the report: the update's throughput at each trainer.micro_batch_tokens "
-                         "(e.g. 2048 4096 8192 16384), in --rounds interleaved rounds (results/micro_batch.json)")
+                         "(e.g. 2048 4096 8192 16384), in --rounds interleaved rounds (runs/bench/micro_batch.json)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of --micro-batch-budgets")
-    ap.add_argument("--out", default=None, help="results JSON (default: results/performance.json, or "
-                                                "results/micro_batch.json with --micro-batch-budgets)")
+    ap.add_argument("--out", default=None, help="results JSON (default: runs/bench/performance.json, or "
+                                                "runs/bench/micro_batch.json with --micro-batch-budgets)")
     args = ap.parse_args()
     torch.manual_seed(0)
     if args.micro_batch_budgets:
         micro_batch_sweep(args)
         return
-    args.out = args.out or str(Path(__file__).resolve().parents[1] / "results" / "performance.json")
+    args.out = args.out or str(bench.results_path("performance.json"))
 
     # 1. the ceiling
     sizes = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048)]

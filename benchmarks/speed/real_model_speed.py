@@ -54,7 +54,8 @@ allocator its users get (TRL: the threshold at 32 MiB, where glibc's dynamic thr
 children run concurrently with the timings, which they do not disturb in ratio: both sides of every
 comparison share the load); each part keeps its own load readings and timestamps.
 
-Writes ``docs/results/real_model_speed.json`` (``--out``) atomically and prints a table.
+Writes ``runs/bench/real_model_speed.json`` (``--out``; the committed record: ``--out
+docs/results/real_model_speed.json``) atomically and prints a table.
 """
 
 from __future__ import annotations
@@ -76,8 +77,7 @@ import torch
 from grpolab.rollout.timing import sync_device, time_hf_generate, time_sample, timing_prompts
 from grpolab.utils import bench
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE.parents[1] / "docs" / "results" / "real_model_speed.json"
+DEFAULT_OUT = bench.results_path("real_model_speed.json")
 PARTS = ("rollout", "update", "trl", "rss")
 #: the TRL side of the comparison runs with glibc's mmap threshold at 32 MiB, where glibc's dynamic
 #: threshold settles in a torch process (a TRL user's process does not call bound_heap)

@@ -32,8 +32,10 @@ in ``--work``; a rerun skips finished runs, and the JSON and page are rewritten 
 a cut-short measurement holds exactly the runs that finished).
 
     python benchmarks/speed/real_model_vs_trl.py [--seeds 0,1,2] [--sides grpolab,adapter,trl] [--eval-every 5]
-        [--work runs/real_model_vs_trl] [--json docs/results/real_model_vs_trl.json]
-        [--md docs/results/real_model_vs_trl.md]
+        [--work runs/real_model_vs_trl] [--json PATH] [--md PATH]
+
+writes runs/bench/real_model_vs_trl.json and .md by default; the committed record and page:
+``--json docs/results/real_model_vs_trl.json --md docs/results/real_model_vs_trl.md``.
 """
 
 from __future__ import annotations
@@ -323,8 +325,8 @@ def main(argv=None) -> int:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="grpolab config override for every side (e.g. trainer.steps=2 for a smoke test)")
     p.add_argument("--work", default="runs/real_model_vs_trl", help="per-run results and grpolab's run dirs")
-    p.add_argument("--json", default="docs/results/real_model_vs_trl.json")
-    p.add_argument("--md", default="docs/results/real_model_vs_trl.md")
+    p.add_argument("--json", default=str(bench.results_path("real_model_vs_trl.json")))
+    p.add_argument("--md", default=str(bench.results_path("real_model_vs_trl.md")))
     p.add_argument("--notes", default="", help="markdown appended to the page")
     p.add_argument("--plan", default="", help="run order as SIDE:SEED,... (default: seed by seed, every side)")
     p.add_argument("--after-pid", type=int, default=0, help="wait until this process has exited before running")

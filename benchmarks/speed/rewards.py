@@ -19,14 +19,14 @@ fork server, its servers' CPU from /proc), turned into items/s for 2 otherwise i
 the machine's busy time per item (/proc/stat: counts the kernel's namespace teardown too, and
 everything else running on the machine, so an upper bound on a shared machine).
 
-Run:  python benchmarks/speed/rewards.py [--rounds 3] [--n-code 400]
-Writes benchmarks/results/rewards.json (atomically).
+Run:  python benchmarks/speed/rewards.py [--rounds 3] [--n-code 400] [--out PATH]
+Writes runs/bench/rewards.json (atomically; ``--out``).
 
 Before/after:  python benchmarks/speed/rewards.py --before /path/to/old/src [--rounds 3]
 measures the sandbox rows (trivial program, fast path, judge path) for the grpolab under
 ``--before`` and for this one, each round in a fresh subprocess per side, sides alternating, and
-prints the medians and after/before ratios; writes docs/results/sandbox_throughput.json
-(``--out``).
+prints the medians and after/before ratios; writes runs/bench/sandbox_throughput.json (``--out``;
+the committed record: ``--out docs/results/sandbox_throughput.json``).
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from grpolab.rewards.math import math_verify_available
 from grpolab.rewards.sandbox import default_pool
 from grpolab.utils.io import atomic_write_json
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "rewards.json"
 PROGRAM = "print(6 * 7)"
 CODE = "def f(x):\n    return x + 1\n"
 TESTS = ["assert f(1) == 2"]
@@ -124,6 +123,15 @@ def worker(n: int) -> dict:
     return out
 
 
+def _out(args, name: str) -> Path:
+    """``--out``, else the toolkit's default ``runs/bench/<name>`` (imported here, as in :func:`_machine`)."""
+    if args.out:
+        return Path(args.out)
+    from grpolab.utils import bench
+
+    return bench.results_path(name)
+
+
 def _machine(load_before, load_after) -> dict:
     """The toolkit's machine record (:func:`grpolab.utils.bench.machine`), with the load averages
     around the measurement. Imported here, after the measurement: a ``--worker`` may run an older
@@ -174,7 +182,7 @@ def before_after(args) -> None:
                 for k in keys if k.endswith("_cpu_ms")} for n in sides}
     for k in idle["after"]:
         print(f"{k}: before {idle['before'][k]:.0f}, after {idle['after'][k]:.0f}")
-    path = Path(args.out)
+    path = _out(args, "sandbox_throughput.json")
     atomic_write_json(path, {"median": med, "from_cpu": idle, "rounds": runs, "sides": sides,
                              "config": {"rounds": args.rounds, "n_code": args.n_code},
                              "machine": _machine(load_before, load_after)})
@@ -185,9 +193,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-code", type=int, default=400, help="programs per fork-server round")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[2] / "docs" / "results"
-                                         / "sandbox_throughput.json"),
-                    help="where --before writes its JSON")
+    ap.add_argument("--out", default=None, help="the JSON (default: runs/bench/rewards.json; with --before "
+                                                "runs/bench/sandbox_throughput.json)")
     ap.add_argument("--n-math", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=None, help="callers (default: pool size)")
     ap.add_argument("--before", default=None,
@@ -252,7 +259,8 @@ def main() -> None:
           f"-> {2000 / per_code:.0f} items/s on 2 otherwise idle cores")
     print(f"cpus={os.cpu_count()} pool={pool.size} isolation={pool.features()} "
           f"load average before={load_before[0]:.1f} after={load_after[0]:.1f}")
-    atomic_write_json(RESULTS, {
+    path = _out(args, "rewards.json")
+    atomic_write_json(path, {
         "items_per_s": table,
         "rounds": {k: v for k, v in rows.items()},
         "cpu_ms_per_program": per_item,
@@ -263,7 +271,7 @@ def main() -> None:
                                 "isolation": list(pool.features())},
         "machine": _machine(load_before, load_after),
     })
-    print(f"wrote {RESULTS}")
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

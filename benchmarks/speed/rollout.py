@@ -16,7 +16,7 @@ hits both alike. For context it also times HF generate followed by the teacher-f
 that TRL needs for the sampling log-probs (``sample`` returns them for free).
 
 Run:  python benchmarks/speed/rollout.py [--repeats 5] [--threads N]
-Writes benchmarks/results/rollout.json (atomically).
+Writes runs/bench/rollout.json (atomically).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from grpolab.utils.io import atomic_write_json
 
 VOCAB, PAD, BOS, EOS = 48, 0, 1, 2
 N_PROMPTS, GROUP, MAX_NEW = 32, 8, 48
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "rollout.json"
+RESULTS = bench.results_path("rollout.json")
 
 
 def build_model() -> LlamaForCausalLM:

@@ -18,7 +18,7 @@ breakdown of one update of each (self CPU time: matmuls, attention, elementwise,
 rest), the table in docs/performance.md.
 
 Run:  python benchmarks/speed/update_profile.py [--repeats 5]
-Writes benchmarks/results/update_profile.json (atomically).
+Writes runs/bench/update_profile.json (atomically).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from grpolab.train.policy_update import LossSpec, micro_batches
 from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json
 
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "update_profile.json"
+RESULTS = bench.results_path("update_profile.json")
 N_PROMPTS, GROUP, NEW = 16, 8, 48
 
 #: profiler op-name fragments per category (first match wins)

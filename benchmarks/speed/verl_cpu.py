@@ -19,7 +19,8 @@ in both trainers. Needs CI's verl environment (``pip install -c constraints-cpu.
 
     OMP_NUM_THREADS=1 .venv-ci-verl/bin/python benchmarks/speed/verl_cpu.py --steps 40 --eval-every 5
 
-Prints a table and writes docs/results/verl_cpu.json (``--out``).
+Prints a table and writes runs/bench/verl_cpu.json (``--out``; the committed record: ``--out
+docs/results/verl_cpu.json``).
 """
 
 from __future__ import annotations
@@ -166,7 +167,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", default="/var/tmp/grpolab_verl_cpu")
     ap.add_argument("--variants", nargs="+", default=["grpo", "rlsd"])
-    ap.add_argument("--out", default=str(ROOT / "docs/results/verl_cpu.json"))
+    ap.add_argument("--out", default=str(bench.results_path("verl_cpu.json")))
     ap.add_argument("--reuse-verl", action="store_true",
                     help="reuse the verl logs in --work of finished runs with the same --steps (no rerun)")
     ap.add_argument("--reparse", action="store_true",

@@ -55,7 +55,7 @@ grpolab runs twice: ``grpolab`` with the shared-prompt forward (``trainer.share_
 default: each distinct prompt forwarded once per micro-batch) and ``grpolab-joint`` with the joint
 forward over ``[prompt; response]`` per row, as TRL computes it.
 
-It prints a table and writes ``benchmarks/results/vs_trl.json`` (atomically) with the machine, all
+It prints a table and writes ``runs/bench/vs_trl.json`` (atomically) with the machine, all
 settings, the prompt schedules' digests and every step's timings, lengths and rewards.
 """
 
@@ -79,8 +79,7 @@ from grpolab.utils import bench
 from grpolab.utils.bench import cpu_counters, others_cores, wait_for_idle
 from grpolab.utils.io import atomic_write_json
 
-HERE = Path(__file__).resolve().parent
-DEFAULT_OUT = HERE.parent / "results" / "vs_trl.json"
+DEFAULT_OUT = bench.results_path("vs_trl.json")
 SIDES = ("trl", "grpolab", "grpolab+skip")
 #: --fixed-batch: grpolab with the shared-prompt forward (the default) and with the joint forward
 FIXED_SIDES = ("trl", "grpolab", "grpolab-joint")

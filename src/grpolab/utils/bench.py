@@ -14,6 +14,7 @@ load averages in about fifteen scripts, the matmul ceiling and parameter counts 
 - :func:`cpu_counters`, :func:`others_cores`, :func:`wait_for_idle` -- how many cores other
   processes kept busy during a timed span (a shared machine), and waiting for a quiet one.
 - :func:`param_count`, :func:`linear_param_count` -- parameters, counted once.
+- :func:`results_path` -- where a benchmark writes when not told otherwise: ``runs/bench/``.
 - :func:`write_json` -- the results file, written atomically.
 
 torch is imported inside the functions that need it, so that importing this module costs nothing.
@@ -32,8 +33,13 @@ from typing import Any, Callable, Iterable
 from grpolab.utils.io import atomic_write_json
 
 __all__ = ["command_line", "cpu_counters", "interleaved", "linear_param_count", "load_average", "machine",
-           "matmul_gflops", "others_cores", "param_count", "process_cpu_seconds", "wait_for_idle", "write_json"]
+           "matmul_gflops", "others_cores", "param_count", "process_cpu_seconds", "results_path", "wait_for_idle",
+           "write_json"]
 
+#: the one default output folder of every benchmark (relative to the working directory, git-ignored like the
+#: trainer's ``runs/default``): scratch. A result worth keeping is written to ``docs/results/`` through the
+#: script's ``--out`` (``--json``, ``--md``) and gets a page there that states that command (benchmarks/README.md).
+RESULTS_DIR = Path("runs") / "bench"
 #: the libraries whose versions :func:`machine` records when they are installed
 PACKAGES = ("grpolab", "torch", "transformers")
 
@@ -172,6 +178,11 @@ def linear_param_count(model) -> int:
     import torch
 
     return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def results_path(name: str) -> Path:
+    """``runs/bench/<name>`` (:data:`RESULTS_DIR`): a benchmark's default output file or folder."""
+    return RESULTS_DIR / name
 
 
 def write_json(path: str | Path, data: Any) -> Path:
