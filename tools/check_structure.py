@@ -54,7 +54,7 @@ SCRIPT_LOADS = {
 }
 #: benchmark script (file name) -> why its default output is not yet under runs/bench/ (rule 8)
 OUTPUT_PENDING = {
-    "preflight_calibration.py": "being moved to benchmarks/experiments/ by its owner (issue 43) this session",
+    "preflight_calibration.py": "its owner (issue 43) edits it this session; its --json and --png default to docs/results/",
     "real_credit_reads.py": "being moved to benchmarks/experiments/ by its owner (issue 44) this session",
 }
 #: module-level names that hold a script's default output (rule 8)
