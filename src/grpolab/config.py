@@ -272,6 +272,7 @@ class SFTConfig:
         _positive("sft.batch_size", self.batch_size)
         _positive("sft.lr", self.lr)
         _positive("sft.eval_every", self.eval_every)
+        _positive("sft.n_eval", self.n_eval)
         if self.save_every is not None:
             if isinstance(self.save_every, bool) or not isinstance(self.save_every, int) or self.save_every < 0:
                 raise ConfigError(f"sft.save_every={self.save_every!r} must be a whole number of steps >= 0 "
@@ -340,10 +341,9 @@ class RolloutConfig:
 
     def validate(self) -> None:
         _positive("rollout.reward_workers", self.reward_workers)
-        _positive("rollout.dynamic_sampling_rounds", self.dynamic_sampling_rounds)
-        if self.dynamic_sampling_rounds > self.MAX_ROUNDS:
-            raise ConfigError(f"rollout.dynamic_sampling_rounds={self.dynamic_sampling_rounds} must be <= "
-                              f"{self.MAX_ROUNDS} (each round samples a new batch; verl's max_num_gen_batches "
+        if not 1 <= self.dynamic_sampling_rounds <= self.MAX_ROUNDS:
+            raise ConfigError(f"rollout.dynamic_sampling_rounds={self.dynamic_sampling_rounds} must be in "
+                              f"[1, {self.MAX_ROUNDS}] (each round samples a new batch; verl's max_num_gen_batches "
                               "is 10; e.g. 4)")
         if not 1 <= self.dynamic_sampling_oversample <= self.MAX_OVERSAMPLE:
             raise ConfigError(f"rollout.dynamic_sampling_oversample={self.dynamic_sampling_oversample} must be "
@@ -573,7 +573,7 @@ class CreditConfig:
     lam_steps: int = _key(50, "steps of the lam schedule", form=">= 0")
     lam_schedule: str = _key("linear", "how lam moves from lam to lam_end",
                              more="linear: from lam to lam_end over lam_steps steps; constant: stays lam")
-    eps_w: float = _key(0.2, "clip of the per-token multiplier: [1 - eps_w, 1 + eps_w]")
+    eps_w: float = _key(0.2, "clip of the per-token multiplier: [1 - eps_w, 1 + eps_w]", form="[0, 1)")
     negative_only: bool = _key(False, "reweight only negative-advantage rows")
     span_end: str = _key("", "reweight only tokens before the first token containing this text",
                          more="e.g. '#': the scratchpad of the arith task")
@@ -598,8 +598,8 @@ class CreditConfig:
                            more="kl: the full vocabulary's; logratio: the sampled token's gap")
     gear_threshold: str = _key("mad", "GEAR's spike threshold rule",
                                more="mad: median + gear_k MAD; quantile: gear_quantile; floor gear_min_divergence")
-    gear_k: float = _key(3.0, "MADs above the median for a spike (gear_threshold=mad)", form="> 0")
-    gear_quantile: float = _key(0.9, "quantile for a spike (gear_threshold=quantile)", form="(0, 1)")
+    gear_k: float = _key(3.0, "MADs above the median for a spike (gear_threshold=mad)", form=">= 0")
+    gear_quantile: float = _key(0.9, "quantile for a spike (gear_threshold=quantile)", form="[0, 1]")
     gear_min_divergence: float = _key(0.0, "floor of the spike threshold", form=">= 0")
     gear_boundaries: str = _key("\n;", "characters whose tokens end a GEAR segment")
     chunk_size: int = _key(1024, "positions per chunk of the full-vocabulary KL", form="> 0")
@@ -637,8 +637,12 @@ class CreditConfig:
         for k in ("lam", "lam_end"):
             if not 0 <= getattr(self, k) <= 1:
                 raise ConfigError(f"{prefix}{k}={getattr(self, k)} must be in [0, 1] (0 = plain GRPO)")
-        for k in ("lam_steps", "teacher_sync_every", "micro_batch_size", "gear_min_divergence"):
+        for k in ("lam_steps", "teacher_sync_every", "micro_batch_size", "gear_min_divergence", "gear_k"):
             _positive(prefix + k, getattr(self, k), zero_ok=True)
+        for k, hi in (("eps_w", "1)"), ("gear_quantile", "1]")):  # the key named, not objectives' argument
+            v = getattr(self, k)
+            if not (0 <= v < 1 if hi == "1)" else 0 <= v <= 1):
+                raise ConfigError(f"{prefix}{k}={v!r} must be in [0, {hi}")
         _positive(prefix + "chunk_size", self.chunk_size)
         for k in ("span_end", "gear_boundaries"):
             if not isinstance(getattr(self, k), str):

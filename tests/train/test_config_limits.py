@@ -19,7 +19,7 @@ def test_prompt_limit_settings_default_and_choices():
         load_config(overrides=["rollout.max_prompt_tokens=-1"])
 
 
-@pytest.mark.parametrize("override, bound", [("rollout.dynamic_sampling_rounds=100000", "<= 64"),
+@pytest.mark.parametrize("override, bound", [("rollout.dynamic_sampling_rounds=100000", r"in \[1, 64\]"),
                                              ("rollout.dynamic_sampling_oversample=1e6", r"in \[1, 16\]")])
 def test_dynamic_sampling_is_bounded(override, bound):
     with pytest.raises(ConfigError, match=bound):
