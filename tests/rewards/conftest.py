@@ -38,12 +38,20 @@ _POOLS: list = []
 
 
 def _idle(pools) -> set[int]:
-    """bubblewrap pids of the prestarted sandboxes no program has used yet, of ``pools`` and
-    of the process-wide default pool."""
-    from grpolab.rewards import sandbox as sandbox_mod
+    """bubblewrap pids of the prestarted sandboxes no program has used yet: of ``pools`` and of
+    every other live pool of this process (a PID namespace's inode number is reused once freed,
+    so a test's own pool's idle sandbox can sit in a namespace whose number was recorded)."""
+    from grpolab.rewards.sandbox.prestart import idle_pids
 
-    default = [sandbox_mod._POOL] if sandbox_mod._POOL is not None else []
-    return {pid for pool in [*pools, *default] for pid in pool.idle_sandbox_pids()}
+    return {pid for pool in pools for pid in pool.idle_sandbox_pids()} | set(idle_pids())
+
+
+def _ppid(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return int(next(ln for ln in f if ln.startswith("PPid:")).split()[1])
+    except (OSError, StopIteration, ValueError):
+        return -1
 
 
 def _processes_with_uid(uid: int) -> list[tuple[int, str]]:
@@ -73,8 +81,13 @@ def _processes_in(pool) -> list[tuple[int, str]]:
     never-used sandboxes aside: a PID namespace's inode number is reused once it is freed)."""
     found = []
     idle = _idle([pool, *_POOLS])
+    me = {os.getpid()}
     for name in os.listdir("/proc"):
         if not name.isdigit() or _descends_from(int(name), idle):
+            continue
+        # ours (below this test process) or an orphan (its bubblewrap gone); another process's
+        # sandboxes (another test run on the machine) may reuse a recorded namespace number
+        if not (_descends_from(int(name), me) or _ppid(int(name)) in (0, 1)):
             continue
         try:
             ns = os.stat(f"/proc/{name}/ns/pid").st_ino

@@ -19,11 +19,20 @@ from __future__ import annotations
 import os
 import queue
 import threading
+import weakref
 from typing import Callable
 
 from grpolab.rewards.sandbox.runner import Proc, discard
 
-__all__ = ["Prestarter"]
+__all__ = ["Prestarter", "idle_pids"]
+
+_LIVE: "weakref.WeakSet[Prestarter]" = weakref.WeakSet()
+
+
+def idle_pids() -> list[int]:
+    """bubblewrap pids of every live pool's prestarted, never-used sandboxes in this process
+    (audits for leftover processes leave them out)."""
+    return [pid for p in list(_LIVE) for pid in p.idle_pids()]
 
 #: (kind, /tmp size in MB): kind "one" is a single sandbox, "pair" a solver + judge pair.
 Key = tuple[str, int]
@@ -47,6 +56,7 @@ class Prestarter:
         self._thread = threading.Thread(target=self._loop, name="grpolab-sandbox-prestart",
                                         daemon=True)
         self._thread.start()
+        _LIVE.add(self)
 
     def take(self, slot: int, key: Key) -> list[Proc] | None:
         """The slot's ready sandboxes when they match ``key`` and are alive, else None; either
