@@ -63,7 +63,7 @@ SIDE_KEYS = ("seeds", "final", "final_mean", "wall_s", "wall_s_mean", "s_per_ste
 
 
 # ------------------------------------------------------------------------------------------------
-# pure functions (tests/integrations/test_trl_smollm2_benchmark.py)
+# pure functions (tests/benchmarks/test_real_model_vs_trl.py)
 
 
 def time_to_accuracy(curve: list[dict], target: float, key: str = "wall_s") -> float | None:
