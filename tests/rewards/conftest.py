@@ -41,9 +41,11 @@ def _idle(pools) -> set[int]:
     """bubblewrap pids of the prestarted sandboxes no program has used yet: of ``pools`` and of
     every other live pool of this process (a PID namespace's inode number is reused once freed,
     so a test's own pool's idle sandbox can sit in a namespace whose number was recorded)."""
+    from grpolab.rewards.sandbox.judge_server import server_pids
     from grpolab.rewards.sandbox.prestart import idle_pids
 
-    return {pid for pool in pools for pid in pool.idle_sandbox_pids()} | set(idle_pids())
+    return ({pid for pool in pools for pid in pool.idle_sandbox_pids()} | set(idle_pids())
+            | set(server_pids()))
 
 
 def _ppid(pid: int) -> int:

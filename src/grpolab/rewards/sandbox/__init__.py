@@ -6,12 +6,15 @@ interpreter, its standard library and shared libraries and the allow-listed pack
 read-only, plus a private size-capped /tmp; a seccomp filter refuses new processes, sockets,
 SysV IPC, memfds, pipes, inotify and every call that reaches the kernel's or other processes'
 state; rlimits bound its memory, CPU, files and threads; at its deadline the whole PID namespace
-is killed at once. The code verifier's tests run in a second sandbox (the judge) that the
-program cannot reach. Details, the threat model and what is NOT covered: docs/sandbox.md.
+is killed at once. The code verifier's tests run in a second sandbox (the judge: a long-lived
+judge server per pool slot, :mod:`.judge_server`) that the program cannot reach. Details, the
+threat model and what is NOT covered: docs/sandbox.md.
 
 Split by concern: :mod:`.limits` (limits, results), :mod:`.seccomp` (the filter), :mod:`.view`
 (the filesystem view), :mod:`.protocol` (report frames), :mod:`.runner` (bwrap command line,
-supervision), :mod:`.pool` (runs, concurrency), :mod:`.harness` (the code inside the sandbox).
+supervision), :mod:`.prestart` (the next sandbox started ahead), :mod:`.judge_server` (the
+judge sandbox that serves many requests), :mod:`.pool` (runs, concurrency), :mod:`.harness`
+(the code inside the sandbox).
 
 Requires bubblewrap (``apt-get install bubblewrap``). Without it every run is a
 ``sandbox_error`` result (or :class:`SandboxError` with ``mode="strict"``) naming the fix, and

@@ -49,6 +49,8 @@ NO_COMPARE = ("a {} object the program returned cannot be compared, hashed or te
               "truth (it would vouch for itself): return plain values (int, float, str, list, "
               "tuple, dict, set, None, bool)")
 REPORT_FD, FROM_PEER_FD, TO_PEER_FD = 4, 5, 6
+#: The judge server's end of its socket pair with the host (requests + each one's channel fds).
+SERVER_FD = 7
 _ESC = _json.encode_basestring_ascii
 
 
@@ -601,11 +603,12 @@ def _run_tests(ns: dict, tests: list) -> None:
             _verdict({"i": i, "ok": False, "what": f"{type(exc).__name__}: {msg}"})
 
 
-def judge(setup: str, tests: list) -> None:
-    """Receive the program's names from the solver, run the tests, report each on fd 4."""
-    chan = _Channel(TO_PEER_FD, FROM_PEER_FD)
+def judge(setup: str, tests: list, rfd: int = FROM_PEER_FD, wfd: int = TO_PEER_FD) -> None:
+    """Receive the program's names from the solver (on ``rfd``), run the tests, report each on
+    fd 4. Everything of one program's tests lives in this call: a fresh namespace and channel."""
+    chan = _Channel(wfd, rfd)
     try:
-        load = recv(FROM_PEER_FD)
+        load = recv(rfd)
     except (EOFError, OSError, ValueError):
         _verdict({"loaded": False, "what": "the program ended before its tests ran"})
         return
@@ -626,6 +629,62 @@ def judge(setup: str, tests: list) -> None:
     _rebuild_names(chan, ns, names if isinstance(names, dict) else {})
     _verdict({"loaded": True})
     _run_tests(ns, tests)
+
+
+def _recv_request(sock):
+    """(request, [fd from the solver, fd to the solver]) from the host, or None at EOF. The host
+    is the only writer of this socket: a 4-byte length carrying the two descriptors, then the
+    marshal-free JSON body."""
+    import _socket  # noqa: PLC0415 - the judge server only (the socket module imports far more)
+
+    head, anc, _flags, _addr = sock.recvmsg(4, _socket.CMSG_SPACE(2 * 4))
+    fds = []
+    for level, kind, data in anc:
+        if level == _socket.SOL_SOCKET and kind == _socket.SCM_RIGHTS:
+            fds += [int.from_bytes(data[i:i + 4], sys.byteorder, signed=True)
+                    for i in range(0, len(data) - len(data) % 4, 4)]
+    while head and len(head) < 4:
+        more = sock.recv(4 - len(head))
+        if not more:
+            head = b""
+        head += more
+    if len(head) < 4 or len(fds) != 2:
+        for fd in fds:
+            posix.close(fd)
+        return None
+    n, body = int.from_bytes(head, "big"), b""
+    while len(body) < n:
+        more = sock.recv(min(n - len(body), 1 << 20))
+        if not more:
+            return None
+        body += more
+    return loads(body.decode("ascii")), fds
+
+
+def judge_server() -> None:
+    """Run many programs' tests, one request at a time, each against a fresh solver sandbox
+    whose channel descriptors come with the request (fd 7, a socket pair with the host). No
+    program code ever runs here: the judge holds only the dataset's setup and tests and the
+    plain values the bounded decoder rebuilt. Per request on fd 4: ``{"started": True}``, the
+    judge's records, ``{"done": True}``. See docs/sandbox.md."""
+    import _socket  # noqa: PLC0415
+
+    sock = _socket.socket(fileno=SERVER_FD)
+    while True:
+        got = _recv_request(sock)
+        if got is None:
+            return
+        req, (rfd, wfd) = got
+        _verdict({"started": True})
+        try:
+            judge(req["setup"], req["tests"], rfd, wfd)
+        finally:
+            for fd in (rfd, wfd):
+                try:
+                    posix.close(fd)
+                except OSError:
+                    pass
+            _verdict({"done": True})
 
 
 # ------------------------------------------------------------------------------ the fast path
@@ -738,6 +797,8 @@ def boot(req: dict) -> None:
         fast(req["source"], req["setup"], req["exprs"])
     elif role == "solver":
         solver(req["source"], req["setup"])
+    elif role == "judge_server":
+        judge_server()
     else:
         judge(req["setup"], req["tests"])
     _exit(0)

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass
 
 from grpolab.rewards.sandbox.limits import SandboxError, SandboxLimits, SandboxResult
+from grpolab.rewards.sandbox.judge_server import JudgeServer, server_key
 from grpolab.rewards.sandbox.prestart import Key, Prestarter
 from grpolab.rewards.sandbox.runner import DEFAULT_PACKAGES, Launcher, Proc, discard, start, supervise
 
@@ -98,6 +99,7 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._launcher: Launcher | None = None
         self._prestart: Prestarter | None = None
+        self._judges: dict[int, JudgeServer] = {}
         self._uids: list[int | None] | None = None
         #: PID-namespace inodes of every sandbox started (audits: nothing may outlive a run).
         self.pid_namespaces: set[int] = set()
@@ -129,10 +131,13 @@ class SandboxPool:
         return [None] * self.size
 
     def idle_sandbox_pids(self) -> list[int]:
-        """bubblewrap pids of the prestarted sandboxes no program has used yet (see
-        :mod:`.prestart`): audits for leftover processes leave these (and their children) out."""
+        """bubblewrap pids of the sandboxes that hold no program: prestarted ones no program has
+        used yet (:mod:`.prestart`) and the judge servers (:mod:`.judge_server`). Audits for
+        leftover processes leave these (and their children) out."""
         prestart = self._prestart
-        return prestart.idle_pids() if prestart is not None else []
+        with self._lock:
+            servers = [s.proc.popen.pid for s in self._judges.values() if not s.dead]
+        return (prestart.idle_pids() if prestart is not None else []) + servers
 
     def sandbox_uids(self) -> list[int]:
         """Host uids programs run as (empty when they run as this process's uid)."""
@@ -177,16 +182,20 @@ class SandboxPool:
         with self._lock:
             launcher, self._launcher = self._launcher, None
             prestart, self._prestart = self._prestart, None
+            judges, self._judges = list(self._judges.values()), {}
         if prestart is not None:
             prestart.close()
+        for server in judges:
+            server.close()
         if launcher is not None:
             launcher.close()
 
     # -------------------------------------------------------------- runs
 
     def _start_key(self, slot: int, key: Key) -> list[Proc]:
-        """Start fresh sandboxes for ``key``: ("one", tmp_mb) or a ("pair", tmp_mb) of a
-        solver and a judge joined by two pipes (solver first)."""
+        """Start a fresh sandbox for ``key``: ("one", tmp_mb), or ("solver", tmp_mb) with two
+        fresh pipes to a judge whose ends it carries in ``extra_fds`` (from the solver, to the
+        solver) until they are handed to the judge server."""
         launcher = self.launcher()
         user = (self._uids or [None])[slot]
         limits = SandboxLimits(memory_mb=max(16, 4 * key[1]), file_size_mb=key[1])  # tmp_mb() = key[1]
@@ -194,17 +203,33 @@ class SandboxPool:
             return [start(launcher, limits, None, user)]
         s2j_r, s2j_w = os.pipe()
         j2s_r, j2s_w = os.pipe()
-        procs: list[Proc] = []
         try:
-            procs.append(start(launcher, limits, (j2s_r, s2j_w), user))
-            procs.append(start(launcher, limits, (s2j_r, j2s_w), user))
+            solver = start(launcher, limits, (j2s_r, s2j_w), user)
         except BaseException:
-            discard(procs)
+            for fd in (s2j_r, j2s_w):
+                os.close(fd)
             raise
         finally:
-            for fd in (s2j_r, s2j_w, j2s_r, j2s_w):
+            for fd in (j2s_r, s2j_w):
                 os.close(fd)
-        return procs
+        solver.extra_fds = [s2j_r, j2s_w]
+        return [solver]
+
+    def _judge_server(self, slot: int, limits: SandboxLimits) -> JudgeServer:
+        """The slot's judge server for ``limits`` (started, or replaced, when needed)."""
+        with self._lock:
+            server = self._judges.get(slot)
+        if server is not None and server.alive() and server.key == server_key(limits):
+            return server
+        if server is not None:
+            server.close()
+        server = JudgeServer(self.launcher(), limits, (self._uids or [None])[slot])
+        with self._lock:
+            if self.closed:
+                server.close()
+                raise SandboxError("the sandbox pool is shut down")
+            self._judges[slot] = server
+        return server
 
     def _sandboxes(self, slot: int, kind: str, limits: SandboxLimits) -> list[Proc]:
         """Fresh, never-used sandboxes for one run: the slot's prestarted ones when they fit
@@ -260,17 +285,24 @@ class SandboxPool:
 
     def run_judged(self, program: str, setup: str, tests: list[str], stdin: str,
                    limits: SandboxLimits) -> Judged:
+        """A fresh solver sandbox runs ``program``; the slot's judge server runs ``tests``
+        against it over two fresh pipes (see :mod:`.judge_server`)."""
         slot = self._slots.get()
         procs: list[Proc] = []
         try:
-            procs = self._sandboxes(slot, "pair", limits)
-            solver, judge = procs
-            launcher = self.launcher()
-            solver.load(launcher, "solver", limits, stdin.encode(), source=program, setup=setup)
-            judge.load(launcher, "judge", limits, b"", setup=setup, tests=list(tests))
-            wall = self._go(procs, limits, judge)
+            procs = self._sandboxes(slot, "solver", limits)
+            [solver] = procs
+            solver.load(self.launcher(), "solver", limits, stdin.encode(), source=program,
+                        setup=setup)
+            server = self._judge_server(slot, limits)
+            ends, solver.extra_fds = solver.extra_fds, []
+            view = server.submit(setup, tests, ends)
+            try:
+                wall = self._go([solver, view], limits, view)
+            finally:
+                server.after(view)
             feats = self.isolation_features()
-            return Judged(judge.report.records, result_of(judge, limits, wall, feats),
+            return Judged(view.report.records, result_of(view, limits, wall, feats),
                           result_of(solver, limits, wall, feats))
         finally:
             discard(procs)  # no-op for sandboxes supervise already reaped and closed

@@ -4,7 +4,7 @@ Starting a sandbox (bubblewrap's namespaces, then ``python -I -S`` up to the poi
 waits for its request) costs about 10 ms of CPU and some waiting in the kernel; a pool that
 starts each sandbox only when a program arrives leaves the cores idle during that wait. So each
 slot of a :class:`~grpolab.rewards.sandbox.pool.SandboxPool` keeps one sandbox (or, for the judge
-path, one solver + judge pair) started ahead of time by a background thread.
+path, a solver with its two fresh pipes to the judge) started ahead of time by a background thread.
 
 What this does not change: a prestarted sandbox has never read a request (it blocks on its
 first read of fd 3), it serves exactly one program and is then gone; nothing of one program is
@@ -34,12 +34,12 @@ def idle_pids() -> list[int]:
     (audits for leftover processes leave them out)."""
     return [pid for p in list(_LIVE) for pid in p.idle_pids()]
 
-#: (kind, /tmp size in MB): kind "one" is a single sandbox, "pair" a solver + judge pair.
+#: (kind, /tmp size in MB): kind "one" is a single sandbox, "solver" one with a channel to the judge.
 Key = tuple[str, int]
 
 
 class Prestarter:
-    """One ready, never-used sandbox (or pair) per slot, refilled in the background.
+    """One ready, never-used sandbox per slot, refilled in the background.
 
     ``start(slot, key) -> list[Proc]`` starts what ``key`` names for ``slot`` (called on the
     prestarting thread only).

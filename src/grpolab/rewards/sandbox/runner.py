@@ -194,6 +194,12 @@ class Proc:
     over: str = ""  # "output_limit" when a stream passed its cap
     returncode: int | None = None
     seen: bool = False  # on_start ran for it
+    #: Host-side descriptors that go with this sandbox and are closed with it (a solver's
+    #: judge-side channel ends until they are handed to the judge).
+    extra_fds: list = field(default_factory=list)
+    #: A long-lived process (the judge server) seen through one request: supervision reads
+    #: its descriptors but never closes or drains them unless it was killed.
+    persistent: bool = False
 
     def load(self, launcher: Launcher, role: str, limits: SandboxLimits, stdin: bytes,
              private: bytes = b"", **fields) -> "Proc":
@@ -230,11 +236,12 @@ class Proc:
 
 
 def start(launcher: Launcher, limits: SandboxLimits, peer: tuple[int, int] | None = None,
-          user: int | None = None) -> Proc:
+          user: int | None = None, extra: tuple[int, ...] = ()) -> Proc:
     """Start one fresh sandbox that waits for its request (see :meth:`Proc.load`); ``peer`` =
     (fd it reads, fd it writes) of the judge<->solver channel (the caller closes its copies
-    after both started). Only ``limits.tmp_mb()`` and ``user`` shape the sandbox itself: the
-    role, the code and every other limit come with the request."""
+    after both started); ``extra``: more descriptors it gets, as fd 7, 8... (the judge server's
+    socket). Only ``limits.tmp_mb()`` and ``user`` shape the sandbox itself: the role, the code
+    and every other limit come with the request."""
     req_r, req_w = os.pipe()
     rep_r, rep_w = os.pipe()
     info_r, info_w = os.pipe()
@@ -246,7 +253,7 @@ def start(launcher: Launcher, limits: SandboxLimits, peer: tuple[int, int] | Non
         os.close(sw)
         seccomp_fd = sr
         keep.append(sr)
-    child_fds = [req_r, rep_w, *(peer or (-1, -1))]
+    child_fds = [req_r, rep_w, *(peer or (-1, -1)), *extra]
     argv = launcher.argv(limits, child_fds, seccomp_fd, info_w)
     user = launcher.user if user is None else user
     kwargs = {}
@@ -258,7 +265,7 @@ def start(launcher: Launcher, limits: SandboxLimits, peer: tuple[int, int] | Non
             "stderr": err_r}
     try:
         popen = subprocess.Popen(argv, stdin=in_r, stdout=out_w, stderr=err_w,
-                                 pass_fds=[*keep, *(f for f in (peer or ()) if f >= 0)],
+                                 pass_fds=[*keep, *(f for f in (*(peer or ()), *extra) if f >= 0)],
                                  close_fds=True, start_new_session=True,
                                  env={"LANG": "C.UTF-8"}, **kwargs)
     except OSError as exc:
@@ -433,6 +440,7 @@ def _drain(procs: list[Proc], limits: SandboxLimits, until: float) -> None:
         for name in ("req", "stdin"):
             if name in p.fds:
                 os.close(p.fds.pop(name))
+    procs = [p for p in procs if not p.persistent]  # a live server's pipes never reach EOF
     while time.monotonic() < until:
         fds = {p.fds[n]: (p, n) for p in procs for n in ("report", "info", "stdout", "stderr")
                if n in p.fds}
@@ -444,6 +452,15 @@ def _drain(procs: list[Proc], limits: SandboxLimits, until: float) -> None:
 
 
 def _close(p: Proc) -> None:
+    if p.persistent and not p.killed:
+        p.fds = {}  # the server's own descriptors: it lives on
+        return
+    for fd in p.extra_fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    p.extra_fds = []
     if p.returncode is None:
         p.kill("")
         try:
