@@ -53,13 +53,19 @@ def test_one_server_serves_many_programs_each_in_a_fresh_solver(pool):
 
 
 def test_a_hung_test_retires_the_server_and_the_next_request_gets_a_new_one(pool):
+    def servers():  # this pool's judge servers (other tests' pools may have theirs)
+        return set(pool.idle_sandbox_pids()) & set(server_pids())
+
+    pool.run_judged(ADD, "", TESTS, "", SandboxLimits())
+    hung = servers()
+    assert len(hung) == 1
     j = pool.run_judged(ADD, "", ["while True: pass"], "", SandboxLimits(timeout_s=1.0))
     assert j.judge.reason == "timeout" and _verdicts(j) == []
-    before = set(server_pids())
+    assert not servers()  # retired at once
     j = pool.run_judged(ADD, "", TESTS, "", SandboxLimits())
     assert _verdicts(j) == [True, True] and j.judge.reason == ""
-    assert not before & set(server_pids())  # a new server (the hung one is gone)
-    assert not any(_alive(pid) for pid in before)
+    assert len(servers()) == 1 and not hung & servers()  # a new server
+    assert not any(_alive(pid) for pid in hung)
 
 
 def test_a_solvers_unsolicited_frames_do_not_reach_the_next_request(pool):
