@@ -122,33 +122,35 @@ REWARD_SCORED = _m("reward/scored", "responses the verifier scored this step (ev
 
 # --- the update (grpolab.train.policy_update; the first block in the order of metric_schema) -----
 UPDATE = "update/"  # the update's statistics enter the row as UPDATE + their name (row_key)
-_m("update/loss", "the loss optimized: each mini-batch's loss, mean over optimizer steps", "update")
-_m("update/pg_loss", "its policy-gradient term, aggregated as the loss", "update", "actor/pg_loss")
-_m("update/kl", "the aggregated KL estimate to the reference (the loss adds objective.kl_coef times it; 0 "
-   "without a reference)", "update",
-   "actor/kl_loss")
-_m("update/clip_frac_low", "share of policy tokens where the lower clip binds (A < 0, ratio < 1 - clip_low)",
-   "update")
-_m("update/clip_frac_high", "share of policy tokens where the upper clip binds (A > 0, ratio > 1 + clip_high)",
-   "update")
-_m("update/clip_frac_dual", "share of policy tokens where the dual clip binds (A < 0)", "update",
-   "actor/pg_clipfrac_lower")
-_m("update/clip_frac", "share of policy tokens where any clip binds", "update")
-_m("update/ratio_mean", "mean importance ratio over policy tokens", "update")
-_m("update/ratio_min", "smallest importance ratio of a micro-batch, token-weighted mean", "update")
-_m("update/ratio_max", "largest importance ratio of a micro-batch, token-weighted mean", "update")
-_m("update/approx_kl", "k3 estimate of KL(old || new) over policy tokens (verl's ppo_kl is the k1 mean of "
-   "old - new)", "update", "actor/ppo_kl")
+UPDATE_LOSS = _m("update/loss", "the loss optimized: each mini-batch's loss, mean over optimizer steps", "update")
+UPDATE_PG_LOSS = _m("update/pg_loss", "its policy-gradient term, aggregated as the loss", "update", "actor/pg_loss")
+UPDATE_KL = _m("update/kl", "the aggregated KL estimate to the reference (the loss adds objective.kl_coef times "
+               "it; 0 without a reference)", "update", "actor/kl_loss")
+UPDATE_CLIP_FRAC_LOW = _m("update/clip_frac_low", "share of policy tokens where the lower clip binds (A < 0, "
+                          "ratio < 1 - clip_low)", "update")
+UPDATE_CLIP_FRAC_HIGH = _m("update/clip_frac_high", "share of policy tokens where the upper clip binds (A > 0, "
+                           "ratio > 1 + clip_high)", "update")
+UPDATE_CLIP_FRAC_DUAL = _m("update/clip_frac_dual", "share of policy tokens where the dual clip binds (A < 0)",
+                           "update", "actor/pg_clipfrac_lower")
+UPDATE_CLIP_FRAC = _m("update/clip_frac", "share of policy tokens where any clip binds", "update")
+UPDATE_RATIO_MEAN = _m("update/ratio_mean", "mean importance ratio over policy tokens", "update")
+UPDATE_RATIO_MIN = _m("update/ratio_min", "smallest importance ratio of a micro-batch, token-weighted mean",
+                      "update")
+UPDATE_RATIO_MAX = _m("update/ratio_max", "largest importance ratio of a micro-batch, token-weighted mean",
+                      "update")
+UPDATE_APPROX_KL = _m("update/approx_kl", "k3 estimate of KL(old || new) over policy tokens (verl's ppo_kl is the "
+                      "k1 mean of old - new)", "update", "actor/ppo_kl")
 UPDATE_ENTROPY = _m("update/entropy", "mean entropy of the policy's next-token distribution over the response "
                     "tokens of the rows that went through the forward", "update", "actor/entropy")
 UPDATE_SKIPPED_ROWS_FRAC = _m("update/skipped_rows_frac", "share of rows whose forward was skipped (advantage 0 "
                               "everywhere, no KL term: they add nothing to the gradient)", "update")
 UPDATE_GRAD_NORM = _m("update/grad_norm", "gradient norm before clipping, mean over optimizer steps", "update",
                       "actor/grad_norm")
-UPDATE_CLIP_BY_POS = _m("update/clip_frac_by_pos/<bucket>", "share of the policy tokens at those response positions where a clip "
-   "binds", "update")
-UPDATE_DRIFT_BY_POS = _m("update/cum_log_ratio_rms_by_pos/<bucket>", "root mean square of the cumulative log ratio (logp - old) at "
-   "those positions: how far the behaviour policy has drifted (0 on-policy)", "update")
+UPDATE_CLIP_BY_POS = _m("update/clip_frac_by_pos/<bucket>", "share of the policy tokens at those response "
+                        "positions where a clip binds", "update")
+UPDATE_DRIFT_BY_POS = _m("update/cum_log_ratio_rms_by_pos/<bucket>", "root mean square of the cumulative log ratio "
+                         "(logp - old) at those positions: how far the behaviour policy has drifted (0 on-policy)",
+                         "update")
 UPDATE_DRIFT_LATE = _m("update/cum_log_ratio_rms_pos_gt<late>", "the same over every position after <late>", "update")
 
 # --- sampling and shaping (grpolab.train.step_batch) --------------------------------------------
@@ -187,11 +189,12 @@ CREDIT_KL_SAMPLED = _m("credit/kl_sampled", "k1 estimate of KL(student || teache
                        "the scored rows", "credit")
 CREDIT_KL = _m("credit/kl", "the exact full-vocabulary KL(student || teacher) when computed (GEAR with "
                "divergence kl)", "credit")
-_m("credit/delta_mean", "mean of teacher - student log-prob of the sampled tokens (scored rows)", "credit")
-_m("credit/delta_std", "its standard deviation", "credit")
-_m("credit/segments_per_seq", "GEAR segments per scored response", "credit")
-_m("credit/segment_len", "mean GEAR segment length, tokens", "credit")
-_m("credit/segment_token_frac", "share of scored tokens inside a GEAR segment", "credit")
+CREDIT_DELTA_MEAN = _m("credit/delta_mean", "mean of teacher - student log-prob of the sampled tokens (scored "
+                       "rows)", "credit")
+CREDIT_DELTA_STD = _m("credit/delta_std", "its standard deviation", "credit")
+CREDIT_SEGMENTS_PER_SEQ = _m("credit/segments_per_seq", "GEAR segments per scored response", "credit")
+CREDIT_SEGMENT_LEN = _m("credit/segment_len", "mean GEAR segment length, tokens", "credit")
+CREDIT_SEGMENT_TOKEN_FRAC = _m("credit/segment_token_frac", "share of scored tokens inside a GEAR segment", "credit")
 CREDIT_CLIP_FRAC = _m("credit/clip_frac", "share of reweighted tokens whose weight hit 1 +- eps_w", "credit")
 CREDIT_MULTIPLIER_MIN = _m("credit/multiplier_min", "smallest A_t / A over scored tokens", "credit")
 CREDIT_MULTIPLIER_MAX = _m("credit/multiplier_max", "largest A_t / A over scored tokens", "credit")
@@ -203,15 +206,15 @@ TIME_TEACHER = _m("time/teacher", "seconds of the credit step (teacher forward a
                   "timing_s/teacher")
 
 # --- multi-turn episodes (grpolab.rollout.episodes: Episodes.metrics) ---------------------------
-EPISODE = "episode/"  # an episode batch's statistics enter the row as EPISODE + their name (row_key)
-_m("episode/turns", "model turns per episode", "episode")
-_m("episode/tool_errors", "tool errors per episode", "episode")
-_m("episode/tool_errors_per_turn", "tool errors per model turn", "episode")
-_m("episode/invalid_actions", "invalid actions per episode", "episode")
-_m("episode/invalid_per_turn", "invalid actions per model turn", "episode")
-_m("episode/truncated_frac", "share of episodes ended by the turn or token budget", "episode")
-_m("episode/observation_tokens", "observation tokens per episode", "episode")
-_m("episode/tokens", "model and observation tokens per episode", "episode")
+EPISODE = "episode/"  # the prefix Episodes.metrics writes; step_row.checked refuses a name not declared here
+EPISODE_TURNS = _m("episode/turns", "model turns per episode", "episode")
+EPISODE_TOOL_ERRORS = _m("episode/tool_errors", "tool errors per episode", "episode")
+EPISODE_TOOL_ERRORS_PER_TURN = _m("episode/tool_errors_per_turn", "tool errors per model turn", "episode")
+EPISODE_INVALID_ACTIONS = _m("episode/invalid_actions", "invalid actions per episode", "episode")
+EPISODE_INVALID_PER_TURN = _m("episode/invalid_per_turn", "invalid actions per model turn", "episode")
+EPISODE_TRUNCATED_FRAC = _m("episode/truncated_frac", "share of episodes ended by the turn or token budget", "episode")
+EPISODE_OBSERVATION_TOKENS = _m("episode/observation_tokens", "observation tokens per episode", "episode")
+EPISODE_TOKENS = _m("episode/tokens", "model and observation tokens per episode", "episode")
 
 #: grpolab key -> verl key (from the table). Sums of grpolab keys are in :data:`VERL_SUMS`.
 VERL_NAMES: dict[str, str] = {m.key: m.verl for m in STEP_METRICS.values() if m.verl}

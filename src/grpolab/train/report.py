@@ -14,17 +14,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from grpolab import step_row as K
 from grpolab.train.metrics_log import read_metrics
 from grpolab.train.watch import run_health
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
 PLOTS = {
-    "reward": ["reward/mean", "accuracy"],
-    "eval_accuracy": ["eval/accuracy"],
-    "lengths": ["length/mean", "length/correct", "length/incorrect"],
-    "clip_fraction": ["update/clip_frac", "update/clip_frac_low", "update/clip_frac_high"],
-    "entropy_kl": ["update/entropy", "update/approx_kl"],
-    "credit": ["credit/lam", "credit/clip_frac", "credit/multiplier_min", "credit/multiplier_max"],
+    "reward": [K.REWARD_MEAN, K.ACCURACY],
+    "eval_accuracy": [K.EVAL_ACCURACY],
+    "lengths": [K.LENGTH_MEAN, K.LENGTH_CORRECT, K.LENGTH_INCORRECT],
+    "clip_fraction": [K.UPDATE_CLIP_FRAC, K.UPDATE_CLIP_FRAC_LOW, K.UPDATE_CLIP_FRAC_HIGH],
+    "entropy_kl": [K.UPDATE_ENTROPY, K.UPDATE_APPROX_KL],
+    "credit": [K.CREDIT_LAM, K.CREDIT_CLIP_FRAC, K.CREDIT_MULTIPLIER_MIN, K.CREDIT_MULTIPLIER_MAX],
 }
 
 
@@ -248,7 +249,7 @@ def gains_line(result, n_eval: int | None = None) -> str:
 def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Path:
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
-    figs = plot_metrics(run_dir, rows, start={"eval/accuracy": result.start_accuracy}) if plots and rows else []
+    figs = plot_metrics(run_dir, rows, start={K.EVAL_ACCURACY: result.start_accuracy}) if plots and rows else []
     o = cfg.objective
     last = rows[-1] if rows else {}
     health = run_health(rows, truncated_frac=cfg.log.warn_truncated_frac, early_steps=cfg.log.warn_no_signal_steps)
@@ -292,8 +293,8 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
     lines += per_task_markdown(tasks, k=k)
     if last:
         lines += [
-            f"Last step: reward {last.get('reward/mean', 0):.3f}, response length "
-            f"{last.get('length/mean', 0):.1f}, step time {last.get('time/step', 0):.2f} s.",
+            f"Last step: reward {last.get(K.REWARD_MEAN, 0):.3f}, response length "
+            f"{last.get(K.LENGTH_MEAN, 0):.1f}, step time {last.get(K.TIME_STEP, 0):.2f} s.",
             "",
         ]
     lines += [f"![{p.stem}](plots/{p.name})" for p in figs]

@@ -131,7 +131,8 @@ def within_group_lengths(lengths_B: torch.Tensor, solved_B: torch.Tensor, group_
 def metric_schema(cfg: Config) -> list[str]:
     """Keys every step row carries (null in metrics.jsonl when a step does not compute them): the
     update's loss metrics (absent when every row was skipped), the clip rate and the drift of the
-    cumulative log ratio of every position bucket, and the evaluation keys (computed every ``trainer.eval_every`` steps)."""
+    cumulative log ratio of every position bucket, and the evaluation keys (computed every
+    ``trainer.eval_every`` steps): the groups ``update`` and ``eval`` of :mod:`grpolab.step_row`."""
     keys = K.group_keys("update") + K.group_keys("eval")  # in grpolab.step_row's order
     if cfg.log.metric_names == "both":
         keys = list(with_verl_names(dict.fromkeys(keys, float("nan"))))
