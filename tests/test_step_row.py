@@ -154,3 +154,11 @@ def test_producers_name_no_step_metric_of_their_own():
             if ("/" in s and (s in keys or (s.startswith(prefixes) and " " not in s))) or bare:
                 found.append(f"{rel}:{line}: {s!r}")
     assert found == [], "step-row keys belong in grpolab.step_row: " + "; ".join(found)
+
+
+def test_the_trainer_refuses_a_row_with_an_undeclared_key(tmp_path, monkeypatch):
+    import grpolab.train.loop as loop
+
+    monkeypatch.setattr(loop, "memory_metrics", lambda: {"memory/new_gauge": 1.0})
+    with pytest.raises(KeyError, match="'memory/new_gauge' are not declared"):
+        _run(tmp_path, *ARITH, "trainer.steps=1")
