@@ -113,3 +113,27 @@ def test_close_ends_the_server():
     while _alive(pids[0]) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not _alive(pids[0]) and pids[0] not in server_pids()
+
+
+def test_a_forked_child_gets_its_own_server_and_the_parents_lives_on(pool):
+    import os
+
+    assert _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
+    parent_servers = set(pool.idle_sandbox_pids()) & set(server_pids())
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child judges with the same pool object
+        try:
+            ok = _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
+            own = set(pool.idle_sandbox_pids()) & set(server_pids())
+            ok = ok and len(own) == 1 and not own & parent_servers  # its own server
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.close(r)
+    os.waitpid(pid, 0)
+    assert got == b"1"
+    assert _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
+    assert set(pool.idle_sandbox_pids()) & set(server_pids()) == parent_servers

@@ -100,6 +100,7 @@ class SandboxPool:
         self._launcher: Launcher | None = None
         self._prestart: Prestarter | None = None
         self._judges: dict[int, JudgeServer] = {}
+        self._judges_pid = os.getpid()
         self._uids: list[int | None] | None = None
         #: PID-namespace inodes of every sandbox started (audits: nothing may outlive a run).
         self.pid_namespaces: set[int] = set()
@@ -216,8 +217,14 @@ class SandboxPool:
         return [solver]
 
     def _judge_server(self, slot: int, limits: SandboxLimits) -> JudgeServer:
-        """The slot's judge server for ``limits`` (started, or replaced, when needed)."""
+        """The slot's judge server for ``limits`` (started, or replaced, when needed). A forked
+        child starts its own servers: its parent's belong to the parent (their socket copies
+        are closed here, the parent's servers live on)."""
         with self._lock:
+            if self._judges_pid != os.getpid():
+                for inherited in self._judges.values():
+                    inherited.sock.close()
+                self._judges, self._judges_pid = {}, os.getpid()
             server = self._judges.get(slot)
         if server is not None and server.alive() and server.key == server_key(limits):
             return server
