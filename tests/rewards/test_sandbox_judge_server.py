@@ -137,3 +137,18 @@ def test_a_forked_child_gets_its_own_server_and_the_parents_lives_on(pool):
     assert got == b"1"
     assert _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
     assert set(pool.idle_sandbox_pids()) & set(server_pids()) == parent_servers
+
+
+def test_the_server_outlives_the_thread_whose_request_started_it(pool):
+    import threading
+
+    got = []
+    t = threading.Thread(target=lambda: got.append(
+        _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits()))))
+    t.start()
+    t.join()  # the thread is gone: a server tied to it would die now (--die-with-parent)
+    assert got == [[True, True]]
+    first = set(pool.idle_sandbox_pids()) & set(server_pids())
+    time.sleep(0.3)
+    assert _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
+    assert set(pool.idle_sandbox_pids()) & set(server_pids()) == first

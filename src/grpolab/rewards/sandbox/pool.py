@@ -230,7 +230,11 @@ class SandboxPool:
             return server
         if server is not None:
             server.close()
-        server = JudgeServer(self.launcher(), limits, (self._uids or [None])[slot])
+        launcher, user = self.launcher(), (self._uids or [None])[slot]
+        # started on the pool's own long-lived thread: --die-with-parent follows that thread
+        prestart = self._prestart
+        server = (prestart.call(lambda: JudgeServer(launcher, limits, user)) if prestart
+                  else JudgeServer(launcher, limits, user))
         with self._lock:
             if self.closed:
                 server.close()

@@ -82,6 +82,20 @@ class Prestarter:
             if not self._closed and os.getpid() == self.owner_pid:
                 self._todo.put((slot, key))
 
+    def call(self, fn: Callable[[], object]):
+        """``fn()`` run on the prestarting thread, which lives as long as the pool: what it
+        starts is tied (``--die-with-parent``) to that thread, not to a caller's thread that may
+        end first (a thread pool's worker, say). Runs here when there is no such thread."""
+        done, box = threading.Event(), {}
+        with self._lock:
+            if self._closed or os.getpid() != self.owner_pid:
+                return fn()
+            self._todo.put(("call", fn, box, done))
+        done.wait()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
     def idle_pids(self) -> list[int]:
         """bubblewrap pids of the ready, never-used sandboxes (audits leave them out)."""
         with self._lock:
@@ -96,6 +110,11 @@ class Prestarter:
             ready, self._ready = [e for q in self._ready.values() for e in q], {}
         self._todo.put(None)
         self._thread.join(timeout=10)
+        while not self._todo.empty():  # calls that came after the last one ran: refused
+            item = self._todo.get_nowait()
+            if item is not None and item[0] == "call":
+                item[2]["error"] = RuntimeError("the sandbox pool closed")
+                item[3].set()
         for _, procs in ready:
             discard(procs)
 
@@ -104,6 +123,14 @@ class Prestarter:
             item = self._todo.get()
             if item is None:
                 return
+            if item[0] == "call":
+                _, fn, box, done = item
+                try:
+                    box["value"] = fn()
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    box["error"] = exc
+                done.set()
+                continue
             slot, key = item
             try:
                 procs = self._start(slot, key)
