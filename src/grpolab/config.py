@@ -84,6 +84,7 @@ CHOICES: dict[str, Callable[[], Sequence[str]]] = {
     "credit.privileged_placement": lambda: ("user", "system"),
     "credit.divergence": lambda: ("kl", "logratio"),
     "credit.gear_threshold": lambda: ("mad", "quantile"),
+    "credit.gear_anchor": lambda: ("departure", "spike"),
     "env.name": lambda: ("",) + tuple(_envs()),
 }
 
@@ -601,6 +602,13 @@ class CreditConfig:
     gear_k: float = _key(3.0, "MADs above the median for a spike (gear_threshold=mad)", form=">= 0")
     gear_quantile: float = _key(0.9, "quantile for a spike (gear_threshold=quantile)", form="[0, 1]")
     gear_min_divergence: float = _key(0.0, "floor of the spike threshold", form=">= 0")
+    gear_anchor: str = _key("departure", "GEAR's anchor rule",
+                            more="departure: a spike where the teacher gives the sampled token less than "
+                                 "exp(-gear_min_drop) of the student's probability; spike: the spike alone "
+                                 "(the rule before issue 44; docs/credit.md, GEAR's anchors)")
+    gear_min_drop: float = _key(0.6931471805599453, "log-probability drop (student - teacher) that makes a "
+                                "spike a departure (gear_anchor=departure; ln 2 = half the probability)",
+                                form=">= 0")
     gear_boundaries: str = _key("\n;", "characters whose tokens end a GEAR segment")
     chunk_size: int = _key(1024, "positions per chunk of the full-vocabulary KL", form="> 0")
     micro_batch_size: int = _key(
@@ -632,13 +640,18 @@ class CreditConfig:
         from grpolab.teacher_text import check_template
 
         self._read_aliases(prefix)
-        for f in ("name", "lam_schedule", "teacher", "privileged_placement", "divergence", "gear_threshold"):
+        for f in ("name", "lam_schedule", "teacher", "privileged_placement", "divergence", "gear_threshold",
+                  "gear_anchor"):
             _choice(prefix + f, getattr(self, f), CHOICES[f"credit.{f}"]())
         for k in ("lam", "lam_end"):
             if not 0 <= getattr(self, k) <= 1:
                 raise ConfigError(f"{prefix}{k}={getattr(self, k)} must be in [0, 1] (0 = plain GRPO)")
-        for k in ("lam_steps", "teacher_sync_every", "micro_batch_size", "gear_min_divergence", "gear_k"):
+        for k in ("lam_steps", "teacher_sync_every", "micro_batch_size", "gear_min_divergence", "gear_k",
+                  "gear_min_drop"):
             _positive(prefix + k, getattr(self, k), zero_ok=True)
+        if not math.isfinite(self.gear_min_drop):
+            raise ConfigError(f"{prefix}gear_min_drop={self.gear_min_drop!r} must be a finite number >= 0 "
+                              "(0.693 = ln 2)")
         for k, hi in (("eps_w", "1)"), ("gear_quantile", "1]")):  # the key named, not objectives' argument
             v = getattr(self, k)
             if not (0 <= v < 1 if hi == "1)" else 0 <= v <= 1):
@@ -703,7 +716,8 @@ class CreditConfig:
     def method_kwargs(self) -> dict[str, Any]:
         """The method's settings as :func:`grpolab.objectives.credit_advantages` takes them."""
         return dict(eps_w=self.eps_w, negative_only=self.negative_only, threshold=self.gear_threshold,
-                    k=self.gear_k, quantile=self.gear_quantile, min_divergence=self.gear_min_divergence)
+                    k=self.gear_k, quantile=self.gear_quantile, min_divergence=self.gear_min_divergence,
+                    anchor=self.gear_anchor, min_drop=self.gear_min_drop)
 
 
 @dataclass

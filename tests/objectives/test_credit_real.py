@@ -95,3 +95,36 @@ def test_poisoned_padding_on_real_responses(real, value):
         bad[k] = poison(real[k], m, value) if real[k].dim() == 2 else real[k]
     pois = _gear(bad)
     assert torch.equal(pois.advantages, clean.advantages) and torch.equal(pois.segment_ids, clean.segment_ids)
+
+
+@pytest.mark.parametrize("anchor", ["departure", "spike"])
+def test_the_config_setting_picks_the_rule(real, anchor):
+    """``credit.gear_anchor`` / ``credit.gear_min_drop`` reach GEAR through ``method_kwargs``,
+    the path the trainer, the TRL adapter and the verl plug-in share."""
+    from grpolab.config import CreditConfig
+    from grpolab.objectives import credit_advantages
+
+    cfg = CreditConfig(name="gear", gear_anchor=anchor).validate("credit.")
+    got = credit_advantages("gear", real["adv"], real["student"], real["teacher"], real["mask"],
+                            divergence=real["kl"], boundary_mask=real["boundary"], lam=cfg.lam,
+                            **cfg.method_kwargs())
+    want = _gear(real, anchor=anchor)
+    assert got.segment_ids.tolist() == want.segment_ids.tolist()
+    other = _gear(real, anchor="spike" if anchor == "departure" else "departure")
+    assert got.segment_ids.tolist() != other.segment_ids.tolist()  # the setting matters here
+    # a larger drop needs a clearer departure: fewer anchors than ln 2
+    strict = CreditConfig(name="gear", gear_min_drop=3.0).validate("credit.")
+    few = credit_advantages("gear", real["adv"], real["student"], real["teacher"], real["mask"],
+                            divergence=real["kl"], boundary_mask=real["boundary"], lam=strict.lam,
+                            **strict.method_kwargs())
+    assert 0 < (few.segment_ids > 0).sum() < (_gear(real).segment_ids > 0).sum()
+
+
+def test_bad_anchor_settings_are_refused_naming_the_key():
+    from grpolab.config import ConfigError, CreditConfig
+
+    for bad, key in ((dict(gear_anchor="onset"), "credit.gear_anchor"),
+                     (dict(gear_min_drop=-0.1), "credit.gear_min_drop"),
+                     (dict(gear_min_drop=float("nan")), "credit.gear_min_drop")):
+        with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+            CreditConfig(name="gear", **bad).validate("credit.")

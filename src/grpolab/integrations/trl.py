@@ -145,6 +145,8 @@ class GrpolabGRPOConfig(GRPOConfig):
     grpolab_credit_gear_k: float = _credit_field("gear_k")
     grpolab_credit_gear_quantile: float = _credit_field("gear_quantile")
     grpolab_credit_gear_min_divergence: float = _credit_field("gear_min_divergence")
+    grpolab_credit_gear_anchor: str = _credit_field("gear_anchor")
+    grpolab_credit_gear_min_drop: float = _credit_field("gear_min_drop")
     grpolab_credit_gear_boundaries: str = _credit_field("gear_boundaries")
     grpolab_credit_chunk_size: int = _credit_field("chunk_size")
     grpolab_credit_micro_batch_size: int = _credit_field("micro_batch_size")
