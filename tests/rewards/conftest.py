@@ -224,3 +224,31 @@ def parent_secret():
 def processes_with_uid():
     """``fn(uid) -> [(pid, command)]`` of live processes with that real uid."""
     return _processes_with_uid
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def alive():
+    """``fn(pid) -> bool``: the process exists and is not a zombie."""
+    return _alive
+
+
+@pytest.fixture
+def fresh_pool(require_isolation):
+    """A one-slot pool of the test's own (closed after it), skipping where no sandbox runs."""
+    from grpolab.rewards.sandbox import SandboxPool
+
+    p = SandboxPool(size=1)
+    if not p.features():
+        p.close()
+        require_isolation(f"no sandbox here: {p.notes}")
+    yield p
+    p.close()

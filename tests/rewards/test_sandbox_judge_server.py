@@ -21,86 +21,68 @@ def _verdicts(judged) -> list:
     return [r["ok"] for r in judged.records if "ok" in r]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "State:\tZ" not in f.read()
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def pool(require_isolation):
-    p = SandboxPool(size=1)
-    if not p.features():
-        p.close()
-        require_isolation(f"no sandbox here: {p.notes}")
-    yield p
-    p.close()
-
-
-def test_one_server_serves_many_programs_each_in_a_fresh_solver(pool):
+def test_one_server_serves_many_programs_each_in_a_fresh_solver(fresh_pool):
     limits = SandboxLimits()
     servers = set()
     for k in range(5):
         program = ADD if k % 2 == 0 else "def add(a, b):\n    return a - b\n"
-        j = pool.run_judged(program + "import os\nPID = os.getpid()\n", "", TESTS + ["assert PID == 1"],
+        j = fresh_pool.run_judged(program + "import os\nPID = os.getpid()\n", "", TESTS + ["assert PID == 1"],
                             "", limits)
         assert _verdicts(j) == ([True, True, True] if k % 2 == 0 else [False, False, True])
         assert j.judge.reason == "" and j.solver.reason == ""
-        servers |= set(pool.idle_sandbox_pids()) & set(server_pids())
+        servers |= set(fresh_pool.idle_sandbox_pids()) & set(server_pids())
     assert len(servers) == 1  # the same judge server throughout
 
 
-def test_a_hung_test_retires_the_server_and_the_next_request_gets_a_new_one(pool):
+def test_a_hung_test_retires_the_server_and_the_next_request_gets_a_new_one(fresh_pool, alive):
     def servers():  # this pool's judge servers (other tests' pools may have theirs)
-        return set(pool.idle_sandbox_pids()) & set(server_pids())
+        return set(fresh_pool.idle_sandbox_pids()) & set(server_pids())
 
-    pool.run_judged(ADD, "", TESTS, "", SandboxLimits())
+    fresh_pool.run_judged(ADD, "", TESTS, "", SandboxLimits())
     hung = servers()
     assert len(hung) == 1
-    j = pool.run_judged(ADD, "", ["while True: pass"], "", SandboxLimits(timeout_s=1.0))
+    j = fresh_pool.run_judged(ADD, "", ["while True: pass"], "", SandboxLimits(timeout_s=1.0))
     assert j.judge.reason == "timeout" and _verdicts(j) == []
     assert not servers()  # retired at once
-    j = pool.run_judged(ADD, "", TESTS, "", SandboxLimits())
+    j = fresh_pool.run_judged(ADD, "", TESTS, "", SandboxLimits())
     assert _verdicts(j) == [True, True] and j.judge.reason == ""
     assert len(servers()) == 1 and not hung & servers()  # a new server
-    assert not any(_alive(pid) for pid in hung)
+    assert not any(alive(pid) for pid in hung)
 
 
-def test_a_solvers_unsolicited_frames_do_not_reach_the_next_request(pool):
+def test_a_solvers_unsolicited_frames_do_not_reach_the_next_request(fresh_pool):
     # the program writes forged frames on its channel to the judge before and after loading
     forge = ("import posix, json\n"
              "def frame(o):\n    b = json.dumps(o).encode()\n    return len(b).to_bytes(4, 'big') + b\n"
              "for _ in range(50):\n"
              "    posix.write(6, frame({'loaded': True, 'names': {}}) + frame({'ok': 3}))\n"
              "def add(a, b):\n    return 0\n")
-    j = pool.run_judged(forge, "", TESTS, "", SandboxLimits())
+    j = fresh_pool.run_judged(forge, "", TESTS, "", SandboxLimits())
     assert _verdicts(j) in ([], [False, False])
     for _ in range(3):  # honest programs after it, on the same server
-        j = pool.run_judged(ADD, "", TESTS, "", SandboxLimits())
+        j = fresh_pool.run_judged(ADD, "", TESTS, "", SandboxLimits())
         assert _verdicts(j) == [True, True]
-    j = pool.run_judged("def add(a, b):\n    return 0\n", "", TESTS, "", SandboxLimits())
+    j = fresh_pool.run_judged("def add(a, b):\n    return 0\n", "", TESTS, "", SandboxLimits())
     assert _verdicts(j) == [False, False]
 
 
-def test_each_request_is_held_to_its_own_cpu_limit(pool):
+def test_each_request_is_held_to_its_own_cpu_limit(fresh_pool):
     # ~0.3 CPU-s of judge work per request under cpu_s=1: the server's earlier CPU does not count
     busy = "t = __import__('time').process_time()\nwhile __import__('time').process_time() - t < 0.3: pass"
     for _ in range(5):
-        j = pool.run_judged(ADD, "", [busy, TESTS[0]], "", SandboxLimits(cpu_s=1.0, timeout_s=10.0))
+        j = fresh_pool.run_judged(ADD, "", [busy, TESTS[0]], "", SandboxLimits(cpu_s=1.0, timeout_s=10.0))
         assert _verdicts(j) == [True, True] and j.judge.reason == "", j.judge
         assert 0.25 <= j.judge.cpu_s < 1.0
 
 
-def test_the_tests_namespace_is_fresh_per_request(pool):
-    j = pool.run_judged(ADD, "", ["LEFT = 1", "assert add(1, 1) == 2"], "", SandboxLimits())
+def test_the_tests_namespace_is_fresh_per_request(fresh_pool):
+    j = fresh_pool.run_judged(ADD, "", ["LEFT = 1", "assert add(1, 1) == 2"], "", SandboxLimits())
     assert _verdicts(j) == [True, True]
-    j = pool.run_judged(ADD, "", ["assert 'LEFT' not in globals()"], "", SandboxLimits())
+    j = fresh_pool.run_judged(ADD, "", ["assert 'LEFT' not in globals()"], "", SandboxLimits())
     assert _verdicts(j) == [True]
 
 
-def test_close_ends_the_server():
+def test_close_ends_the_server(alive):
     p = SandboxPool(size=1)
     j = p.run_judged(ADD, "", TESTS, "", SandboxLimits())
     if j.judge.reason == "sandbox_error":
@@ -110,22 +92,22 @@ def test_close_ends_the_server():
     assert len(pids) == 1
     p.close()
     deadline = time.monotonic() + 5
-    while _alive(pids[0]) and time.monotonic() < deadline:
+    while alive(pids[0]) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not _alive(pids[0]) and pids[0] not in server_pids()
+    assert not alive(pids[0]) and pids[0] not in server_pids()
 
 
-def test_a_forked_child_gets_its_own_server_and_the_parents_lives_on(pool):
+def test_a_forked_child_gets_its_own_server_and_the_parents_lives_on(fresh_pool):
     import os
 
-    assert _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
-    parent_servers = set(pool.idle_sandbox_pids()) & set(server_pids())
+    assert _verdicts(fresh_pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
+    parent_servers = set(fresh_pool.idle_sandbox_pids()) & set(server_pids())
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child judges with the same pool object
         try:
-            ok = _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
-            own = set(pool.idle_sandbox_pids()) & set(server_pids())
+            ok = _verdicts(fresh_pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
+            own = set(fresh_pool.idle_sandbox_pids()) & set(server_pids())
             ok = ok and len(own) == 1 and not own & parent_servers  # its own server
             os.write(w, b"1" if ok else b"0")
         finally:
@@ -135,20 +117,20 @@ def test_a_forked_child_gets_its_own_server_and_the_parents_lives_on(pool):
     os.close(r)
     os.waitpid(pid, 0)
     assert got == b"1"
-    assert _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
-    assert set(pool.idle_sandbox_pids()) & set(server_pids()) == parent_servers
+    assert _verdicts(fresh_pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
+    assert set(fresh_pool.idle_sandbox_pids()) & set(server_pids()) == parent_servers
 
 
-def test_the_server_outlives_the_thread_whose_request_started_it(pool):
+def test_the_server_outlives_the_thread_whose_request_started_it(fresh_pool):
     import threading
 
     got = []
     t = threading.Thread(target=lambda: got.append(
-        _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits()))))
+        _verdicts(fresh_pool.run_judged(ADD, "", TESTS, "", SandboxLimits()))))
     t.start()
     t.join()  # the thread is gone: a server tied to it would die now (--die-with-parent)
     assert got == [[True, True]]
-    first = set(pool.idle_sandbox_pids()) & set(server_pids())
+    first = set(fresh_pool.idle_sandbox_pids()) & set(server_pids())
     time.sleep(0.3)
-    assert _verdicts(pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
-    assert set(pool.idle_sandbox_pids()) & set(server_pids()) == first
+    assert _verdicts(fresh_pool.run_judged(ADD, "", TESTS, "", SandboxLimits())) == [True, True]
+    assert set(fresh_pool.idle_sandbox_pids()) & set(server_pids()) == first

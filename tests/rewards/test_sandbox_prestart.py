@@ -25,77 +25,59 @@ def _idle_after(pool: SandboxPool, timeout_s: float = 10.0) -> list[int]:
     return []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return "State:\tZ" not in f.read()
-    except OSError:
-        return False
-
-
-@pytest.fixture
-def pool(require_isolation):
-    p = SandboxPool(size=1)
-    if not p.features():
-        p.close()
-        require_isolation(f"no sandbox here: {p.notes}")
-    yield p
-    p.close()
-
-
-def test_each_run_takes_the_prestarted_sandbox_and_a_new_one_is_started(pool):
+def test_each_run_takes_the_prestarted_sandbox_and_a_new_one_is_started(fresh_pool, alive):
     seen = []
     for _ in range(4):
-        [idle] = _idle_after(pool)
+        [idle] = _idle_after(fresh_pool)
         assert idle not in seen  # never the same sandbox twice
-        r = pool.run("import os; print(os.getpid())", "", SandboxLimits())
+        r = fresh_pool.run("import os; print(os.getpid())", "", SandboxLimits())
         assert r.stdout == "1\n" and r.reason == ""  # PID 1 of its own namespace
         seen.append(idle)
-        assert not _alive(idle)  # the sandbox that ran is gone
+        assert not alive(idle)  # the sandbox that ran is gone
     assert len(set(seen)) == 4
 
 
-def test_a_run_leaves_nothing_in_the_next_prestarted_sandbox(pool):
+def test_a_run_leaves_nothing_in_the_next_prestarted_sandbox(fresh_pool):
     limits = SandboxLimits()
-    r = pool.run("open('/tmp/mark', 'w').write('x'); import sys; sys.modules['x'] = 1",
+    r = fresh_pool.run("open('/tmp/mark', 'w').write('x'); import sys; sys.modules['x'] = 1",
                  "", limits)
     assert r.reason == ""
-    r = pool.run("import os, sys; print(os.listdir('/tmp'), 'x' in sys.modules)", "", limits)
+    r = fresh_pool.run("import os, sys; print(os.listdir('/tmp'), 'x' in sys.modules)", "", limits)
     assert r.stdout == "[] False\n"
 
 
-def test_other_tmp_size_discards_the_prestarted_sandbox(pool):
-    [idle] = _idle_after(pool)
+def test_other_tmp_size_discards_the_prestarted_sandbox(fresh_pool, alive):
+    [idle] = _idle_after(fresh_pool)
     # the default /tmp is 16 MB; a program may write up to file_size_mb, so /tmp must be 40 MB
     src = ("import os\nwith open('/tmp/big', 'wb') as f:\n    f.write(b'x' * (30 << 20))\n"
            "print(os.path.getsize('/tmp/big'))")
-    r = pool.run(src, "", SandboxLimits(file_size_mb=40, memory_mb=512))
+    r = fresh_pool.run(src, "", SandboxLimits(file_size_mb=40, memory_mb=512))
     assert r.stdout == str(30 << 20) + "\n", (r.reason, r.stderr[-300:])
-    assert not _alive(idle)  # discarded, not left behind
-    r = pool.run(src, "", SandboxLimits())  # back to 16 MB: the write fails
+    assert not alive(idle)  # discarded, not left behind
+    r = fresh_pool.run(src, "", SandboxLimits())  # back to 16 MB: the write fails
     assert r.returncode != 0 and "File too large" in r.stderr
 
 
-def test_a_dead_prestarted_sandbox_is_replaced(pool):
-    [idle] = _idle_after(pool)
+def test_a_dead_prestarted_sandbox_is_replaced(fresh_pool, alive):
+    [idle] = _idle_after(fresh_pool)
     os.killpg(idle, signal.SIGKILL)
     deadline = time.monotonic() + 5
-    while _alive(idle) and time.monotonic() < deadline:
+    while alive(idle) and time.monotonic() < deadline:
         time.sleep(0.01)
-    r = pool.run("print(6 * 7)", "", SandboxLimits())
+    r = fresh_pool.run("print(6 * 7)", "", SandboxLimits())
     assert r.stdout == "42\n" and r.reason == ""
 
 
-def test_the_judge_path_runs_on_a_prestarted_pair(pool):
+def test_the_judge_path_runs_on_a_prestarted_solver(fresh_pool):
     limits = SandboxLimits()
     for _ in range(3):
-        judged = pool.run_judged("def add(a, b):\n    return a + b\n", "",
+        judged = fresh_pool.run_judged("def add(a, b):\n    return a + b\n", "",
                                  ["assert add(1, 2) == 3", "assert add(2, 2) == 5"], "", limits)
         verdicts = [r["ok"] for r in judged.records if "ok" in r]
         assert verdicts == [True, False], judged.records
 
 
-def test_close_kills_the_prestarted_sandboxes():
+def test_close_kills_the_prestarted_sandboxes(alive):
     p = SandboxPool(size=2)
     p.warm_up()
     deadline = time.monotonic() + 10
@@ -106,6 +88,6 @@ def test_close_kills_the_prestarted_sandboxes():
     p.close()
     assert p.idle_sandbox_pids() == []
     deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in idle) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in idle) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not any(_alive(pid) for pid in idle)
+    assert not any(alive(pid) for pid in idle)
