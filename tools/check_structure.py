@@ -53,10 +53,7 @@ SCRIPT_LOADS = {
     "benchmarks/speed/objectives.py": "times the float64 loop reference of tests/objectives/reference.py (test code)",
 }
 #: benchmark script (file name) -> why its default output is not yet under runs/bench/ (rule 8)
-OUTPUT_PENDING = {
-    "preflight_calibration.py": "its owner (issue 43) edits it this session; its --json and --png default to docs/results/",
-    "real_credit_reads.py": "being moved to benchmarks/experiments/ by its owner (issue 44) this session",
-}
+OUTPUT_PENDING: dict[str, str] = {}
 #: module-level names that hold a script's default output (rule 8)
 OUTPUT_NAME = re.compile(r"(^|_)(OUT|OUTPUT|RESULTS?)(_|$)")
 #: test files at the top of ``tests/`` that mirror no module

@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from grpolab.utils import bench
 from grpolab.utils.bench import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -401,6 +402,16 @@ own prompt, which asks for the answer after `#`; 2000 generated entries, half of
 the gain is measured on the first 256 held-out entries, which can repeat a question). The preflight's
 rules were frozen before these runs (`src/grpolab/diagnostics/preflight.py` at commit {rg_commit}).
 
+What came out (02:20 UTC): all three "indicated" (reachable 25-36% on 47 items, greedy 0, almost all of it
+"the answer is in a failed response"); products gained (+45.3 points on seed 0), letter_counting and
+leg_counting gained nothing (greedy 0.000 before and after on 256 items, seed 0). Both misses are counted
+above with the frozen rule. A flaw this shows, proposed and **not applied**: "the right answer already
+appears in a failed response" matches any occurrence of a 1-2-digit number, which in a restated question
+or a running count is often chance (letter counts are 0-5, leg counts small products); the rule should
+count it only where the answer is the response's last number or has >= 3 digits. The agreement with that
+change was not computed (it needs the stored responses re-read; not done before the deadline).
+Seeds 1-2 of the three families were not run by the deadline except where the table shows them.
+
 ## Agreement
 
 - Settings with a preflight and a measured gain: **{n}**; GRPO decided ("indicated" / "not indicated")
@@ -462,7 +473,8 @@ def plan(settings: list[dict], seeds: list[int]) -> list[tuple[int, dict]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--root", default="runs/calib")
-    ap.add_argument("--json", default="docs/results/preflight_calibration.json")
+    ap.add_argument("--json", default=str(bench.results_path("preflight_calibration.json")),
+                    help="the record (the committed one: docs/results/preflight_calibration.json)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--only", nargs="*", default=None, help="setting names (default: all)")
     ap.add_argument("--gain-items", type=int, default=256)
@@ -473,8 +485,12 @@ def main() -> None:
     ap.add_argument("--no-preflight", action="store_true", help="runs and gains only (preflights in a later pass)")
     ap.add_argument("--recorded", action="store_true", help="also the settings whose runs exist in docs/results/")
     ap.add_argument("--page", default=None, help="write the results page (markdown) here, with --png")
-    ap.add_argument("--png", default="docs/results/figures/preflight_calibration.png")
+    ap.add_argument("--png", default=None,
+                    help="the figure (default: figures/preflight_calibration.png beside --page)")
     args = ap.parse_args()
+    if args.png is None:
+        args.png = str(Path(args.page).parent / "figures" / "preflight_calibration.png") if args.page \
+            else str(bench.results_path("preflight_calibration.png"))
     root = (ROOT / args.root).resolve()
     out_json = ROOT / args.json
     record = json.loads(out_json.read_text()) if out_json.exists() else {}

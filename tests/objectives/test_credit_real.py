@@ -5,7 +5,7 @@ sampled to 8 sums of studies/real_credit.yaml (8 samples each, T = 0.7, 12-token
 sampled tokens' log-probs under the student and under the teacher shown the worked solution
 (template user_bare), the full-vocabulary KL, the GEAR boundary tokens and the rewards. Made by:
 
-    python benchmarks/real_credit_reads.py fixture --model models/smollm2-135m-instruct \
+    python benchmarks/experiments/real_credit_reads.py fixture --model models/smollm2-135m-instruct \
         --prompts 8 --out tests/objectives/data/smollm2_short_answers.pt
 
 On these 12-token answers the spike rule put 95% of all tokens and every token of every correct

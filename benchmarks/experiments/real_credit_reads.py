@@ -6,16 +6,17 @@ on worked, column-by-column solutions of two-digit sums (``short_arith`` ``digit
 the solution can point at the first wrong step. Subcommands:
 
     # 1. the precondition: teacher readability per template on >= 256 responses of the warm start
-    python benchmarks/real_credit_reads.py precondition --warm-start runs/reads_ws --prompts 32
+    python benchmarks/experiments/real_credit_reads.py precondition --out docs/results/real_credit_reads.json --warm-start runs/reads_ws --prompts 32
     # 2. headroom of the warm start (greedy vs sampled vs pass@k)
-    python benchmarks/real_credit_reads.py headroom --warm-start runs/reads_ws
+    python benchmarks/experiments/real_credit_reads.py headroom --out docs/results/real_credit_reads.json --warm-start runs/reads_ws
     # 3. the study: GRPO, RLSD, GEAR, OPSD from the warm start, one seed at a time (1 thread)
-    python benchmarks/real_credit_reads.py study --warm-start runs/reads_ws --seeds 0 1 2 3 4
+    python benchmarks/experiments/real_credit_reads.py study --out docs/results/real_credit_reads.json --warm-start runs/reads_ws --seeds 0 1 2 3 4
     # a GEAR test fixture: SmolLM2's sampled responses with their teacher / student log-probs
-    python benchmarks/real_credit_reads.py fixture --model models/smollm2-135m-instruct \
+    python benchmarks/experiments/real_credit_reads.py fixture --model models/smollm2-135m-instruct \
         --config studies/real_credit.yaml --out tests/objectives/data/smollm2_short_answers.pt
 
-Every subcommand merges its part into ``docs/results/real_credit_reads.json`` (written atomically
+Every subcommand merges its part into ``--out`` (``runs/bench/real_credit_reads.json`` by default;
+the committed record: ``--out docs/results/real_credit_reads.json``) (written atomically
 after every finished piece, so a partial study survives): ``model``, ``task``, ``response_tokens``,
 ``precondition`` (``teacher_auc`` and ``template`` of the best template, every template tried),
 ``headroom``, ``variants.{grpo,rlsd,gear,opsd}`` (``seeds``, ``start``, ``final``, ``curve``, area,
@@ -37,9 +38,12 @@ from pathlib import Path
 
 from grpolab.utils import offline  # noqa: F401  (nothing reaches the Hub)
 from grpolab.config import DEFAULT_CHAT_TEACHER_TEMPLATE
+from grpolab.utils import bench
 
-ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "docs" / "results" / "real_credit_reads.json"
+ROOT = Path(__file__).resolve().parents[2]
+#: default output (runs/bench/, git-ignored); the committed record is written with
+#: ``--out docs/results/real_credit_reads.json`` (its page gives the commands)
+OUT = bench.results_path("real_credit_reads.json")
 CONFIG = ROOT / "studies" / "real_credit_reads.yaml"
 METHODS = ("grpo", "rlsd", "gear", "opsd")
 METRICS = ["time/step", "time/rollout", "time/update", "length/mean", "credit/segment_token_frac",
@@ -137,7 +141,7 @@ def precondition(args) -> None:
                                   "needs": 30, "met": pick["mean_response_tokens"] >= 30}
         doc["headroom"] = {"source": "the precondition's batch: greedy once and the same samples, per prompt",
                            "warm_start": str(args.warm_start), **hr}
-    _record_command(doc, "python benchmarks/real_credit_reads.py precondition " + " ".join(sys.argv[2:]))
+    _record_command(doc, "python benchmarks/experiments/real_credit_reads.py precondition " + " ".join(sys.argv[2:]))
     save(args.out, doc)
     print(f"best template: {best}; wrote {args.out}")
 
@@ -153,7 +157,7 @@ def headroom_of_batch(opened, items, exp, group_size: int) -> dict:
     fams = [str((it.meta or {}).get("family", "all")) for it in items]
     res = headroom_from_outcomes(solved, ok, group_size, fams)
     res.temperature = opened.config.rollout.temperature
-    res.source = "benchmarks/real_credit_reads.py precondition"
+    res.source = "benchmarks/experiments/real_credit_reads.py precondition"
     return res.to_dict()
 
 
