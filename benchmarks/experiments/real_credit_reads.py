@@ -10,7 +10,7 @@ the solution can point at the first wrong step. Subcommands:
     # 2. headroom of the warm start (greedy vs sampled vs pass@k)
     python benchmarks/experiments/real_credit_reads.py headroom --out docs/results/real_credit_reads.json --warm-start runs/reads_ws
     # 3. the study: GRPO, RLSD, GEAR, OPSD from the warm start, one seed at a time (1 thread)
-    python benchmarks/experiments/real_credit_reads.py study --out docs/results/real_credit_reads.json --warm-start runs/reads_ws --seeds 0 1 2 3 4
+    python benchmarks/experiments/real_credit_reads.py study --out docs/results/real_credit_reads.json --warm-start runs/reads_ws_ps50 --seeds 0 1 2 3 4
     # a GEAR test fixture: SmolLM2's sampled responses with their teacher / student log-probs
     python benchmarks/experiments/real_credit_reads.py fixture --model models/smollm2-135m-instruct \
         --config studies/real_credit.yaml --out tests/objectives/data/smollm2_short_answers.pt
