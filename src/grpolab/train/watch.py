@@ -129,7 +129,7 @@ class TrainingWatch:
     def _truncation_lines(self, step: int, row: dict[str, Any]) -> list[str]:
         cap = f"rollout.max_new_tokens={self.max_new_tokens}" if self.max_new_tokens else "the length cap"
         early = _early(self.no_signal_steps)
-        share = f"{row['length/truncated_frac']:.0%} of responses hit {cap}"
+        share = f"{row[K.LENGTH_TRUNCATED_FRAC]:.0%} of responses hit {cap}"
         if step <= early:  # normal while the model learns to stop: said once
             if "truncated_early" in self.last_warned:
                 return []
