@@ -232,11 +232,16 @@ class RunHealth:
         notes = [x for x in (self._no_signal_note(), self._truncation_note()) if x]
         return "\n\n".join(notes) if notes else None
 
+    def _where(self, late_streak: int) -> str:
+        """Where a note's steps fell: all early, or at most ``late_streak`` in a row after."""
+        if late_streak == 0:
+            return f"all within the first {_steps(self.early_steps)}"
+        return f"at most {late_streak} in a row after the first {_steps(self.early_steps)}"
+
     def _truncation_note(self) -> str | None:
         if not self.truncated_steps or self.truncation_persists:
             return None
-        where = (f"all within the first {_steps(self.early_steps)}" if self.late_truncated_streak == 0 else
-                 f"at most {self.late_truncated_streak} in a row after the first {_steps(self.early_steps)}")
+        where = self._where(self.late_truncated_streak)
         return (f"Note: {self.truncated_steps} of {self.steps} steps had most responses truncated ({where}; not at "
                 "the last step). That is normal while a model learns to stop; it is a warning when it persists "
                 f"({self.early_steps} in a row after the first {self.early_steps}, or at the last step).")
@@ -244,8 +249,7 @@ class RunHealth:
     def _no_signal_note(self) -> str | None:
         if not self.no_signal_steps or self.not_learning:
             return None
-        where = (f"all within the first {_steps(self.early_steps)}" if self.late_no_signal_streak == 0 else
-                 f"at most {self.late_no_signal_streak} in a row after the first {_steps(self.early_steps)}")
+        where = self._where(self.late_no_signal_streak)
         return (f"Note: {self.no_signal_steps} of {self.steps} steps updated nothing ({where}; no prompt group had "
                 "reward variance). That is normal while a run starts; it is a warning when such steps persist "
                 f"({self.early_steps} in a row after the first {self.early_steps}) or are most of the run.")
