@@ -10,7 +10,7 @@ the solution can point at the first wrong step. Subcommands:
     # 2. headroom of the warm start (greedy vs sampled vs pass@k)
     python benchmarks/experiments/real_credit_reads.py headroom --out docs/results/real_credit_reads.json --warm-start runs/reads_ws
     # 3. the study: GRPO, RLSD, GEAR, OPSD from the warm start, one seed at a time (1 thread)
-    python benchmarks/experiments/real_credit_reads.py study --out docs/results/real_credit_reads.json --warm-start runs/reads_ws_ps50 --seeds 0 1 2 3 4
+    python benchmarks/experiments/real_credit_reads.py study --out docs/results/real_credit_reads.json --warm-start runs/reads_ws_ps50 --seeds 0 1 2 3 4 --jobs 2
     # a GEAR test fixture: SmolLM2's sampled responses with their teacher / student log-probs
     python benchmarks/experiments/real_credit_reads.py fixture --model models/smollm2-135m-instruct \
         --config studies/real_credit.yaml --out tests/objectives/data/smollm2_short_answers.pt
@@ -208,21 +208,29 @@ def build_variants(study: Path, heldout: int) -> tuple[dict, dict]:
 
 
 def study(args) -> None:
-    """One ``grpolab compare`` seed at a time (its 4 methods in turn), the JSON rewritten after each."""
+    """Every seed's runs planned at once (one ``sweep.json``: a partial study collects what finished),
+    then run seed by seed, ``--jobs`` at a time; the JSON rewritten after each seed. Re-running the
+    same command skips finished runs and resumes interrupted ones from their checkpoint."""
+    from grpolab.sweep.runner import plan_sweep, run_sweep
+
     root = Path(args.root)
-    base = ["grpolab", "compare", str(args.config), "--vary", "credit.name=" + ",".join(args.methods),
-            "--jobs", "1", "--out", str(root), "--set", f"model.path={args.warm_start}", "--set", "sft.enabled=no"]
-    base += sum((["--set", s] for s in args.set), [])
+    overrides = [f"model.path={args.warm_start}", "sft.enabled=no", *args.set]
+    grid = ["credit.name=" + ",".join(args.methods)]
+    out, specs = plan_sweep(args.config, overrides, grid, args.seeds, root)
     doc = load(args.out)
     doc["schedule"] = (f"{args.steps_label}; from one warm start ({args.warm_start}); "
                        "credit lam 0.5 -> 0 linear over the run; teacher = the warm start (LoRA adapters off)")
-    _record_command(doc, " ".join(base) + " --seeds S   # S = " + " ".join(map(str, args.seeds)))
+    sets = " ".join(f"--set {s}" for s in args.set)
+    _record_command(doc, f"python benchmarks/experiments/real_credit_reads.py study --warm-start {args.warm_start} "
+                         f"--seeds {' '.join(map(str, args.seeds))} --jobs {args.jobs} --root {root} "
+                         f"--out {args.out} {sets}".strip())
+    save(args.out, doc)
     for seed in args.seeds:
-        cmd = base + ["--seeds", str(seed)]
-        print(" ".join(cmd), flush=True)
         t0 = time.time()
-        proc = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
-        print(f"seed {seed}: rc {proc.returncode} in {time.time() - t0:.0f}s", flush=True)
+        res = run_sweep(out, [s for s in specs if s.seed == seed], jobs=args.jobs)
+        failed = sorted(n for n, st in res.status.items() if st == "failed")
+        print(f"seed {seed}: {time.time() - t0:.0f}s wall, {res.cpu_seconds:.0f}s CPU"
+              + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
         variants, pairs = build_variants(root, args.heldout)
         doc = load(args.out)
         doc.update({"heldout_items": args.heldout, "baseline": "grpo", "variants": variants,
@@ -320,9 +328,10 @@ def main() -> None:
     st.add_argument("--seeds", type=int, nargs="+", default=[0])
     st.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     st.add_argument("--root", default=str(ROOT / "runs" / "study_real_credit_reads"))
+    st.add_argument("--jobs", type=int, default=2, help="runs at a time (each gets cores // jobs torch threads)")
     st.add_argument("--heldout", type=int, default=200)
     st.add_argument("--steps-label", default="10 steps x 4 prompts x 8 samples, lr 5e-4, T=0.7, 200 held-out "
-                    "sums greedy every 2 steps")
+                    "sums greedy at steps 0, 5, 10")
     fx = sub.add_parser("fixture")
     fx.add_argument("--model", required=True)
     fx.add_argument("--config", type=Path, default=ROOT / "studies" / "real_credit.yaml")
