@@ -184,9 +184,11 @@ def headroom(args) -> None:
 
 
 # --------------------------------------------------------------------------------------- study
-def teacher_seconds(rows: list[dict]) -> float | None:
-    vals = [float(r["time/teacher"]) for r in rows if isinstance(r.get("time/teacher"), (int, float))]
-    return sum(vals) / len(vals) if vals else None
+def per_run(rows: list[dict]) -> dict:
+    """What one run's step rows say beyond its curve: teacher seconds per step and peak memory."""
+    teach = [float(r["time/teacher"]) for r in rows if isinstance(r.get("time/teacher"), (int, float))]
+    rss = [float(r["memory/peak_rss_mb"]) for r in rows if isinstance(r.get("memory/peak_rss_mb"), (int, float))]
+    return {"teacher_seconds": sum(teach) / len(teach) if teach else None, "peak_rss_mb": max(rss) if rss else None}
 
 
 def build_variants(study: Path, heldout: int) -> tuple[dict, dict]:
@@ -194,11 +196,13 @@ def build_variants(study: Path, heldout: int) -> tuple[dict, dict]:
     from grpolab.diagnostics import wilson_interval
     from grpolab.sweep.study import collect, paired
 
-    variants = collect(study, METRICS, per_run=teacher_seconds)
+    variants = collect(study, METRICS, per_run=per_run)
     variants = {m: variants[m] for m in METHODS if m in variants}
     pairs = paired(variants, "grpo") if "grpo" in variants else {}
     for v in variants.values():
-        v["teacher_seconds_per_step"] = v.pop("per_run")
+        runs = v.pop("per_run")
+        v["teacher_seconds_per_step"] = [r["teacher_seconds"] for r in runs]
+        v["peak_rss_mb"] = [r["peak_rss_mb"] for r in runs]
         v["seconds_per_step"] = v["metrics"]["time/step"]
         v["wilson_final"] = [list(wilson_interval(round(a * heldout), heldout)) for a in v["final"]]
         v.setdefault("steps_to_baseline_final", [])
@@ -238,6 +242,57 @@ def study(args) -> None:
         save(args.out, doc)
         print(table(doc), flush=True)
     print(f"wrote {args.out}")
+
+
+def report(args) -> None:
+    """Rebuild ``variants`` from the finished runs of ``--root`` (no training), draw the figure."""
+    root = Path(args.root)
+    variants, pairs = build_variants(root, args.heldout)
+    doc = load(args.out)
+    doc.update({"heldout_items": args.heldout, "baseline": "grpo", "variants": variants,
+                "paired_vs_grpo": pairs, "seeds_run": sorted({s for v in variants.values() for s in v["seeds"]})})
+    if args.figure:
+        doc["figure"] = str(args.figure)
+        figure(doc, args.figure)
+    save(args.out, doc)
+    print(table(doc))
+    print(f"wrote {args.out}" + (f" and {args.figure}" if args.figure else ""))
+
+
+def figure(doc: dict, path: Path) -> None:
+    """Held-out greedy accuracy per method over the steps (thin: each seed, thick: the mean), titled
+    with the task and captioned with the prompt format and each method's peak memory."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    memory = []
+    for i, (name, v) in enumerate(doc.get("variants", {}).items()):
+        steps, curves = v["curve"]["steps"], v["curve"]["accuracy"]
+        color = f"C{i}"
+        for c in curves:
+            ax.plot(steps, c, color=color, alpha=0.25, lw=0.8)
+        mean = [sum(c[j] for c in curves) / len(curves) for j in range(len(steps))]
+        ax.plot(steps, mean, color=color, lw=2.2, marker="o", label=f"{name} ({len(curves)} seeds)")
+        rss = [x for x in v.get("peak_rss_mb", []) if x is not None]
+        memory.append(f"{name} {max(rss):.0f} MiB" if rss else f"{name} not recorded")
+    ax.set_xlabel("RL step")
+    ax.set_ylabel(f"held-out greedy accuracy ({doc.get('heldout_items', '?')} items)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("SmolLM2-135M-Instruct, worked two-digit sums: GRPO vs RLSD / GEAR / OPSD", fontsize=10)
+    import textwrap
+
+    caption = (f"prompts: {doc.get('prompt_format', '?')}. Peak memory (RSS, one run on CPU): "
+               f"{', '.join(memory)}. {doc.get('schedule', '')}")
+    text = "\n".join(textwrap.wrap(caption, 110))
+    fig.text(0.01, 0.01, text, fontsize=6, color="0.3", ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.03 * (text.count("\n") + 1) + 0.01, 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def _mean(xs):
@@ -332,6 +387,12 @@ def main() -> None:
     st.add_argument("--heldout", type=int, default=200)
     st.add_argument("--steps-label", default="10 steps x 4 prompts x 8 samples, lr 5e-4, T=0.7, 200 held-out "
                     "sums greedy at steps 0, 5, 10")
+    rp = sub.add_parser("report", help="rebuild the record and figure from the study's finished runs (no training)")
+    rp.add_argument("--root", default=str(ROOT / "runs" / "study_real_credit_reads"))
+    rp.add_argument("--heldout", type=int, default=200)
+    rp.add_argument("--out", type=Path, default=OUT)
+    rp.add_argument("--figure", type=Path, default=None, help="PNG of the held-out curves (e.g. "
+                    "docs/results/figures/real_credit_reads.png)")
     fx = sub.add_parser("fixture")
     fx.add_argument("--model", required=True)
     fx.add_argument("--config", type=Path, default=ROOT / "studies" / "real_credit.yaml")
@@ -342,7 +403,8 @@ def main() -> None:
     fx.add_argument("--threads", type=int, default=1)
     fx.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    {"precondition": precondition, "headroom": headroom, "study": study, "fixture": fixture}[args.cmd](args)
+    {"precondition": precondition, "headroom": headroom, "study": study, "report": report,
+     "fixture": fixture}[args.cmd](args)
 
 
 if __name__ == "__main__":

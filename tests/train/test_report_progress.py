@@ -3,6 +3,8 @@ integer step ticks, progress lines with an ETA in a log file, verl aliases opt-i
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from grpolab.config import load_config
 from grpolab.train.progress import LineProgress, format_seconds, progress_bar
 from grpolab.train.report import plot_metrics, plot_series
@@ -145,3 +147,46 @@ def test_headroom_and_warm_start_report_progress():
                                              max_new_tokens=4), log=lines.append)
     steps = [x for x in lines if x.startswith("sft step")]
     assert len(steps) == 2 and all("s/step, at most" in x and "left)" in x for x in steps)
+
+
+def test_every_figure_states_model_prompt_format_and_peak_memory(tmp_path, monkeypatch):
+    """Issue 44: a run's figure read alone says which prompt format and how much memory it took."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from grpolab.config import Config
+    from grpolab.train.loop import TrainResult
+    from grpolab.train.report import write_report
+
+    texts: dict[str, list[str]] = {}
+    real_savefig = plt.Figure.savefig
+
+    def spy(fig, path, *a, **k):
+        texts[str(path)] = [t.get_text() for t in fig.texts]
+        return real_savefig(fig, path, *a, **k)
+
+    monkeypatch.setattr(plt.Figure, "savefig", spy)
+    rows = [{"step": s, "eval/accuracy": 0.5, "reward/mean": 0.4, "memory/peak_rss_mb": 900.0 + 100 * s}
+            for s in (1, 2, 3)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = Config()
+    result = TrainResult(run_dir=tmp_path, steps=3, start_accuracy=0.4, final_accuracy=0.5, best_accuracy=0.5,
+                         seconds=3.0)
+    fmt = "the tokenizer's chat template, prompt template 'Q: {prompt}'"
+    write_report(tmp_path, cfg, result, plots=True, prompt_format=fmt)
+    assert {Path(p).name for p in texts} >= {"eval_accuracy.png", "reward.png"}
+    for captions in texts.values():
+        caption = " ".join(captions).replace("\n", " ")
+        assert fmt in caption and "peak memory: RSS 1200 MiB" in caption and "tiny (built-in)" in caption
+    md = (tmp_path / "summary.md").read_text()
+    assert f"- prompts: {fmt}" in md and "peak memory: RSS 1200 MiB" in md
+    assert json.loads((tmp_path / "summary.json").read_text())["prompt_format"] == fmt
+    # without the resolved format (an old caller) the configured one is named; no memory rows: said so
+    from grpolab.train.report import figure_caption
+
+    cap = figure_caption(cfg, [{"step": 1}])
+    assert "task.chat_template=auto" in cap and "peak memory: not recorded" in cap

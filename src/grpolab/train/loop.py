@@ -316,7 +316,9 @@ def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: floa
         final_accuracy=evals[-1]["accuracy"], best_accuracy=max(e["accuracy"] for e in evals), seconds=seconds,
         start_families=evals[0].get("families", {}), final_families=evals[-1].get("families", {}), n_eval=n_eval,
     )
-    write_report(run_dir.path, cfg, result, plots=cfg.log.plots)
+    fmt = state.prompt_format
+    write_report(run_dir.path, cfg, result, plots=cfg.log.plots,
+                 prompt_format=fmt.describe() if hasattr(fmt, "describe") else None)
     from grpolab.train.metrics_log import read_metrics
     from grpolab.train.watch import run_health
 

@@ -50,10 +50,27 @@ def plot_series(rows: list[dict[str, Any]], keys: list[str],
     return lines
 
 
+def figure_caption(cfg, rows: list[dict[str, Any]], prompt_format: str | None = None) -> str:
+    """The line under every figure of a run: what the curves come from, so a figure read alone
+    still says it, e.g. ``model models/smollm2 · prompts: the tokenizer's chat template · peak
+    memory: RSS 1612 MiB``. ``prompt_format``: the run's resolved format
+    (:meth:`grpolab.tasks.PromptFormat.describe`); without it the configured one is named."""
+    if prompt_format is None:
+        t = cfg.task
+        prompt_format = f"task.chat_template={t.chat_template}" + (
+            f", prompt template {t.prompt_template[:40]!r}" if t.prompt_template != "{prompt}" else "")
+    health = run_health(rows)
+    memory = "not recorded" if health.peak_rss_mb is None else f"RSS {health.peak_rss_mb:.0f} MiB" + (
+        f", CUDA {health.cuda_peak_mb:.0f} MiB" if health.cuda_peak_mb is not None else "")
+    return (f"model {cfg.model.path or 'tiny (built-in)'} · task {cfg.task.name} · prompts: {prompt_format} "
+            f"· peak memory: {memory}")
+
+
 def plot_metrics(run_dir: str | Path, rows: list[dict[str, Any]],
-                 start: dict[str, float] | None = None) -> list[Path]:
+                 start: dict[str, float] | None = None, caption: str | None = None) -> list[Path]:
     """PNG plots of :data:`PLOTS` in ``RUN_DIR/plots``; ``start``: step-0 values (``eval/accuracy``
-    before RL) drawn as the first point. Steps are whole numbers on the x axis."""
+    before RL) drawn as the first point; ``caption``: a line under each figure
+    (:func:`figure_caption`: model, prompt format, peak memory). Steps are whole numbers on the x axis."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -76,7 +93,14 @@ def plot_metrics(run_dir: str | Path, rows: list[dict[str, Any]],
         ax.set_title(name.replace("_", " "))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
+        if caption:
+            import textwrap
+
+            text = "\n".join(textwrap.wrap(caption, 95))
+            fig.text(0.01, 0.01, text, fontsize=6, color="0.3", ha="left", va="bottom")
+            fig.tight_layout(rect=(0, 0.035 * (text.count("\n") + 1) + 0.01, 1, 1))
+        else:
+            fig.tight_layout()
         path = out_dir / f"{name}.png"
         fig.savefig(path, dpi=100)
         written.append(path)
@@ -246,10 +270,14 @@ def gains_line(result, n_eval: int | None = None) -> str:
             f"({change:+.3f}; best {result.best_accuracy:.3f}) after {steps}{on}.**")
 
 
-def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Path:
+def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True, prompt_format: str | None = None) -> Path:
+    """``RUN_DIR/summary.md`` + ``summary.json`` (and the plots unless ``plots=False``).
+    ``prompt_format``: the run's resolved prompt format in words (figures and summary name it)."""
     run_dir = Path(run_dir)
     rows = read_metrics(run_dir)
-    figs = plot_metrics(run_dir, rows, start={K.EVAL_ACCURACY: result.start_accuracy}) if plots and rows else []
+    caption = figure_caption(cfg, rows, prompt_format)
+    figs = (plot_metrics(run_dir, rows, start={K.EVAL_ACCURACY: result.start_accuracy}, caption=caption)
+            if plots and rows else [])
     o = cfg.objective
     last = rows[-1] if rows else {}
     health = run_health(rows, truncated_frac=cfg.log.warn_truncated_frac, early_steps=cfg.log.warn_no_signal_steps)
@@ -263,6 +291,7 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
         *([headline, ""] if headline else []),
         *([note, ""] if note else []),
         f"- task: `{cfg.task.name}`, model: `{cfg.model.path or 'tiny (built-in)'}`",
+        *([f"- prompts: {prompt_format}"] if prompt_format else []),
         f"- objective: advantage `{o.advantage}`, ratio `{o.ratio}`, aggregation `{o.aggregation}`, "
         f"clip [{o.clip_low}, {o.clip_high}], KL {o.kl_coef} ({o.kl_estimator})",
         *_credit_line(cfg),
@@ -300,7 +329,7 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True) -> Pat
     lines += [f"![{p.stem}](plots/{p.name})" for p in figs]
     atomic_write_json(run_dir / "summary.json", {
         "run": run_dir.name, "task": cfg.task.name, "model": cfg.model.path or "tiny (built-in)",
-        "steps": result.steps, "seconds": result.seconds,
+        "steps": result.steps, "seconds": result.seconds, "prompt_format": prompt_format, "figure_caption": caption,
         "accuracy": {"before_rl": result.start_accuracy, "final": result.final_accuracy,
                      "best": result.best_accuracy, "change": result.final_accuracy - result.start_accuracy},
         "headroom_verdict": (preflight or headroom or {}).get("verdict"),
