@@ -1,7 +1,8 @@
 """Compare two runs' results beyond ``metrics.jsonl`` (:mod:`metrics_diff` compares the rows): the
 warm start's and the final weights tensor by tensor, ``sft/sft.json`` (steps, accuracy, the check
-history, settings and key), ``headroom.json`` and the accuracy of ``summary.json`` (overall and
-per task). Time fields are left out. Used with ``metrics_diff.py`` to show a restructuring kept a
+history, settings and key), the pre-check's record (``preflight.json``, or ``headroom.json`` of
+runs from before the preflight; absent in both runs counts as the same) and the accuracy of
+``summary.json`` (overall and per task). Time fields are left out. Used with ``metrics_diff.py`` to show a restructuring kept a
 run bit for bit (docs/results/refactor/)::
 
     python tools/run_diff.py RUN_A RUN_B
@@ -18,6 +19,17 @@ from pathlib import Path
 
 SUMMARY_TASK_COLUMNS = ("task", "n", "before", "after", "change")
 SFT_KEYS = ("steps", "accuracy", "history", "sft_config", "key")
+
+
+#: the pre-check's record before RL: the preflight's, or the headroom check's in older runs
+PRECHECK_FILES = ("preflight.json", "headroom.json")
+
+
+def _without_time(doc):
+    """``doc`` less its wall-clock field (``settings.seconds`` of a preflight record)."""
+    if isinstance(doc, dict) and isinstance(doc.get("settings"), dict):
+        doc = {**doc, "settings": {k: v for k, v in doc["settings"].items() if k != "seconds"}}
+    return doc
 
 
 def _json(path: Path):
@@ -40,8 +52,10 @@ def checks(a: Path, b: Path) -> list[tuple[str, bool]]:
     sa, sb = _json(a / "sft" / "sft.json"), _json(b / "sft" / "sft.json")
     out.append(("sft/sft.json " + ", ".join(SFT_KEYS),
                 sa is not None and sb is not None and all(sa.get(k) == sb.get(k) for k in SFT_KEYS)))
-    ha, hb = _json(a / "headroom.json"), _json(b / "headroom.json")
-    out.append(("headroom.json", ha is not None and ha == hb))
+    for name in PRECHECK_FILES:
+        if (a / name).exists() or (b / name).exists():
+            pa, pb = _without_time(_json(a / name)), _without_time(_json(b / name))
+            out.append((f"{name} (but settings.seconds)", pa is not None and pa == pb))
     ja, jb = _json(a / "summary.json"), _json(b / "summary.json")
 
     def table(j):

@@ -34,3 +34,21 @@ def test_identical_runs_pass_and_each_change_is_found(tmp_path, capsys):
     e = _run(tmp_path / "e")
     shutil.rmtree(e / "sft")
     assert rd.main([str(a), str(e)]) == 1
+
+
+def test_the_preflight_record_is_compared_less_its_clock(tmp_path, capsys):
+    def with_preflight(path, seconds, verdict="indicated"):
+        run = _run(path)
+        (run / "headroom.json").unlink()
+        (run / "preflight.json").write_text(json.dumps({"verdict": verdict, "settings": {"k": 8, "seconds": seconds}}))
+        return run
+
+    a = with_preflight(tmp_path / "a", 10.0)
+    assert rd.main([str(a), str(with_preflight(tmp_path / "b", 99.0))]) == 0
+    assert rd.main([str(a), str(with_preflight(tmp_path / "c", 10.0, verdict="can't tell"))]) == 1
+    assert "preflight.json (but settings.seconds): DIFFERENT" in capsys.readouterr().out
+    d = with_preflight(tmp_path / "d", 10.0)
+    (d / "preflight.json").unlink()   # a pre-check in one run only
+    assert rd.main([str(a), str(d)]) == 1
+    (a / "preflight.json").unlink()   # in neither: nothing to compare, not a difference
+    assert rd.main([str(a), str(d)]) == 0
