@@ -48,6 +48,7 @@ import dataclasses
 from typing import Any, Callable, Sequence
 
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
+from grpolab import step_row as K
 from grpolab.config import Config, ConfigError
 
 __all__ = ["StepClock", "build_trl_trainer", "heldout_accuracy", "save_trl_policy", "task_dataset", "task_reward",
@@ -246,7 +247,7 @@ class StepClock(_step_clock_base()):
 
         self.step_s.append(time.perf_counter() - self._t0)
         self.cpu_s.append(sum(os.times()[:2]) - self._c0)
-        self.peak_rss_mb.append(memory_metrics()["memory/peak_rss_mb"])
+        self.peak_rss_mb.append(memory_metrics()[K.MEMORY_PEAK_RSS_MB])
         if self.after_step is not None:
             self.after_step(state.global_step, state)
 

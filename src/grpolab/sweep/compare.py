@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from grpolab import step_row as K
 from grpolab.diagnostics import mean_ci, paired_bootstrap_ci
 from grpolab.sweep.grid import RunSpec
 from grpolab.sweep.summary import RunRow, collect_runs
@@ -31,12 +32,16 @@ from grpolab.utils.io import atomic_write_json, atomic_write_text
 
 __all__ = ["EXPLAIN_KEYS", "pick_baseline", "training_statistics", "write_comparison"]
 
+#: Derived here from two step-row keys (not in metrics.jsonl): max - min of the step's ratio / multiplier.
+RATIO_SPREAD = "update/ratio_spread"
+MULTIPLIER_SPREAD = "credit/multiplier_spread"
+
 #: Metrics that explain differences between objectives (averaged over steps), in report order.
 EXPLAIN_KEYS: tuple[str, ...] = (
-    "length/mean", "length/std", "length/gap_incorrect_minus_correct", "length/mixed_correct",
-    "length/mixed_incorrect", "length/mixed_ratio", "update/clip_frac",
-    "update/clip_frac_low", "update/clip_frac_high", "update/ratio_spread", "update/approx_kl",
-    "update/entropy", "groups/all_equal_frac",
+    K.LENGTH_MEAN, K.LENGTH_STD, K.LENGTH_GAP, K.LENGTH_MIXED_CORRECT,
+    K.LENGTH_MIXED_INCORRECT, K.LENGTH_MIXED_RATIO, K.UPDATE_CLIP_FRAC,
+    K.UPDATE_CLIP_FRAC_LOW, K.UPDATE_CLIP_FRAC_HIGH, RATIO_SPREAD, K.UPDATE_APPROX_KL,
+    K.UPDATE_ENTROPY, K.GROUPS_ALL_EQUAL_FRAC,
 )
 _EXTRA_PREFIXES = ("update/clip_frac_by_pos/", "credit/")
 _EXTRA_WORDS = ("weight", "credit")
@@ -48,10 +53,10 @@ def training_statistics(rows: list[dict[str, Any]], *, skip_first: float = 0.0) 
     acc: dict[str, list[float]] = defaultdict(list)
     for r in rows:
         vals = dict(r)
-        if r.get("update/ratio_max") is not None and r.get("update/ratio_min") is not None:
-            vals["update/ratio_spread"] = r["update/ratio_max"] - r["update/ratio_min"]
-        if r.get("credit/multiplier_max") is not None and r.get("credit/multiplier_min") is not None:
-            vals["credit/multiplier_spread"] = r["credit/multiplier_max"] - r["credit/multiplier_min"]
+        if r.get(K.UPDATE_RATIO_MAX) is not None and r.get(K.UPDATE_RATIO_MIN) is not None:
+            vals[RATIO_SPREAD] = r[K.UPDATE_RATIO_MAX] - r[K.UPDATE_RATIO_MIN]
+        if r.get(K.CREDIT_MULTIPLIER_MAX) is not None and r.get(K.CREDIT_MULTIPLIER_MIN) is not None:
+            vals[MULTIPLIER_SPREAD] = r[K.CREDIT_MULTIPLIER_MAX] - r[K.CREDIT_MULTIPLIER_MIN]
         for k, v in vals.items():
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 continue
@@ -115,8 +120,8 @@ def _plots(out: Path, variants: dict[str, list[RunRow]], stats_curves: dict[str,
     ax.grid(alpha=0.3); ax.legend(fontsize=7); fig.tight_layout()
     p = out / "plots" / "compare_curves.png"; fig.savefig(p, dpi=110); plt.close(fig); figs.append(p)
 
-    keys = [k for k in ("length/std", "length/gap_incorrect_minus_correct", "update/clip_frac",
-                        "update/ratio_spread", "update/entropy", "length/mean")
+    keys = [k for k in (K.LENGTH_STD, K.LENGTH_GAP, K.UPDATE_CLIP_FRAC,
+                        RATIO_SPREAD, K.UPDATE_ENTROPY, K.LENGTH_MEAN)
             if any(k in c for c in stats_curves.values())]
     if keys:
         fig, axes = plt.subplots(1, len(keys), figsize=(3.2 * len(keys), 3.2), squeeze=False)
@@ -155,8 +160,8 @@ def write_comparison(out: str | Path, specs: list[RunSpec], factors: list[tuple[
             metrics = read_metrics(out / "runs" / r.name)
             per_run_stats.append(training_statistics(metrics))
             for m in metrics:
-                if m.get("update/ratio_max") is not None and m.get("update/ratio_min") is not None:
-                    m = {**m, "update/ratio_spread": m["update/ratio_max"] - m["update/ratio_min"]}
+                if m.get(K.UPDATE_RATIO_MAX) is not None and m.get(K.UPDATE_RATIO_MIN) is not None:
+                    m = {**m, RATIO_SPREAD: m[K.UPDATE_RATIO_MAX] - m[K.UPDATE_RATIO_MIN]}
                 for k, v in m.items():
                     if isinstance(v, (int, float)) and not isinstance(v, bool):
                         curves[k][int(m["step"])].append(float(v))

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
+from grpolab import step_row as K
 from grpolab.diagnostics import paired_bootstrap_ci
 from grpolab.train.metrics_log import read_metrics
 
@@ -18,7 +19,7 @@ __all__ = ["collect", "curve_auc", "eval_curve", "first_reach", "fmt_diff", "max
 
 def eval_curve(rows: list[dict]) -> tuple[list[int], list[float]]:
     """``(steps, accuracies)`` of the rows that carry ``eval/accuracy`` (step 0 = before RL)."""
-    pts = [(int(r["step"]), float(r["eval/accuracy"])) for r in rows if r.get("eval/accuracy") is not None]
+    pts = [(int(r["step"]), float(r[K.EVAL_ACCURACY])) for r in rows if r.get(K.EVAL_ACCURACY) is not None]
     pts = sorted(dict(pts).items())
     return [s for s, _ in pts], [a for _, a in pts]
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from grpolab import step_row as K
 from grpolab.diagnostics import detect_collapse, mean_ci
 from grpolab.sweep.grid import RunSpec
 from grpolab.train.metrics_log import read_metrics
@@ -63,9 +64,9 @@ def run_success_curve(run_dir: Path, rows: list[dict] | None = None) -> tuple[li
         steps.append(0)
         succ.append(json.loads(res.read_text())["start_accuracy"])
     for r in rows:
-        if r.get("eval/accuracy") is not None:
+        if r.get(K.EVAL_ACCURACY) is not None:
             steps.append(int(r["step"]))
-            succ.append(float(r["eval/accuracy"]))
+            succ.append(float(r[K.EVAL_ACCURACY]))
     return steps, succ
 
 
@@ -81,15 +82,15 @@ def collect_runs(out: str | Path, specs: list[RunSpec]) -> list[RunRow]:
             r = json.loads(res.read_text())
             metrics = read_metrics(run_dir)
             steps, succ = run_success_curve(run_dir, metrics)
-            ent = [(m["step"], m.get("update/entropy")) for m in metrics]
+            ent = [(m["step"], m.get(K.UPDATE_ENTROPY)) for m in metrics]
             v = detect_collapse(steps, succ, [s for s, _ in ent], [e for _, e in ent],
-                                [m["step"] for m in metrics], [m.get("length/truncated_frac") for m in metrics],
+                                [m["step"] for m in metrics], [m.get(K.LENGTH_TRUNCATED_FRAC) for m in metrics],
                                 [m["step"] for m in metrics], [m.get("accuracy") for m in metrics])
             row.status = "finished"
             row.steps, row.start, row.final, row.best = r["steps"], r["start_accuracy"], r["final_accuracy"], r["best_accuracy"]
             row.collapse, row.collapse_step, row.collapse_reason = v.label, v.step, v.reason
             row.eval_steps, row.eval_success = steps, succ
-            row.seconds = sum(m.get("time/step", 0.0) or 0.0 for m in metrics)
+            row.seconds = sum(m.get(K.TIME_STEP, 0.0) or 0.0 for m in metrics)
         rows.append(row)
     return rows
 
