@@ -43,6 +43,24 @@ def test_agreement_counts_the_sign_of_the_mean_gain_and_names_the_misses():
     assert record["settings"][0]["gain"]["final"] == pytest.approx(0.25)
 
 
+def test_threshold_bound_is_the_best_in_sample_one_threshold_rule():
+    cal = _load()
+
+    def st(name, greedy, pass_k, gains):
+        return {"name": name, "preflight": {"grpo": "indicated", "greedy": greedy, "pass_at_k": pass_k},
+                "gain": {"seeds": {str(i): {"gain": g} for i, g in enumerate(gains)}}}
+
+    # gains up where greedy is low; pass@k says nothing (the same 0.5 everywhere but one)
+    record = {"settings": [st("a", 0.1, 0.5, [0.3]), st("b", 0.2, 0.5, [0.2]), st("c", 0.6, 0.5, [0.0]),
+                           st("d", 0.7, 0.9, [-0.1]), st("e", 0.3, 0.5, [0.01]),  # e: +1 point = no gain
+                           {"name": "f", "preflight": {"grpo": "indicated", "greedy": 0.0}, "gain": {"seeds": {}}}]}
+    by = {b["statistic"]: b for b in cal.threshold_bound(record, 0.02)}
+    g = by["greedy"]
+    assert (g["settings"], g["best_agree"]) == (5, 5) and g["rule"] == "go where greedy < 0.300"
+    assert by["pass@k"]["best_agree"] == 3   # 'go where pass@k < 0.9' gets a, b right, c and e wrong, d right
+    assert by["pass@k - greedy"]["settings"] == 5 and "reachable" not in by   # no setting has it
+
+
 def test_committed_record_has_the_issue_schema():
     rec = json.loads((ROOT / "docs" / "results" / "preflight_calibration.json").read_text())
     assert len(rec["settings"]) >= 12
