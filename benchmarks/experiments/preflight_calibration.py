@@ -401,11 +401,21 @@ def page(record: dict, md: Path, png: Path) -> None:
                     + (", ".join(f"{x:+.3f}" for x in g) or "not run") + " | "
                     + (f"**{sum(g) / len(g):+.3f}**" if g else "-") + " |")
     misses = "\n".join(f"- {m['setting']}: {m['why']}" for m in record.get("misses", [])) or "- none"
+    reach = [b for b in record.get("threshold_bound", []) if b["share"] >= 0.8]
+    bound_reading = ("No one-threshold rule reaches 80% even with its threshold fitted here: the misses are not a "
+                     "threshold away." if not reach else
+                     "Only " + "; ".join(f"{b['statistic']} ({b['best_agree']} of {b['settings']}, `{b['rule']}`)"
+                                         for b in reach)
+                     + " reaches 80%, on the settings that measured it (not the MiniWoB++ ones, whose records "
+                       "predate it), fitted on them, and it mostly reads as the model, not as headroom: the settings with "
+                       "many all-equal groups are mostly SmolLM2's (low greedy accuracy, gained), those with few mostly the "
+                       "tiny model's (higher greedy accuracy, mostly did not). Over all settings no statistic "
+                       "reaches 80%.")
     bound = "\n".join(f"| {b['statistic']} | {b['settings']} | {b['best_agree']} ({b['share']:.0%}) | `{b['rule']}` |"
                       for b in record.get("threshold_bound", []))
     pic = f"![predicted vs measured]({os.path.relpath(png, md.parent)})" if png.exists() else "(no figure)"
     text = PAGE.format(rg_criterion=RG_CRITERION, rg_commit=RG_RULES_COMMIT, table="\n".join(rows), misses=misses,
-                       bound=bound or "| (no settings) | | | |", figure=pic, command=record["command"],
+                       bound=bound or "| (no settings) | | | |", bound_reading=bound_reading, figure=pic, command=record["command"],
                        commit=record["commit"], a=a, decided=a.get("decided"), agree=a.get("agree_decided"),
                        share=(a.get("share_of_decided") or 0) * 100, share_all=(a.get("share_of_all") or 0) * 100,
                        n=a.get("settings_with_runs"), cant=a.get("cant_tell"),
@@ -489,7 +499,7 @@ same sign rule as above):
 |---|---|---|---|
 {bound}
 
-None reaches 80%: the misses are not a threshold away. The MiniWoB++ tasks that gained (click-tab,
+{bound_reading} The MiniWoB++ tasks that gained (click-tab,
 focus-text-2, click-dialog-2) and those that lost (click-link, click-button, click-option) have the
 same greedy (0.4-0.5), pass@k (0.8-1.0) and reachable share (0.4-0.5); tiny pairsum and arith have
 more headroom than tiny reverse, which gained. What separates them happens during training (the
