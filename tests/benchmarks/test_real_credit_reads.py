@@ -52,7 +52,7 @@ def test_a_partial_study_collects_every_finished_seed_and_reports_it(tmp_path, m
     assert r["peak_rss_mb"] == [1200.0, 1200.0] and g["peak_rss_mb"] == [1100.0, 1100.0]
     assert r["teacher_seconds_per_step"] == [4.0, 4.0] and g["teacher_seconds_per_step"] == [None, None]
     # RLSD reaches GRPO's final (0.70, 0.66) at step 5 on seed 0, at no step on seed 1 (0.62 < 0.66)
-    assert r["steps_to_grpo_final"] == [5, None]
+    assert r["steps_to_grpo_final"] == [5, None] and r["grpo_gained"] == [True, True]
     pair = doc["paired_vs_grpo"]["rlsd"]
     assert pair["final"]["value"] == pytest.approx(0.0) and (pair["final_above"], pair["final_below"]) == (1, 1)
     assert "--seeds 0 1 --jobs 2" in doc["command"][-1]
@@ -62,3 +62,19 @@ def test_a_partial_study_collects_every_finished_seed_and_reports_it(tmp_path, m
     reads.report(argparse.Namespace(root=str(tmp_path / "study"), heldout=200, out=out, figure=fig))
     again = json.loads(out.read_text())
     assert again["variants"] == doc["variants"] and fig.stat().st_size > 10_000
+
+
+def test_steps_to_grpo_final_are_marked_where_grpo_lost(tmp_path, monkeypatch):
+    root = tmp_path / "study"
+    runs = [("grpo", 0, (0.30, 0.50)), ("rlsd", 0, (0.40, 0.45))]  # GRPO ends below its start (0.57)
+    (root / "runs").mkdir(parents=True)
+    (root / "sweep.json").write_text(json.dumps({"runs": [
+        {"name": f"name={m},seed={s}", "factors": {"credit.name": m}, "seed": s} for m, s, _ in runs]}))
+    for m, s, curve in runs:
+        monkeypatch.setitem(CURVES, (m, s), curve)
+        d = root / "runs" / f"name={m},seed={s}"
+        d.mkdir()
+        _finish(d, m, s)
+    variants, _ = reads.build_variants(root, 200)
+    assert variants["rlsd"]["steps_to_grpo_final"] == [0] and variants["rlsd"]["grpo_gained"] == [False]
+    assert "(0: grpo lost)" in reads.table({"variants": variants})
