@@ -191,18 +191,63 @@ def per_run(rows: list[dict]) -> dict:
     return {"teacher_seconds": sum(teach) / len(teach) if teach else None, "peak_rss_mb": max(rss) if rss else None}
 
 
-def build_variants(study: Path, heldout: int) -> tuple[dict, dict]:
-    """``(variants, paired_vs_grpo)`` of the finished runs in a ``grpolab compare`` directory."""
+#: a variant's per-seed lists besides ``seeds`` and the curve (same order as ``seeds``)
+PER_SEED = ("final", "start", "best", "auc", "max_drop", "teacher_seconds_per_step", "peak_rss_mb")
+
+
+def carry_recorded(variants: dict, recorded: dict) -> dict[str, list[int]]:
+    """Add to ``variants`` (built from the runs on disk) each seed of ``recorded`` (an earlier record's
+    ``variants``) whose run is not on disk, as it was recorded; seed order kept. Returns the carried
+    seeds per method. For a study whose first seeds ran on a machine that is gone: the record keeps
+    their numbers, the runs directory does not."""
+    carried: dict[str, list[int]] = {}
+    for name, old in recorded.items():
+        v = variants.get(name)
+        have = set(v["seeds"]) if v else set()
+        keep = [i for i, s in enumerate(old["seeds"]) if s not in have]
+        if not keep:
+            continue
+        if v is None:
+            v = variants[name] = {"seeds": [], **{k: [] for k in PER_SEED}, "collapsed": 0,
+                                  "curve": {"steps": old["curve"]["steps"], "accuracy": []},
+                                  "metrics": {m: [] for m in old.get("metrics", {})}}
+        if v["curve"]["steps"] != old["curve"]["steps"]:
+            raise SystemExit(f"error: {name}'s recorded seeds were evaluated at steps {old['curve']['steps']}, "
+                             f"the runs on disk at {v['curve']['steps']}; drop --carry-recorded or rerun them")
+        n_old = len(old["seeds"])
+        for i in keep:
+            v["seeds"].append(old["seeds"][i])
+            v["curve"]["accuracy"].append(old["curve"]["accuracy"][i])
+            for k in PER_SEED:
+                v[k].append((old.get(k) or [None] * n_old)[i])
+            for m in v["metrics"]:
+                v["metrics"][m].append((old.get("metrics", {}).get(m) or [None] * n_old)[i])
+        order = sorted(range(len(v["seeds"])), key=lambda j: v["seeds"][j])
+        for k in ("seeds", *PER_SEED):
+            v[k] = [v[k][j] for j in order]
+        v["curve"]["accuracy"] = [v["curve"]["accuracy"][j] for j in order]
+        v["metrics"] = {m: [xs[j] for j in order] for m, xs in v["metrics"].items()}
+        v["collapsed"] = sum(int(min(c[1:] or c) < 0.5 * c[0]) for c in v["curve"]["accuracy"])
+        carried[name] = [old["seeds"][i] for i in keep]
+    return carried
+
+
+def build_variants(study: Path, heldout: int, recorded: dict | None = None) -> tuple[dict, dict, dict]:
+    """``(variants, paired_vs_grpo, carried)`` of the finished runs in a ``grpolab compare``
+    directory; with ``recorded`` (an earlier record's ``variants``), its seeds that have no run on
+    disk are kept (:func:`carry_recorded`; ``carried`` names them per method)."""
     from grpolab.diagnostics import wilson_interval
     from grpolab.sweep.study import collect, paired
 
-    variants = collect(study, METRICS, per_run=per_run)
-    variants = {m: variants[m] for m in METHODS if m in variants}
-    pairs = paired(variants, "grpo") if "grpo" in variants else {}
+    variants = collect(study, METRICS, per_run=per_run) if (study / "sweep.json").exists() else {}
     for v in variants.values():
         runs = v.pop("per_run")
         v["teacher_seconds_per_step"] = [r["teacher_seconds"] for r in runs]
         v["peak_rss_mb"] = [r["peak_rss_mb"] for r in runs]
+    carried = carry_recorded(variants, recorded) if recorded else {}
+    variants = {m: variants[m] for m in METHODS if m in variants}
+    pairs = paired(variants, "grpo") if "grpo" in variants else {}
+    for v in variants.values():
         v["seconds_per_step"] = v["metrics"]["time/step"]
         v["wilson_final"] = [list(wilson_interval(round(a * heldout), heldout)) for a in v["final"]]
         v.setdefault("steps_to_baseline_final", [])
@@ -214,7 +259,18 @@ def build_variants(study: Path, heldout: int) -> tuple[dict, dict]:
         g = variants.get("grpo", {})
         gained = {s: f > st for s, f, st in zip(g.get("seeds", []), g.get("final", []), g.get("start", []))}
         r["grpo_gained"] = [gained.get(s) for s in r["seeds"] if s in gained]
-    return variants, pairs
+    return variants, pairs, carried
+
+
+def _update_record(doc: dict, variants: dict, pairs: dict, carried: dict, heldout: int) -> None:
+    doc.update({"heldout_items": heldout, "baseline": "grpo", "variants": variants, "paired_vs_grpo": pairs,
+                "seeds_run": sorted({s for v in variants.values() for s in v["seeds"]})})
+    doc.pop("study", None)  # an earlier "not run" note
+    if carried:
+        doc["carried_seeds"] = {"seeds": carried, "why": "these seeds' runs are not on disk (they ran on a machine "
+                                "that is gone); their numbers are the earlier record's, kept by report --carry-recorded"}
+    else:
+        doc.pop("carried_seeds", None)
 
 
 def study(args) -> None:
@@ -233,6 +289,7 @@ def study(args) -> None:
     sets = " ".join(f"--set {s}" for s in args.set)
     _record_command(doc, f"python benchmarks/experiments/real_credit_reads.py study --warm-start {args.warm_start} "
                          f"--seeds {' '.join(map(str, args.seeds))} --jobs {args.jobs} --root {root} "
+                         f"{'--carry-recorded ' if getattr(args, 'carry_recorded', False) else ''}"
                          f"--out {args.out} {sets}".strip())
     save(args.out, doc)
     for seed in args.seeds:
@@ -241,22 +298,23 @@ def study(args) -> None:
         failed = sorted(n for n, st in res.status.items() if st == "failed")
         print(f"seed {seed}: {time.time() - t0:.0f}s wall, {res.cpu_seconds:.0f}s CPU"
               + (f"; FAILED: {', '.join(failed)}" if failed else ""), flush=True)
-        variants, pairs = build_variants(root, args.heldout)
         doc = load(args.out)
-        doc.update({"heldout_items": args.heldout, "baseline": "grpo", "variants": variants,
-                    "paired_vs_grpo": pairs, "seeds_run": sorted({s for v in variants.values() for s in v["seeds"]})})
+        recorded = doc.get("variants", {}) if getattr(args, "carry_recorded", False) else None
+        variants, pairs, carried = build_variants(root, args.heldout, recorded)
+        _update_record(doc, variants, pairs, carried, args.heldout)
         save(args.out, doc)
         print(table(doc), flush=True)
     print(f"wrote {args.out}")
 
 
 def report(args) -> None:
-    """Rebuild ``variants`` from the finished runs of ``--root`` (no training), draw the figure."""
+    """Rebuild ``variants`` from the finished runs of ``--root`` (no training), draw the figure. With
+    ``--carry-recorded``, seeds already in ``--out`` whose runs are not under ``--root`` are kept."""
     root = Path(args.root)
-    variants, pairs = build_variants(root, args.heldout)
     doc = load(args.out)
-    doc.update({"heldout_items": args.heldout, "baseline": "grpo", "variants": variants,
-                "paired_vs_grpo": pairs, "seeds_run": sorted({s for v in variants.values() for s in v["seeds"]})})
+    recorded = doc.get("variants", {}) if getattr(args, "carry_recorded", False) else None
+    variants, pairs, carried = build_variants(root, args.heldout, recorded)
+    _update_record(doc, variants, pairs, carried, args.heldout)
     if args.figure:
         doc["figure"] = str(args.figure)
         figure(doc, args.figure)
@@ -393,11 +451,16 @@ def main() -> None:
     st.add_argument("--root", default=str(ROOT / "runs" / "study_real_credit_reads"))
     st.add_argument("--jobs", type=int, default=2, help="runs at a time (each gets cores // jobs torch threads)")
     st.add_argument("--heldout", type=int, default=200)
+    st.add_argument("--carry-recorded", action="store_true",
+                    help="keep the seeds of --out's variants that have no run under --root (a study resumed on "
+                         "another machine; recorded as carried_seeds)")
     st.add_argument("--steps-label", default="10 steps x 4 prompts x 8 samples, lr 5e-4, T=0.7, 200 held-out "
                     "sums greedy at steps 0, 5, 10")
     rp = sub.add_parser("report", help="rebuild the record and figure from the study's finished runs (no training)")
     rp.add_argument("--root", default=str(ROOT / "runs" / "study_real_credit_reads"))
     rp.add_argument("--heldout", type=int, default=200)
+    rp.add_argument("--carry-recorded", action="store_true",
+                    help="keep the seeds of --out's variants that have no run under --root (recorded as carried_seeds)")
     rp.add_argument("--out", type=Path, default=OUT)
     rp.add_argument("--figure", type=Path, default=None, help="PNG of the held-out curves (e.g. "
                     "docs/results/figures/real_credit_reads.png)")

@@ -75,6 +75,47 @@ def test_steps_to_grpo_final_are_marked_where_grpo_lost(tmp_path, monkeypatch):
         d = root / "runs" / f"name={m},seed={s}"
         d.mkdir()
         _finish(d, m, s)
-    variants, _ = reads.build_variants(root, 200)
+    variants, _, carried = reads.build_variants(root, 200)
+    assert carried == {}
     assert variants["rlsd"]["steps_to_grpo_final"] == [0] and variants["rlsd"]["grpo_gained"] == [False]
     assert "(0: grpo lost)" in reads.table({"variants": variants})
+
+
+def test_report_carries_recorded_seeds_whose_runs_are_gone(tmp_path, monkeypatch):
+    """Seeds 0-1 ran on a machine that is gone (only the record has them); seed 2 is on disk: the
+    record keeps all three in seed order, the paired CI over three seeds, and names the carried ones."""
+    root = tmp_path / "study"
+    (root / "runs").mkdir(parents=True)
+    (root / "sweep.json").write_text(json.dumps({"runs": [
+        {"name": f"name={m},seed=2", "factors": {"credit.name": m}, "seed": 2} for m in ("grpo", "rlsd")]}))
+    for m, curve in (("grpo", (0.50, 0.60)), ("rlsd", (0.65, 0.70))):
+        monkeypatch.setitem(CURVES, (m, 2), curve)
+        (root / "runs" / f"name={m},seed=2").mkdir()
+        _finish(root / "runs" / f"name={m},seed=2", m, 2)
+    old = tmp_path / "old"
+    (old / "runs").mkdir(parents=True)
+    (old / "sweep.json").write_text(json.dumps({"runs": [
+        {"name": f"name={m},seed={s}", "factors": {"credit.name": m}, "seed": s} for m in ("grpo", "rlsd") for s in (0, 1)]}))
+    for m in ("grpo", "rlsd"):
+        for s in (0, 1):
+            (old / "runs" / f"name={m},seed={s}").mkdir()
+            _finish(old / "runs" / f"name={m},seed={s}", m, s)
+    recorded, _, _ = reads.build_variants(old, 200)
+    out = tmp_path / "record.json"
+    out.write_text(json.dumps({"variants": recorded, "study": "not run"}))
+
+    reads.report(argparse.Namespace(root=str(root), heldout=200, out=out, figure=None, carry_recorded=True))
+    doc = json.loads(out.read_text())
+    g, r = doc["variants"]["grpo"], doc["variants"]["rlsd"]
+    assert g["seeds"] == r["seeds"] == [0, 1, 2] and doc["seeds_run"] == [0, 1, 2]
+    assert g["final"] == [0.70, 0.66, 0.60] and r["final"] == [0.74, 0.62, 0.70]
+    assert r["curve"]["accuracy"][2] == [0.57, 0.65, 0.70] and len(r["wilson_final"]) == 3
+    assert r["steps_to_grpo_final"] == [5, None, 5]  # recomputed against each seed's GRPO final
+    assert doc["carried_seeds"]["seeds"] == {"grpo": [0, 1], "rlsd": [0, 1]} and "study" not in doc
+    pair = doc["paired_vs_grpo"]["rlsd"]
+    assert pair["seeds"] == [0, 1, 2] and (pair["final_above"], pair["final_below"]) == (2, 1)
+
+    # without the flag the record is what is on disk, and nothing is said to be carried
+    reads.report(argparse.Namespace(root=str(root), heldout=200, out=out, figure=None, carry_recorded=False))
+    doc = json.loads(out.read_text())
+    assert doc["variants"]["grpo"]["seeds"] == [2] and "carried_seeds" not in doc
