@@ -12,6 +12,15 @@ On these 12-token answers the spike rule put 95% of all tokens and every token o
 response in a segment (docs/results/real_credit.md measured 96-97% in training); the departure rule
 (docs/credit.md, "GEAR's anchors") marks 7.6% of the correct responses' tokens and 64% of the
 wrong ones'.
+
+A second fixture (tests/objectives/data/smollm2_worked.pt, 67 KB) holds 64 worked responses (47.6
+tokens on average) of the warm start whose teacher reads (docs/results/real_credit_reads.md):
+
+    python benchmarks/experiments/real_credit_reads.py fixture --model runs/reads_ws_ps50 \
+        --config studies/real_credit_reads.yaml --prompts 8 --out tests/objectives/data/smollm2_worked.pt
+
+There the spike rule puts 95% of the correct responses' tokens in segments and 16 of 27 correct
+responses whole; the departure rule 50% and none whole (wrong responses: 75%).
 """
 
 from pathlib import Path
@@ -25,14 +34,24 @@ from .helpers import poison, t64
 from .reference import ref_gear
 
 FIXTURE = Path(__file__).parent / "data" / "smollm2_short_answers.pt"
+WORKED = Path(__file__).parent / "data" / "smollm2_worked.pt"
+
+
+def _load(path):
+    d = torch.load(path, weights_only=False)
+    return {"adv": d["advantages"].double(), "student": d["student_logp"].double(),
+            "teacher": d["teacher_logp"].double(), "kl": d["kl"].double(), "mask": d["mask"].double(),
+            "boundary": d["boundary"].double(), "correct": d["rewards"] >= 1.0, "texts": d["texts"]}
 
 
 @pytest.fixture(scope="module")
 def real():
-    d = torch.load(FIXTURE, weights_only=False)
-    return {"adv": d["advantages"].double(), "student": d["student_logp"].double(),
-            "teacher": d["teacher_logp"].double(), "kl": d["kl"].double(), "mask": d["mask"].double(),
-            "boundary": d["boundary"].double(), "correct": d["rewards"] >= 1.0, "texts": d["texts"]}
+    return _load(FIXTURE)
+
+
+@pytest.fixture(scope="module", params=[FIXTURE, WORKED], ids=["short_answers", "worked"])
+def any_real(request):
+    return _load(request.param)
 
 
 def _gear(b, **kw):
@@ -55,7 +74,8 @@ def test_the_fixture_is_what_it_says():
 
 
 @pytest.mark.parametrize("anchor", ["departure", "spike"])
-def test_gear_matches_the_loop_on_real_responses(real, anchor):
+def test_gear_matches_the_loop_on_real_responses(any_real, anchor):
+    real = any_real
     got = _gear(real, anchor=anchor)
     ref = ref_gear(real["adv"], real["student"], real["teacher"], real["mask"], divergence=real["kl"],
                    boundary_mask=real["boundary"], anchor=anchor)
@@ -84,8 +104,30 @@ def test_the_departure_rule_does_not_mark_correct_responses_as_departed(real):
     assert (delta[dep.anchors] < -0.6931).all()
 
 
+def test_on_worked_responses_no_correct_response_is_marked_whole():
+    """Long worked responses (issue 44, part 2: 'GEAR where answers are short or long')."""
+    d = torch.load(WORKED, weights_only=False)
+    assert d["mask"].shape == (64, 64) and float(d["mask"].sum(-1).float().mean()) >= 30
+    assert d["about"]["model"] == "runs/reads_ws_ps50" and d["about"]["template"] == "user_bare"
+    real = _load(WORKED)
+    correct, wrong = real["correct"], ~real["correct"]
+    assert 1 <= int(correct.sum()) < 64
+    m = real["mask"].bool()
+    spike, dep = _gear(real, anchor="spike"), _gear(real)
+    whole = lambda res: ((res.segment_ids > 0) | ~m).all(-1)  # noqa: E731
+    # the spike rule: nearly every token in a segment, most correct responses entirely
+    assert _frac_in_segments(spike, real, correct) > 0.9 and int(whole(spike)[correct].sum()) >= 10
+    # the departure rule: no correct response whole, and fewer of their tokens than of the wrong ones'
+    assert not whole(dep)[correct].any()
+    assert _frac_in_segments(dep, real, correct) < 0.6
+    assert _frac_in_segments(dep, real, wrong) > _frac_in_segments(dep, real, correct) + 0.15
+    delta = real["teacher"] - real["student"]
+    assert (delta[dep.anchors] < -0.6931).all()
+
+
 @pytest.mark.parametrize("value", [float("nan"), 1e9])
-def test_poisoned_padding_on_real_responses(real, value):
+def test_poisoned_padding_on_real_responses(any_real, value):
+    real = any_real
     # shorter responses leave padding: filling it with garbage changes nothing
     m = real["mask"]
     assert (m == 0).any()
