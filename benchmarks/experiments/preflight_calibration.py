@@ -187,6 +187,42 @@ def preflight(s: dict, base: str, cfg: str | None, sets: list[str], out: Path, l
     return preflight_record(json.loads((out / "preflight.json").read_text()))
 
 
+#: The pilot (``--pilot``): its seed (no calibration run uses it) and the held-out items it compares on
+#: (the tiny model's preflight takes seconds; SmolLM2's minutes, so fewer items there).
+PILOT_SEED = 7
+PILOT_ITEMS = {"tiny": 256, "smollm2": 64}
+
+
+#: The reading of the pilot results (written after they were seen).
+PILOT_READING = ""
+
+
+def pilot_steps(sets: list[str], cfg: str | None, fraction: float) -> tuple[int, int]:
+    """``(ceil(fraction x the setting's trainer.steps), at least 1; the setting's trainer.steps)``."""
+    import math
+
+    from grpolab.config import load_config
+
+    steps = load_config(str(ROOT / cfg) if cfg else None, sets).trainer.steps
+    return max(1, math.ceil(fraction * steps)), steps
+
+
+def pilot(base: str, cfg: str | None, sets: list[str], out: Path, log: Path, *, steps: int, items: int) -> dict:
+    """``grpolab preflight --pilot STEPS`` on the starting model (seed :data:`PILOT_SEED`, ``items``
+    held-out items, no early stop); the GRPO verdict after the pilot and the pilot's numbers."""
+    if not (out / "preflight.json").exists():
+        _run([sys.executable, "-m", "grpolab.cli", "preflight", base, *(["--config", cfg] if cfg else []),
+              *_sets([x for x in sets if not x.startswith("task.n_eval=")] + [f"trainer.seed={PILOT_SEED}"]),
+              "--n", str(items), "--out", str(out), "--no-readability", "--pilot", str(steps)], log)
+    d = json.loads((out / "preflight.json").read_text())
+    rec = {"verdict": d["verdict"], "start_verdict": (d.get("pilot") or {}).get("start_verdict", d["verdict"]),
+           "n_items": d["stats"]["n_items"], "seed": PILOT_SEED, "steps": steps,
+           "skipped": d.get("pilot") is None}
+    if d.get("pilot"):
+        rec.update(d["calibration"]["pilot"])
+    return rec
+
+
 def preflight_record(d: dict) -> dict:
     """A setting's preflight record from its ``preflight.json``, the verdicts recomputed from the stored
     statistics with the current rules (:func:`grpolab.diagnostics.preflight.method_table`)."""
@@ -263,9 +299,30 @@ def summarise(record: dict, null: float) -> None:
         "settings_with_runs", "decided", "cant_tell", "agree_decided", "share_of_decided", "share_of_all")},
         "in_sample_settings": sorted(IN_SAMPLE)}
     record["threshold_bound"] = threshold_bound(record, null)
+    piloted = [x for x in record["settings"] if x.get("pilot")]
+    if piloted:  # the same count with the pilot's verdict where a pilot ran (the start's elsewhere)
+        kept_agreement, kept_misses = record["agreement"], record["misses"]
+        _summarise(record, null, pilot=True)
+        with_pilot = {**record["agreement"], "misses": record["misses"], "piloted_settings": len(piloted)}
+        kept = record["settings"]
+        record["settings"] = piloted
+        _summarise(record, null, pilot=True)
+        with_pilot["piloted_only"] = {k: record["agreement"][k] for k in (
+            "settings_with_runs", "decided", "cant_tell", "agree_decided", "share_of_decided", "share_of_all")}
+        _summarise(record, null)
+        with_pilot["piloted_only_start"] = {k: record["agreement"][k] for k in (
+            "settings_with_runs", "decided", "cant_tell", "agree_decided", "share_of_decided", "share_of_all")}
+        record["settings"] = kept
+        record["agreement"], record["misses"] = kept_agreement, kept_misses
+        record["agreement_with_pilot"] = with_pilot
 
 
-def _summarise(record: dict, null: float) -> None:
+def _verdict(s: dict, pilot: bool) -> str:
+    """The GRPO verdict a setting is counted with: the pilot's where asked and one ran, else the start's."""
+    return s["pilot"]["verdict"] if pilot and s.get("pilot") else s["preflight"]["grpo"]
+
+
+def _summarise(record: dict, null: float, pilot: bool = False) -> None:
     rows = [s for s in record["settings"] if s.get("gain", {}).get("seeds") and s.get("preflight")]
     decided, agree, cant, misses = 0, 0, 0, []
     never_miss = True
@@ -274,7 +331,7 @@ def _summarise(record: dict, null: float) -> None:
         gains = [g["gain"] for g in s["gain"]["seeds"].values()]
         mean = sum(gains) / len(gains)
         s["gain"]["final"] = mean
-        v = s["preflight"]["grpo"]
+        v = _verdict(s, pilot)
         sign = "up" if mean > null else ("down" if mean < -null else "none")
         if v == "not indicated" and gains and min(gains) >= 0.10:
             never_miss = False
@@ -316,7 +373,10 @@ def figure(record: dict, png: Path) -> bool:
     except ImportError:
         return False
     colours = {"indicated": "tab:green", "not indicated": "tab:red", "can't tell": "tab:gray"}
-    fig, ax = plt.subplots(figsize=(7, 5))
+    piloted = [s for s in record["settings"] if s.get("pilot") and not s["pilot"].get("skipped")
+               and s.get("gain", {}).get("seeds")]
+    fig, axes = plt.subplots(1, 2 if piloted else 1, figsize=(13 if piloted else 7, 5), squeeze=False)
+    ax = axes[0][0]
     seen = set()
     for s in record["settings"]:
         pf, seeds = s.get("preflight"), [v["gain"] for v in s.get("gain", {}).get("seeds", {}).values()]
@@ -337,6 +397,29 @@ def figure(record: dict, png: Path) -> bool:
     ax.set_ylabel("measured gain in held-out greedy accuracy")
     ax.set_title("grpolab preflight vs measured GRPO gain (o SmolLM2, ^ tiny, s MiniWoB++)", fontsize=9)
     ax.legend(fontsize=7)
+    if piloted:  # the pilot: its paired change in sampled success (x) against the runs' measured gain (y)
+        bx = axes[0][1]
+        seen = set()
+        for s in piloted:
+            p, seeds = s["pilot"], [v["gain"] for v in s["gain"]["seeds"].values()]
+            c = p["sampled_change"]
+            y = sum(seeds) / len(seeds)
+            col = colours[p["verdict"]]
+            label = p["verdict"] if p["verdict"] not in seen else None
+            seen.add(p["verdict"])
+            marker = "^" if s["name"].startswith("tiny") else "o"
+            bx.errorbar([c["value"]], [y], xerr=[[c["value"] - c["low"]], [c["high"] - c["value"]]], fmt=marker,
+                        color=col, label=label, capsize=2)
+            bx.scatter([c["value"]] * len(seeds), seeds, s=8, color=col, alpha=0.5)
+            bx.annotate(s["name"].split("/")[-1], (c["value"], y), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+        bx.axhline(0, color="black", lw=0.5)
+        bx.axvline(0, color="black", lw=0.5)
+        bx.axvline(0.02, color="gray", lw=0.5, ls=":")
+        bx.set_xlabel("pilot (a quarter of the run's steps, another seed): change in sampled success, 95% CI")
+        bx.set_ylabel("measured gain in held-out greedy accuracy")
+        bx.set_title("grpolab preflight --pilot vs measured GRPO gain (o SmolLM2, ^ tiny)", fontsize=9)
+        bx.legend(fontsize=7)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png, dpi=120)
@@ -381,6 +464,41 @@ def threshold_bound(record: dict, null: float) -> list[dict]:
     return out
 
 
+def pilot_section(record: dict) -> str:
+    """The page's pilot section: per piloted setting the start's and the pilot's verdict, the paired
+    changes and the measured gain; the agreement with the pilot's verdicts."""
+    piloted = [s for s in record["settings"] if s.get("pilot")]
+    if not piloted:
+        return "(no pilots run: `--pilot FRACTION`)"
+    wp = record.get("agreement_with_pilot", {})
+    rows = ["| setting | pilot steps (of the run's) | items x k | verdict before | sampled success: change [95% CI] | "
+            "greedy: change [95% CI] | verdict after | measured mean gain | agrees |", "|---|---|---|---|---|---|---|---|---|"]
+    null = record.get("agreement", {}).get("null_band_points", 2.0) / 100
+    ci = lambda c: f"{c['value'] * 100:+.1f} [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"  # noqa: E731
+    for s in piloted:
+        p, g = s["pilot"], [v["gain"] for v in s.get("gain", {}).get("seeds", {}).values()]
+        mean = sum(g) / len(g) if g else None
+        up = mean is not None and mean > null
+        agree = "-" if p["verdict"] == "can't tell" or mean is None else ("yes" if (p["verdict"] == "indicated") == up
+                                                                           else "**no**")
+        rows.append(f"| {s['name']} | {p['steps']} of {p.get('run_steps', '-')} | {p['n_items']} x 8 | {p['start_verdict']} | "
+                    + ("skipped (not indicated before)" if p.get("skipped") else ci(p["sampled_change"])) + " | "
+                    + ("-" if p.get("skipped") else ci(p["greedy_change"])) + f" | **{p['verdict']}** | "
+                    + ("-" if mean is None else f"{mean * 100:+.1f}") + f" | {agree} |")
+    po, ps = wp.get("piloted_only", {}), wp.get("piloted_only_start", {})
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    return "\n".join(rows) + f"""
+
+On the {po.get('settings_with_runs')} piloted settings: before the pilot, {ps.get('agree_decided')} of
+{ps.get('decided')} decided agreed ({pct(ps.get('share_of_decided'))}; {pct(ps.get('share_of_all'))} of all);
+after it, **{po.get('agree_decided')} of {po.get('decided')} decided ({pct(po.get('share_of_decided'))})**, "can't
+tell" on {po.get('cant_tell')} ({pct(po.get('share_of_all'))} of all). Over all {wp.get('settings_with_runs')}
+settings, with the pilot's verdict where one ran and the start's elsewhere: **{wp.get('agree_decided')} of
+{wp.get('decided')} decided ({pct(wp.get('share_of_decided'))})**, {pct(wp.get('share_of_all'))} of all; never
+"not indicated" where every seed gained >= 10 points: **{'met' if wp.get('never_not_indicated_where_all_seeds_gain_10pts') else 'NOT met'}**.
+Misses with the pilot: {'; '.join(m['setting'] + ' (' + m['why'] + ')' for m in wp.get('misses', [])) or 'none'}."""
+
+
 def page(record: dict, md: Path, png: Path) -> None:
     """The results page: the table of settings, the agreement, the misses, the figure."""
     a = record.get("agreement", {})
@@ -414,7 +532,7 @@ def page(record: dict, md: Path, png: Path) -> None:
     bound = "\n".join(f"| {b['statistic']} | {b['settings']} | {b['best_agree']} ({b['share']:.0%}) | `{b['rule']}` |"
                       for b in record.get("threshold_bound", []))
     pic = f"![predicted vs measured]({os.path.relpath(png, md.parent)})" if png.exists() else "(no figure)"
-    text = PAGE.format(rg_criterion=RG_CRITERION, rg_commit=RG_RULES_COMMIT, table="\n".join(rows), misses=misses,
+    text = PAGE.format(pilot=pilot_section(record), pilot_seed=PILOT_SEED, pilot_reading=PILOT_READING, rg_criterion=RG_CRITERION, rg_commit=RG_RULES_COMMIT, table="\n".join(rows), misses=misses,
                        bound=bound or "| (no settings) | | | |", bound_reading=bound_reading, figure=pic, command=record["command"],
                        commit=record["commit"], a=a, decided=a.get("decided"), agree=a.get("agree_decided"),
                        share=(a.get("share_of_decided") or 0) * 100, share_all=(a.get("share_of_all") or 0) * 100,
@@ -509,6 +627,25 @@ keeps "indicated" from its solved samples (6.4% of items), and the rule would ac
 solves an item (leg_counting: it could become a hit; products, which gained on one seed: it could
 become a miss). It stays unapplied: it was conceived after these misses were seen.
 
+## A pilot: a few steps of the real recipe
+
+What the starting model's numbers cannot see -- whether this recipe (its learning rate, batch and the
+model's capacity) converts the headroom -- a pilot measures: `grpolab preflight --pilot STEPS` trains
+STEPS GRPO steps of the run's config (its own seed), measures the pilot's model on the same held-out
+items with the same k and sampling seed, and lets the paired change in sampled success decide GRPO:
+"indicated" where its 95% interval (bootstrap over items) lies above 0, "not indicated" where it lies
+below +2 points, else "can't tell"; "not indicated" before the pilot stays so (no pilot is run). The
+rule was fixed before any calibration pilot ran. Here: a quarter of the standard run's steps (3 of 10
+for SmolLM2, 10 of 40 for the tiny model), seed {pilot_seed} (no calibration run uses it), all 256 held-out items
+for the tiny model and 64 for SmolLM2 (its preflight costs minutes), from the same starting model as the
+runs. A pilot of a quarter of a short run is a weaker kind of prediction than a measurement of the
+starting model -- it is the run's first steps on another seed -- and is reported apart. MiniWoB++
+settings have no pilot (their warm start and browser are not on this machine).
+
+{pilot}
+
+{pilot_reading}
+
 ## Rules changed while calibrating (disclosed)
 
 - 22:45 UTC, after the preflight of `smollm2/digits2+1` and before its run's gain was known, GRPO
@@ -558,6 +695,9 @@ def main() -> None:
     ap.add_argument("--no-runs", action="store_true", help="preflights and summary only")
     ap.add_argument("--no-preflight", action="store_true", help="runs and gains only (preflights in a later pass)")
     ap.add_argument("--recorded", action="store_true", help="also the settings whose runs exist in docs/results/")
+    ap.add_argument("--pilot", type=float, default=0.0, metavar="FRACTION",
+                    help="also run `grpolab preflight --pilot` per setting, the pilot FRACTION of the setting's "
+                         "steps (e.g. 0.25), and report the agreement with the pilot's verdict")
     ap.add_argument("--page", default=None, help="write the results page (markdown) here, with --png")
     ap.add_argument("--png", default=None,
                     help="the figure (default: figures/preflight_calibration.png beside --page)")
@@ -619,6 +759,14 @@ def main() -> None:
                     if pf is not None:
                         rec["preflight"] = pf
                         save()
+                if args.pilot and rec.get("pilot") is None:
+                    kind = "tiny" if "tiny" in s else "smollm2"
+                    steps, run_steps = pilot_steps(sets, cfg, args.pilot)
+                    print(f"{s['name']} pilot ({steps} steps)", flush=True)
+                    rec["pilot"] = pilot(base, cfg, sets, d / "pilot", d / "pilot.log", steps=steps,
+                                         items=PILOT_ITEMS[kind])
+                    rec["pilot"]["run_steps"] = run_steps
+                    save()
                 if "recorded" in s:  # the runs exist: docs/results/real_model.json (3 seeds, 219 items)
                     rm = json.loads((ROOT / s["recorded"]).read_text())["variants"]["grpo"]
                     rec["source"] = f"preflight run here; gains from {s['recorded']}"

@@ -128,7 +128,7 @@ def cmd_preflight(args: argparse.Namespace) -> int:
 
     return preflight_command(args.model, config=args.config, overrides=args.overrides, n=args.n, k=args.k,
                              budget=args.budget, seed=args.seed, out=args.out, readability=not args.no_readability,
-                             until_decided=args.until_decided)
+                             until_decided=args.until_decided, pilot=args.pilot)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -256,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--until-decided", type=COUNT, default=0, metavar="N", help="stop once N items are measured "
                     "and the GRPO verdict is decided (0 = measure all --n items); a sequential look, slightly "
                     "above the nominal 5%% error")
+    pf.add_argument("--pilot", type=COUNT, default=0, metavar="STEPS", help="then train STEPS GRPO steps of the "
+                    "config (its seed, lr and batch) into OUT/pilot and measure the same items again: the paired "
+                    "change in sampled success decides GRPO's verdict (0 = no pilot; skipped where GRPO is not "
+                    "indicated)")
     pf.set_defaults(func=cmd_preflight)
 
     w = sub.add_parser("sweep", help="a grid of training runs (resumable, several at once) and its summary")

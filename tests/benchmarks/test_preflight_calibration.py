@@ -43,6 +43,26 @@ def test_agreement_counts_the_sign_of_the_mean_gain_and_names_the_misses():
     assert record["settings"][0]["gain"]["final"] == pytest.approx(0.25)
 
 
+def test_agreement_with_pilot_uses_the_pilots_verdict_where_one_ran():
+    cal = _load()
+    pil = lambda v: {"verdict": v, "start_verdict": "indicated", "steps": 3, "n_items": 64}  # noqa: E731
+    record = {"settings": [
+        {**_setting("a", "indicated", [0.01, 0.0]), "pilot": pil("not indicated")},   # a start miss the pilot fixes
+        {**_setting("b", "indicated", [0.3]), "pilot": pil("indicated")},             # agrees both ways
+        {**_setting("c", "indicated", [-0.1]), "pilot": pil("can't tell")},           # miss -> counted apart
+        _setting("d", "indicated", [-0.05]),                                          # no pilot: the start's miss
+        {**_setting("e", "indicated", [0.2, 0.0]), "pilot": pil("not indicated")},    # the pilot's own miss
+    ]}
+    cal.summarise(record, 0.02)
+    a, w = record["agreement"], record["agreement_with_pilot"]
+    assert (a["decided"], a["agree_decided"]) == (5, 2)            # the start's verdicts, unchanged
+    assert (w["decided"], w["cant_tell"], w["agree_decided"]) == (4, 1, 2)
+    assert sorted(m["setting"] for m in w["misses"]) == ["d", "e"] and w["piloted_settings"] == 4
+    assert (w["piloted_only"]["decided"], w["piloted_only"]["agree_decided"]) == (3, 2)
+    assert (w["piloted_only_start"]["decided"], w["piloted_only_start"]["agree_decided"]) == (4, 2)
+    assert [m["setting"] for m in record["misses"]] == ["a", "c", "d"]  # the start's misses kept
+
+
 def test_threshold_bound_is_the_best_in_sample_one_threshold_rule():
     cal = _load()
 

@@ -53,3 +53,31 @@ def test_bad_input_is_one_error_line(args, needle, capsys):
     assert rc == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and needle in err[0]
+
+
+def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
+    from grpolab.diagnostics.preflight import pilot_verdict
+
+    out = tmp_path / "pf"
+    sets = ["--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=4", "--set", "task.n_eval=10",
+            "--set", "log.plots=false", "--set", "log.tensorboard=false", "--set", "sft.enabled=no"]
+    assert main(["preflight", *TINY, *sets, "--n", "10", "--pilot", "2", "--out", str(out)]) == 0
+    data = json.loads((out / "preflight.json").read_text())
+    p = data["pilot"]
+    # 10 items from a model built from scratch: not "not indicated" before (too few items), so the pilot runs
+    assert p["start_verdict"] in ("indicated", "can't tell")
+    assert p["steps"] == 2 and p["n_items"] == 10 and p["k"] == 8
+    assert (out / "pilot" / "final" / "config.json").exists()
+    assert json.loads((out / "pilot" / "summary.json").read_text())["steps"] == 2
+    assert data["verdict"] == p["verdict"] == pilot_verdict(p) == data["calibration"]["grpo"]
+    assert data["methods"][0]["rests_on"].startswith("pilot of 2 steps")
+    assert data["per_item"]["k"] == 8 and len(data["per_item"]["solved"]) == 10
+    assert "## Pilot (2 GRPO steps" in (out / "preflight.md").read_text()
+    assert "pilot: 2 GRPO steps of this config" in capsys.readouterr().out
+
+
+def test_pilot_refuses_a_run_directory(tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text("task: {name: arith}\n")
+    assert main(["preflight", str(tmp_path), "--pilot", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--pilot" in err[0] and "final" in err[0]

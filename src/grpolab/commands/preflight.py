@@ -34,16 +34,25 @@ def _open(model, config, overrides, n, log):
 
 def preflight_command(model: str, *, config: str | None = None, overrides: list[str] = (), n: int | None = 128,
                       k: int | None = None, budget: float = 0.0, seed: int = 0, out: str | None = None,
-                      readability: bool = True, until_decided: int = 0, log: Callable[[str], None] = print) -> int:
+                      readability: bool = True, until_decided: int = 0, pilot: int = 0,
+                      log: Callable[[str], None] = print) -> int:
     """Measure ``model`` (a model directory, a run directory, or None: the config's model) on ``n``
     held-out items with ``k`` samples each (default: the run's group size, at least 8) and write
     ``preflight.{json,md}`` to ``out`` (default: the run directory, else ``runs/preflight``).
-    ``until_decided`` > 0: stop once that many items are measured and the GRPO verdict is decided."""
+    ``until_decided`` > 0: stop once that many items are measured and the GRPO verdict is decided.
+    ``pilot`` > 0: then train that many GRPO steps of the config into ``OUT/pilot`` and measure the
+    same items again; the paired change decides GRPO's verdict (:func:`_pilot`)."""
     from grpolab.config import ConfigError
     from grpolab.train.preflight import default_k, is_off_policy, measure_preflight, write_preflight
 
     if budget < 0:
         raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
+    if pilot < 0:
+        raise ConfigError(f"--pilot {pilot}: must be >= 0 GRPO steps (0 = no pilot)")
+    if pilot and model is not None and (Path(model) / "config.yaml").exists():
+        raise ConfigError(f"--pilot trains from a model directory or the config's model.path; {model} is a grpolab "
+                          f"run directory: pass its model (e.g. {Path(model) / 'final'}) with --config "
+                          f"{Path(model) / 'config.yaml'}")
     run = _open(model, config, overrides, n, log)
     cfg = run.config
     k = k or default_k(cfg)
@@ -55,6 +64,9 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
         settings={"model": str(run.model_dir) if run.model_dir else "the tiny model built from scratch",
                   "task": cfg.task.name, "task_options": cfg.task.options or None})
     target = Path(out) if out is not None else (run.run_dir if run.run_dir is not None else Path("runs/preflight"))
+    if pilot:
+        res = _pilot(res, run, model, config, overrides, steps=pilot, out_dir=target / "pilot", k=k, seed=seed,
+                     log=log)
     j, m = write_preflight(target, res)
     width = max(len(x.method) for x in res.methods)
     for x in res.methods:
@@ -64,3 +76,39 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
     log(res.message)
     log(f"wrote {j} and {m}")
     return 0
+
+
+def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, k: int, seed: int, log):
+    """Train ``steps`` GRPO steps of the run's config (its seed, lr, batch) from the measured model into
+    ``out_dir`` (replaced), measure its final model on the same items with the same ``k`` and sampling
+    seed, and let the paired change decide GRPO's verdict (:func:`grpolab.diagnostics.preflight.apply_pilot`).
+    Skipped where GRPO is already "not indicated" (nothing within reach)."""
+    from grpolab.config import load_config
+    from grpolab.diagnostics.preflight import NOT_INDICATED, apply_pilot, pilot_from_outcomes
+    from grpolab.models.io import load_model
+    from grpolab.train import train
+    from grpolab.train.checks import check_train
+    from grpolab.train.preflight import is_off_policy, measure_preflight
+    from grpolab.train.rundir import RunDir
+
+    if res.verdict("GRPO") == NOT_INDICATED:
+        log("pilot: skipped, GRPO is not indicated before it (nothing within reach to convert)")
+        return res
+    cfg = run.config
+    sets = list(overrides) + ([f"model.path={model}"] if model is not None else []) + [
+        f"trainer.steps={steps}", f"trainer.eval_every={steps}", f"trainer.save_every={steps}",
+        "trainer.headroom=false", f"trainer.run_dir={out_dir}"]
+    tcfg = load_config(config, sets)
+    check_train(tcfg, resume=False, overwrite=True)
+    log(f"pilot: {steps} GRPO steps of this config (seed {tcfg.trainer.seed}, lr {tcfg.optim.lr:g}) into {out_dir}")
+    train(tcfg, overwrite=True, log=log)
+    trained, _ = load_model(RunDir(out_dir).model_dir(), device=next(run.model.parameters()).device)
+    trained.eval()
+    items = list(run.eval_items[:res.stats["n_items"]])
+    log(f"pilot: measuring the pilot's model on the same {len(items)} items x {k}")
+    after = measure_preflight(
+        trained, run.tokenizer, items, run.collector, k=k, group_size=cfg.rollout.group_size,
+        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
+        seed=seed, readability=False, off_policy=is_off_policy(cfg), log=log)
+    p = pilot_from_outcomes(res, after, steps=steps, seed=seed, run_dir=str(out_dir))
+    return apply_pilot(res, p)

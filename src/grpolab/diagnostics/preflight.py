@@ -42,6 +42,7 @@ __all__ = [
     "FAILURE_REASONS", "INDICATED", "MIN_ITEMS", "NOT_INDICATED", "CANT_TELL", "MethodVerdict", "PreflightResult",
     "THRESHOLDS", "all_equal_share", "answer_in_text", "auc_interval", "failure_reason", "length_coupling",
     "method_table", "preflight_from_outcomes", "preflight_markdown", "verdicts_from_counts", "wilson",
+    "PILOT_MIN_GAIN", "apply_pilot", "pilot_from_outcomes", "pilot_verdict",
 ]
 
 INDICATED, NOT_INDICATED, CANT_TELL = "indicated", "not indicated", "can't tell"
@@ -260,6 +261,10 @@ class PreflightResult:
     methods: list[MethodVerdict]
     families: dict[str, dict[str, Any]] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    #: per measured item: ``greedy_ok`` [N] bool, ``solved`` [N] samples that solved it (of ``k``)
+    per_item: dict[str, Any] = field(default_factory=dict)
+    #: :func:`pilot_from_outcomes` when a pilot ran (``grpolab preflight --pilot STEPS``)
+    pilot: dict[str, Any] | None = None
 
     def verdict(self, method: str = "GRPO") -> str:
         return next(m.verdict for m in self.methods if m.method == method)
@@ -278,12 +283,15 @@ class PreflightResult:
                 "reachable_ci": [s["reachable"]["low"], s["reachable"]["high"]],
                 "sample_solves": s["sample_solves"]["value"], "answer_in_failure": s["answer_in_failure"]["value"],
                 "cut": s["responses"]["cut"]["value"], "all_equal": s["all_equal"]["value"],
-                "gain_ceiling": s["gain_ceiling"]}
+                "gain_ceiling": s["gain_ceiling"],
+                **({"grpo_start": self.pilot["start_verdict"], "pilot": _pilot_compact(self.pilot)}
+                   if self.pilot else {})}
 
     def to_dict(self) -> dict[str, Any]:
         return {"settings": self.settings, "verdict": self.verdict("GRPO"), "message": self.message,
                 "stats": self.stats, "methods": [m.to_dict() for m in self.methods],
-                "families": self.families, "calibration": self.calibration(), "thresholds": THRESHOLDS}
+                "families": self.families, "calibration": self.calibration(), "thresholds": THRESHOLDS,
+                "pilot": self.pilot, "per_item": self.per_item}
 
 
 def _ci_dict(c: CI) -> dict[str, float]:
@@ -439,7 +447,8 @@ def preflight_from_outcomes(
     stats["gain_ceiling"] = r["high"]  # compared with measured gains in the calibration; not a bound
     methods = method_table(stats)
     fams = _family_stats(families, n, greedy_ok, counts, k, near, eq, seed)
-    return PreflightResult(stats=stats, methods=methods, families=fams, settings=dict(settings or {}))
+    return PreflightResult(stats=stats, methods=methods, families=fams, settings=dict(settings or {}),
+                           per_item={"greedy_ok": greedy_ok.tolist(), "solved": counts.astype(int).tolist(), "k": k})
 
 
 def _grpo(s: dict) -> MethodVerdict:
@@ -654,6 +663,92 @@ def verdicts_from_counts(n_items: int, greedy_solved: int, some_sample_solved: i
             "gain_ceiling": s["reachable"]["high"], "from": "recorded counts (greedy, pass@k): no failure reasons"}
 
 
+#: The pilot's "not indicated": the 95% interval of the change in sampled success after the pilot lies
+#: below this (the calibration counts a measured gain within +-2 points as none).
+PILOT_MIN_GAIN = 0.02
+
+
+def pilot_from_outcomes(before: PreflightResult, after: PreflightResult, *, steps: int, seed: int = 0,
+                        run_dir: str | None = None) -> dict[str, Any]:
+    """The change a pilot of ``steps`` GRPO steps made on the same held-out items, paired per item.
+
+    ``before``/``after``: the preflight of the starting model and of the pilot's final model on the
+    same items (in the same order, same ``k``; ``after`` may cover a prefix of ``before``'s items).
+    Returns ``sampled`` (mean over items of the share of ``k`` samples that solve it) and ``greedy``
+    before, after and their paired change with a bootstrap 95% interval over items, the pilot's GRPO
+    verdict (:func:`pilot_verdict`) and the start's. Pure: no model.
+    """
+    b, a = before.per_item, after.per_item
+    if not b or not a:
+        raise ValueError("the pilot needs per-item outcomes of both preflights (PreflightResult.per_item)")
+    if a["k"] != b["k"]:
+        raise ValueError(f"the pilot's preflight sampled k={a['k']} per item, the start's k={b['k']}: use one k")
+    n = min(len(a["solved"]), len(b["solved"]))
+    if n < MIN_ITEMS:
+        raise ValueError(f"the pilot compares {n} item(s); it needs at least {MIN_ITEMS}")
+    k = float(b["k"])
+    sb, sa = np.asarray(b["solved"][:n], float) / k, np.asarray(a["solved"][:n], float) / k
+    gb, ga = np.asarray(b["greedy_ok"][:n], float), np.asarray(a["greedy_ok"][:n], float)
+    out: dict[str, Any] = {"steps": int(steps), "n_items": n, "k": int(k), "run_dir": run_dir,
+                           "start_verdict": before.verdict("GRPO")}
+    for key, x0, x1 in (("sampled", sb, sa), ("greedy", gb, ga)):
+        c = mean_ci(x1 - x0, seed=seed)
+        out[key] = {"before": float(x0.mean()), "after": float(x1.mean()), "change": c.to_dict()}
+    out["verdict"] = pilot_verdict(out)
+    return out
+
+
+def pilot_verdict(p: dict[str, Any]) -> str:
+    """GRPO after a pilot: ``indicated`` when the interval of the change in sampled success is above 0,
+    ``not indicated`` when it is below +:data:`PILOT_MIN_GAIN` (the pilot learned nothing or lost),
+    else ``can't tell``. A start that was "not indicated" stays so (no pilot is run there)."""
+    if p.get("start_verdict") == NOT_INDICATED:
+        return NOT_INDICATED
+    c = p["sampled"]["change"]
+    if c["low"] > 0:
+        return INDICATED
+    if c["high"] < PILOT_MIN_GAIN:
+        return NOT_INDICATED
+    return CANT_TELL
+
+
+def _pilot_line(p: dict[str, Any]) -> str:
+    s, g = p["sampled"], p["greedy"]
+    return (f"pilot of {p['steps']} steps: sampled success {s['before']:.3f} -> {s['after']:.3f} "
+            f"({_signed_ci(s['change'])}), greedy {g['before']:.3f} -> {g['after']:.3f} ({_signed_ci(g['change'])}) "
+            f"on the same {p['n_items']} items x {p['k']}")
+
+
+def _signed_ci(c: dict) -> str:
+    return f"{c['value'] * 100:+.1f} points [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"
+
+
+def _pilot_compact(p: dict[str, Any]) -> dict[str, Any]:
+    return {"verdict": p["verdict"], "steps": p["steps"], "n_items": p["n_items"],
+            "sampled_change": p["sampled"]["change"], "greedy_change": p["greedy"]["change"],
+            "sampled": [p["sampled"]["before"], p["sampled"]["after"]],
+            "greedy": [p["greedy"]["before"], p["greedy"]["after"]]}
+
+
+def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
+    """Make ``pilot`` (:func:`pilot_from_outcomes`) decide ``res``'s GRPO row: its verdict, the number it
+    rests on (the start's headroom moves to the note) and the threshold. Returns ``res``."""
+    res.pilot = pilot
+    g = next(m for m in res.methods if m.method == "GRPO")
+    start = f"before the pilot: {pilot['start_verdict']} ({g.rests_on})"
+    g.note = start + (f"; {g.note}" if g.note else "")
+    g.rests_on = _pilot_line(pilot)
+    g.threshold = (f"pilot: the change in sampled success is above 0 (indicated) or below "
+                   f"+{PILOT_MIN_GAIN * 100:.0f} points (not indicated), 95% interval over items")
+    g.source = "docs/results/preflight_calibration.md"
+    g.verdict = pilot["verdict"]
+    g.set_lines = ["(none needed: GRPO is the default objective)"] if g.verdict == INDICATED else []
+    if g.verdict == NOT_INDICATED and pilot["start_verdict"] != NOT_INDICATED:
+        g.note += ("; headroom is there but this recipe did not convert it in the pilot: lower optim.lr "
+                   "(docs/when-grpo-helps.md), or check the reward on the pilot's completions")
+    return res
+
+
 def preflight_markdown(res: PreflightResult) -> str:
     """``preflight.md``: the verdict, the method table, what the responses do, the numbers."""
     s = res.stats
@@ -673,6 +768,14 @@ def preflight_markdown(res: PreflightResult) -> str:
         verdict = f"**{m.verdict}**" + (f": {m.note}" if m.note else "")
         lines.append(f"| {m.method} | {verdict} | {m.rests_on} | {m.threshold} ([{m.source}]"
                      f"({_rel(m.source)})) | {use} | {m.evidence} |")
+    if res.pilot:
+        p = res.pilot
+        lines += ["", f"## Pilot ({p['steps']} GRPO steps of this config, `{p.get('run_dir') or '-'}`)", "",
+                  f"The same {p['n_items']} held-out items measured again after the pilot (paired; bootstrap "
+                  f"95% interval over items). Before the pilot GRPO was **{p['start_verdict']}**; after it "
+                  f"**{p['verdict']}**.", "", "| measure | before | after | change [95% CI] |", "|---|---|---|---|"]
+        for key, label in (("sampled", f"sampled success ({p['k']} per item)"), ("greedy", "greedy success")):
+            lines.append(f"| {label} | {p[key]['before']:.3f} | {p[key]['after']:.3f} | {_signed_ci(p[key]['change'])} |")
     lines += ["", "## Headroom", "", "| measure | value [95% CI] |", "|---|---|"]
     for key, label in (("greedy", "greedy success"), ("sampled", f"mean sample ({s['k']} per item)"),
                        ("pass_at_k", f"pass@{s['k']} (items some sample solves)"),

@@ -1,0 +1,85 @@
+"""The preflight's pilot: the paired change before/after a few GRPO steps decides GRPO's verdict."""
+
+import numpy as np
+import pytest
+
+from grpolab.diagnostics.preflight import (
+    CANT_TELL,
+    INDICATED,
+    NOT_INDICATED,
+    PILOT_MIN_GAIN,
+    apply_pilot,
+    pilot_from_outcomes,
+    pilot_verdict,
+    preflight_from_outcomes,
+    preflight_markdown,
+)
+
+
+def _res(solved, greedy, k=8):
+    """A preflight whose item i has ``solved[i]`` of ``k`` samples right and greedy right when ``greedy[i]``."""
+    S = [[1.0] * c + [0.0] * (k - c) for c in solved]
+    return preflight_from_outcomes([float(g) for g in greedy], S, group_size=k, max_new_tokens=16)
+
+
+def test_per_item_outcomes_are_kept_and_serialised():
+    r = _res([0, 3, 8], [0, 1, 1])
+    assert r.per_item == {"greedy_ok": [False, True, True], "solved": [0, 3, 8], "k": 8}
+    assert r.to_dict()["per_item"]["solved"] == [0, 3, 8] and r.to_dict()["pilot"] is None
+
+
+def test_paired_change_matches_a_hand_computation():
+    rng = np.random.default_rng(0)
+    b_solved = rng.integers(0, 9, 40).tolist()
+    a_solved = [min(8, c + int(x)) for c, x in zip(b_solved, rng.integers(0, 3, 40))]
+    b_greedy, a_greedy = rng.integers(0, 2, 40).tolist(), rng.integers(0, 2, 40).tolist()
+    p = pilot_from_outcomes(_res(b_solved, b_greedy), _res(a_solved, a_greedy), steps=3)
+    assert p["steps"] == 3 and p["n_items"] == 40 and p["k"] == 8
+    assert p["sampled"]["before"] == pytest.approx(np.mean(b_solved) / 8)
+    assert p["sampled"]["after"] == pytest.approx(np.mean(a_solved) / 8)
+    diff = (np.asarray(a_solved) - np.asarray(b_solved)) / 8
+    c = p["sampled"]["change"]
+    assert c["value"] == pytest.approx(diff.mean()) and c["low"] <= c["value"] <= c["high"]
+    assert p["greedy"]["change"]["value"] == pytest.approx(np.mean(a_greedy) - np.mean(b_greedy))
+    # the interval is over items: pairing matters -- the same shift on every item has no spread at all
+    q = pilot_from_outcomes(_res([2] * 20, [0] * 20), _res([4] * 20, [0] * 20), steps=1)
+    assert q["sampled"]["change"]["low"] == pytest.approx(0.25) == q["sampled"]["change"]["high"]
+    assert q["verdict"] == INDICATED
+
+
+def test_verdicts_indicated_not_indicated_cant_tell():
+    n = 64
+    up = pilot_from_outcomes(_res([2] * n, [0] * n), _res([3] * n, [0] * n), steps=2)
+    assert up["verdict"] == INDICATED
+    flat = pilot_from_outcomes(_res([0] * n, [0] * n), _res([0] * n, [0] * n), steps=2)
+    assert flat["sampled"]["change"]["high"] < PILOT_MIN_GAIN and flat["verdict"] == NOT_INDICATED
+    down = pilot_from_outcomes(_res([4] * n, [1] * n), _res([3] * n, [1] * n), steps=2)
+    assert down["verdict"] == NOT_INDICATED
+    # half the items +8, half -8 of 8: mean 0 with a wide interval: can't tell, never a verdict
+    mixed = pilot_from_outcomes(_res([0, 8] * (n // 2), [0] * n), _res([8, 0] * (n // 2), [0] * n), steps=2)
+    assert mixed["sampled"]["change"]["low"] < 0 < mixed["sampled"]["change"]["high"]
+    assert mixed["verdict"] == CANT_TELL
+    # a start that was "not indicated" stays so whatever a pilot shows
+    assert pilot_verdict({**up, "start_verdict": NOT_INDICATED}) == NOT_INDICATED
+
+
+def test_apply_pilot_rewrites_the_grpo_row_and_keeps_the_start():
+    before = _res([1] * 32, [0] * 32)
+    start = before.verdict("GRPO")
+    p = pilot_from_outcomes(before, _res([0] * 32, [0] * 32), steps=5, run_dir="runs/x/pilot")
+    apply_pilot(before, p)
+    g = before.methods[0]
+    assert before.verdict("GRPO") == NOT_INDICATED and g.rests_on.startswith("pilot of 5 steps")
+    assert f"before the pilot: {start}" in g.note and "lower optim.lr" in g.note
+    cal = before.calibration()
+    assert cal["grpo"] == NOT_INDICATED and cal["grpo_start"] == start
+    assert cal["pilot"]["sampled_change"]["value"] == pytest.approx(-1 / 8)
+    md = preflight_markdown(before)
+    assert "## Pilot (5 GRPO steps of this config, `runs/x/pilot`)" in md and "-12.5 points" in md
+
+
+def test_pilot_refuses_mismatched_measurements():
+    with pytest.raises(ValueError, match="k=4"):
+        pilot_from_outcomes(_res([1] * 10, [0] * 10), _res([1] * 10, [0] * 10, k=4), steps=1)
+    with pytest.raises(ValueError, match="at least"):
+        pilot_from_outcomes(_res([1] * 3, [0] * 3), _res([1] * 3, [0] * 3), steps=1)
