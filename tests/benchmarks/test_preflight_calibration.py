@@ -91,6 +91,18 @@ def test_committed_record_has_the_issue_schema():
     assert 0 <= a["share_of_decided"] <= 1 and a["decided"] + a["cant_tell"] == a["settings_with_runs"]
     assert isinstance(rec["misses"], list) and len(rec["commit"]) == 40
     assert "benchmarks/experiments/preflight_calibration.py" in rec["command"]
+    piloted = [s for s in rec["settings"] if s.get("pilot")]
+    for s in piloted:  # a pilot's verdict follows the frozen rule from its own numbers
+        p = s["pilot"]
+        assert p["steps"] < p["run_steps"] and p["seed"] not in (0, 1, 2, 3, 4)
+        if not p["skipped"]:
+            c = p["sampled_change"]
+            want = ("not indicated" if p["start_verdict"] == "not indicated" else "indicated" if c["low"] > 0
+                    else "not indicated" if c["high"] < 0.02 else "can't tell")
+            assert p["verdict"] == want, s["name"]
+    if piloted:
+        w = rec["agreement_with_pilot"]
+        assert w["piloted_settings"] == len(piloted) and w["decided"] + w["cant_tell"] == w["settings_with_runs"]
 
 
 def test_reasoning_gym_settings_hold_200_distinct_held_out_questions():

@@ -16,10 +16,10 @@ from grpolab.diagnostics.preflight import (
 )
 
 
-def _res(solved, greedy, k=8):
+def _res(solved, greedy, k=8, families=None):
     """A preflight whose item i has ``solved[i]`` of ``k`` samples right and greedy right when ``greedy[i]``."""
     S = [[1.0] * c + [0.0] * (k - c) for c in solved]
-    return preflight_from_outcomes([float(g) for g in greedy], S, group_size=k, max_new_tokens=16)
+    return preflight_from_outcomes([float(g) for g in greedy], S, group_size=k, max_new_tokens=16, families=families)
 
 
 def test_per_item_outcomes_are_kept_and_serialised():
@@ -83,3 +83,21 @@ def test_pilot_refuses_mismatched_measurements():
         pilot_from_outcomes(_res([1] * 10, [0] * 10), _res([1] * 10, [0] * 10, k=4), steps=1)
     with pytest.raises(ValueError, match="at least"):
         pilot_from_outcomes(_res([1] * 3, [0] * 3), _res([1] * 3, [0] * 3), steps=1)
+
+
+def test_per_family_pilot_verdicts():
+    # task families: "up" gains 2 of 8 samples per item, "flat" stays, "none" has nothing within reach
+    fam = ["up"] * 32 + ["flat"] * 32 + ["none"] * 96
+    before = _res([1] * 64 + [0] * 96, [0] * 160, families=fam)
+    after = _res([3] * 32 + [1] * 32 + [0] * 96, [0] * 160, families=fam)
+    assert before.per_item["families"] == fam and before.families["none"]["verdict"] == NOT_INDICATED
+    p = pilot_from_outcomes(before, after, steps=4)
+    f = p["families"]
+    assert list(f) == ["up", "flat", "none"] and f["up"]["n_items"] == 32 and f["none"]["n_items"] == 96
+    assert f["up"]["sampled"]["change"]["value"] == pytest.approx(0.25) and f["up"]["verdict"] == INDICATED
+    assert f["flat"]["verdict"] == NOT_INDICATED                     # learned nothing in the pilot
+    assert f["none"]["start_verdict"] == NOT_INDICATED == f["none"]["verdict"]  # no reach before: stays
+    assert p["verdict"] == INDICATED                                 # the whole: +0.25 on 32 of 160 items
+    apply_pilot(before, p)
+    assert before.calibration()["pilot"]["families"]["flat"]["verdict"] == NOT_INDICATED
+    assert "| flat | 32 | indicated |" in preflight_markdown(before)

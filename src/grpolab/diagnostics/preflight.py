@@ -448,7 +448,8 @@ def preflight_from_outcomes(
     methods = method_table(stats)
     fams = _family_stats(families, n, greedy_ok, counts, k, near, eq, seed)
     return PreflightResult(stats=stats, methods=methods, families=fams, settings=dict(settings or {}),
-                           per_item={"greedy_ok": greedy_ok.tolist(), "solved": counts.astype(int).tolist(), "k": k})
+                           per_item={"greedy_ok": greedy_ok.tolist(), "solved": counts.astype(int).tolist(), "k": k,
+                                     **({"families": list(families)} if families is not None else {})})
 
 
 def _grpo(s: dict) -> MethodVerdict:
@@ -691,10 +692,28 @@ def pilot_from_outcomes(before: PreflightResult, after: PreflightResult, *, step
     gb, ga = np.asarray(b["greedy_ok"][:n], float), np.asarray(a["greedy_ok"][:n], float)
     out: dict[str, Any] = {"steps": int(steps), "n_items": n, "k": int(k), "run_dir": run_dir,
                            "start_verdict": before.verdict("GRPO")}
+    out.update(_paired_changes(sb, sa, gb, ga, seed))
+    out["verdict"] = pilot_verdict(out)
+    fam = b.get("families")
+    if fam is not None and len(set(fam[:n])) > 1:  # per task family, each with its own verdict
+        labels = np.asarray(fam[:n])
+        out["families"] = {}
+        for lab in dict.fromkeys(fam[:n]):
+            m = labels == lab
+            row: dict[str, Any] = {"n_items": int(m.sum()), "start_verdict": (before.families.get(lab) or {}).get(
+                "verdict", out["start_verdict"])}
+            row.update(_paired_changes(sb[m], sa[m], gb[m], ga[m], seed))
+            row["verdict"] = pilot_verdict(row) if row["n_items"] >= MIN_ITEMS else CANT_TELL
+            out["families"][lab] = row
+    return out
+
+
+def _paired_changes(sb, sa, gb, ga, seed: int) -> dict[str, Any]:
+    """``sampled``/``greedy``: before, after and the paired change (bootstrap 95% interval over items)."""
+    out = {}
     for key, x0, x1 in (("sampled", sb, sa), ("greedy", gb, ga)):
         c = mean_ci(x1 - x0, seed=seed)
         out[key] = {"before": float(x0.mean()), "after": float(x1.mean()), "change": c.to_dict()}
-    out["verdict"] = pilot_verdict(out)
     return out
 
 
@@ -724,10 +743,15 @@ def _signed_ci(c: dict) -> str:
 
 
 def _pilot_compact(p: dict[str, Any]) -> dict[str, Any]:
-    return {"verdict": p["verdict"], "steps": p["steps"], "n_items": p["n_items"],
-            "sampled_change": p["sampled"]["change"], "greedy_change": p["greedy"]["change"],
-            "sampled": [p["sampled"]["before"], p["sampled"]["after"]],
-            "greedy": [p["greedy"]["before"], p["greedy"]["after"]]}
+    out = {"verdict": p["verdict"], "steps": p["steps"], "n_items": p["n_items"],
+           "sampled_change": p["sampled"]["change"], "greedy_change": p["greedy"]["change"],
+           "sampled": [p["sampled"]["before"], p["sampled"]["after"]],
+           "greedy": [p["greedy"]["before"], p["greedy"]["after"]]}
+    if p.get("families"):
+        out["families"] = {lab: {"verdict": f["verdict"], "start_verdict": f["start_verdict"],
+                                 "n_items": f["n_items"], "sampled_change": f["sampled"]["change"],
+                                 "greedy_change": f["greedy"]["change"]} for lab, f in p["families"].items()}
+    return out
 
 
 def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
@@ -775,7 +799,16 @@ def preflight_markdown(res: PreflightResult) -> str:
                   f"95% interval over items). Before the pilot GRPO was **{p['start_verdict']}**; after it "
                   f"**{p['verdict']}**.", "", "| measure | before | after | change [95% CI] |", "|---|---|---|---|"]
         for key, label in (("sampled", f"sampled success ({p['k']} per item)"), ("greedy", "greedy success")):
-            lines.append(f"| {label} | {p[key]['before']:.3f} | {p[key]['after']:.3f} | {_signed_ci(p[key]['change'])} |")
+            x = p[key]
+            lines.append(f"| {label} | {x['before']:.3f} | {x['after']:.3f} | {_signed_ci(x['change'])} |")
+        if p.get("families"):
+            lines += ["", "| family | items | verdict before | sampled success: before -> after, change | "
+                      "greedy: before -> after, change | verdict after |", "|---|---|---|---|---|---|"]
+            for lab, f in p["families"].items():
+                lines.append(f"| {lab} | {f['n_items']} | {f['start_verdict']} | {f['sampled']['before']:.3f} -> "
+                             f"{f['sampled']['after']:.3f}, {_signed_ci(f['sampled']['change'])} | "
+                             f"{f['greedy']['before']:.3f} -> {f['greedy']['after']:.3f}, "
+                             f"{_signed_ci(f['greedy']['change'])} | {f['verdict']} |")
     lines += ["", "## Headroom", "", "| measure | value [95% CI] |", "|---|---|"]
     for key, label in (("greedy", "greedy success"), ("sampled", f"mean sample ({s['k']} per item)"),
                        ("pass_at_k", f"pass@{s['k']} (items some sample solves)"),
