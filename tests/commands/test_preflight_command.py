@@ -60,7 +60,7 @@ def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
 
     out = tmp_path / "pf"
     sets = ["--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=4", "--set", "task.n_eval=10",
-            "--set", "log.plots=false", "--set", "log.tensorboard=false", "--set", "sft.enabled=no"]
+            "--set", "log.plots=false", "--set", "log.tensorboard=false"]  # sft: auto (from scratch)
     assert main(["preflight", *TINY, *sets, "--n", "10", "--pilot", "2", "--out", str(out)]) == 0
     data = json.loads((out / "preflight.json").read_text())
     p = data["pilot"]
@@ -69,6 +69,7 @@ def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
     assert p["steps"] == 2 and p["n_items"] == 10 and p["k"] == 8
     assert (out / "pilot" / "final" / "config.json").exists()
     assert json.loads((out / "pilot" / "summary.json").read_text())["steps"] == 2
+    assert "sft:\n  enabled: 'no'" in (out / "pilot" / "config.yaml").read_text()  # the measured model, no warm start
     assert data["verdict"] == p["verdict"] == pilot_verdict(p) == data["calibration"]["grpo"]
     assert data["methods"][0]["rests_on"].startswith("pilot of 2 steps")
     assert data["per_item"]["k"] == 8 and len(data["per_item"]["solved"]) == 10

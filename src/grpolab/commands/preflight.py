@@ -82,6 +82,7 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, k: 
     """Train ``steps`` GRPO steps of the run's config (its seed, lr, batch) from the measured model into
     ``out_dir`` (replaced), measure its final model on the same items with the same ``k`` and sampling
     seed, and let the paired change decide GRPO's verdict (:func:`grpolab.diagnostics.preflight.apply_pilot`).
+    The pilot never warm-starts (``sft.enabled=no``): it trains the model the preflight measured.
     Skipped where GRPO is already "not indicated" (nothing within reach)."""
     from grpolab.config import load_config
     from grpolab.diagnostics.preflight import NOT_INDICATED, apply_pilot, pilot_from_outcomes
@@ -97,7 +98,8 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, k: 
     cfg = run.config
     sets = list(overrides) + ([f"model.path={model}"] if model is not None else []) + [
         f"trainer.steps={steps}", f"trainer.eval_every={steps}", f"trainer.save_every={steps}",
-        "trainer.headroom=false", f"trainer.run_dir={out_dir}"]
+        "trainer.headroom=false", f"trainer.run_dir={out_dir}",
+        "sft.enabled=no"]  # GRPO from exactly the measured model (no warm start in between)
     tcfg = load_config(config, sets)
     check_train(tcfg, resume=False, overwrite=True)
     log(f"pilot: {steps} GRPO steps of this config (seed {tcfg.trainer.seed}, lr {tcfg.optim.lr:g}) into {out_dir}")
