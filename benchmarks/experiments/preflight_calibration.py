@@ -209,13 +209,14 @@ leave 6 of 8 tasks "can't tell"; click-option (lost in the runs) reads "not indi
 focus-text-2, which gained +28.0 on average, lost 17.5 points of sampled success and reads "not
 indicated". The same command with 100 items per task (above) trained a different pilot model from the
 same seed, config and start -- focus-text-2 then gained +17.1 points of sampled success (greedy
-0.560 -> 1.000) and reads "indicated"; its four decided tasks all agree. Checked afterwards: two
-standalone 2-step `grpolab train studies/miniwob_gain.yaml --set trainer.seed=7` runs are identical
-(step rewards 0.500, 0.5625), but the two pilots, each trained in the process that had just measured
-the preflight through the same browser pool, match them at step 1 (0.500) and diverge from step 2
-(0.6406 and 0.5781): state left in the browsers by the measurement reaches the pilot's episodes (not
-pinned down further). The tiny model's pilots equal standalone runs exactly (tiny reverse: the same
-rewards at every step). So a MiniWoB++ pilot is one draw, not the seed's run. The warm start was rebuilt for this
+0.560 -> 1.000) and reads "indicated"; its four decided tasks all agree. Checked afterwards
+(2-step runs, seed 7, step rewards): a standalone `grpolab train studies/miniwob_gain.yaml` gives 0.500,
+0.5781, twice the same; the in-process pilots on 16 and on 800 items give exactly that, so a pilot is
+the seed's run; the first pilot (320 items) gave 0.500, 0.6406 -- a different trajectory from step 2,
+cause not found (it was the first run after the item cache was built). The held-out size also moves a
+MiniWoB++ run: with `task.n_eval=8` the same standalone run gives 0.500, 0.5625 (the tiny model's runs
+do not move: its pilot equals its standalone run at every step). So on MiniWoB++ one pilot is one
+draw of a trajectory that small, seemingly unrelated settings change. The warm start was rebuilt for this
 (`grpolab sft examples/miniwob_choice.yaml --out runs/ws_ch50 --set sft.max_steps=50`, the constant
 schedule's first 50 steps) and reproduced the recorded one: the same greedy success per task on the
 same 40 items (0.500, 0.425, 0.450, 0.125, 0.450, 0.475, 0.425, 1.000). Over all 25 settings the
