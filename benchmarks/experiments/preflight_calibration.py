@@ -211,10 +211,9 @@ indicated". The same command with 100 items per task (above) trained a different
 same seed, config and start -- focus-text-2 then gained +17.1 points of sampled success (greedy
 0.560 -> 1.000) and reads "indicated"; its four decided tasks all agree. Checked afterwards
 (2-step runs, seed 7, step rewards): a standalone `grpolab train studies/miniwob_gain.yaml` gives 0.500,
-0.5781, twice the same; the in-process pilots on 16 and on 800 items give exactly that, so a pilot is
-the seed's run; the first pilot (320 items) gave 0.500, 0.6406 -- a different trajectory from step 2,
+0.5781; the in-process pilots on 16 and on 800 items give exactly that, so a pilot is the seed's run; the first pilot (320 items) gave 0.500, 0.6406 -- a different trajectory from step 2,
 cause not found (it was the first run after the item cache was built). The held-out size also moves a
-MiniWoB++ run: with `task.n_eval=8` the same standalone run gives 0.500, 0.5625 (the tiny model's runs
+MiniWoB++ run: with `task.n_eval=8` the same standalone run gives 0.500, 0.5625 (twice the same; the tiny model's runs
 do not move: its pilot equals its standalone run at every step). So on MiniWoB++ one pilot is one
 draw of a trajectory that small, seemingly unrelated settings change. The warm start was rebuilt for this
 (`grpolab sft examples/miniwob_choice.yaml --out runs/ws_ch50 --set sft.max_steps=50`, the constant
