@@ -103,10 +103,20 @@ def test_overwrite_rebuilds_a_warm_start_built_with_other_settings(run, change):
     assert os.stat(run / "sft" / "model.safetensors").st_mtime_ns == again
 
 
-def test_overwrite_keeps_a_matching_warm_start(run):
+def test_overwrite_keeps_a_matching_warm_start(run, capsys):
     before = os.stat(run / "sft" / "model.safetensors").st_mtime_ns
+    capsys.readouterr()
     assert main(["train", "--overwrite", *_sets(*SMALL, f"trainer.run_dir={run}", "trainer.steps=1")]) == 0
     assert os.stat(run / "sft" / "model.safetensors").st_mtime_ns == before
+    assert f"--overwrite: removed the previous run's outputs in {run}" in capsys.readouterr().out
+
+
+def test_overwrite_of_a_fresh_directory_claims_no_removal(tmp_path, capsys):
+    # before: "--overwrite: removed the previous run's outputs" was printed where there were none
+    fresh = tmp_path / "fresh"
+    assert main(["train", "--overwrite", *_sets(*SMALL, f"trainer.run_dir={fresh}", "trainer.steps=1")]) == 0
+    assert "removed the previous run's outputs" not in capsys.readouterr().out
+    assert [r["step"] for r in read_metrics(fresh)] == [1]
 
 
 def test_overwrite_deletes_nothing_when_the_new_config_cannot_load(run, capsys):

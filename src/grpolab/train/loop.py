@@ -219,9 +219,10 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_token_ids(policy, tokenizer))
     if overwrite and not resume:
         status, diffs = warm_start_status(run_dir.sft, cfg)
-        run_dir.start_over(keep_warm_start=status in ("match", "legacy"))
-        log(f"--overwrite: removed the previous run's outputs in {run_dir.path}" +
-            (f" and its warm start (built with other settings: {'; '.join(diffs[:3])})" if status == "differs" else ""))
+        if run_dir.start_over(keep_warm_start=status in ("match", "legacy")):  # say so only where it removed some
+            log(f"--overwrite: removed the previous run's outputs in {run_dir.path}" +
+                (f" and its warm start (built with other settings: {'; '.join(diffs[:3])})" if status == "differs"
+                 else ""))
     if ckpt is None:
         # the config first: a warm start killed part-way is then continued by `--resume` (from its
         # in-progress checkpoint RUN_DIR/sft.partial) as well as by the same command run again

@@ -157,15 +157,19 @@ class RunDir:
         """Remove temporary folders and files left by a killed process (their writer is gone)."""
         return remove_stale_temporaries(self.checkpoints)
 
-    def start_over(self, *, keep_warm_start: bool) -> None:
+    def start_over(self, *, keep_warm_start: bool) -> list[str]:
         """Delete the previous run's outputs (``--overwrite``); the warm start too unless kept.
+        Returns the names of what was there and is gone (empty: nothing to remove).
 
         A killed warm start's ``sft.partial/`` stays: the next warm start resumes it if it has the
         same settings, and starts over (and says so) if not."""
-        for sub in ("checkpoints", "tb", "plots", "final") + (() if keep_warm_start else ("sft", "sft.snapshots")):
+        dirs = ("checkpoints", "tb", "plots", "final") + (() if keep_warm_start else ("sft", "sft.snapshots"))
+        gone = [x for x in (*dirs, "metrics.jsonl", "summary.md", "summary.json") if (self.path / x).exists()]
+        for sub in dirs:
             shutil.rmtree(self.path / sub, ignore_errors=True)
         for f in ("metrics.jsonl", "summary.md", "summary.json"):
             (self.path / f).unlink(missing_ok=True)
+        return gone
 
 
 
