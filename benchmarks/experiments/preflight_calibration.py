@@ -211,7 +211,8 @@ indicated". The same command with 100 items per task (above) trained a different
 same seed, config and start -- focus-text-2 then gained +17.1 points of sampled success (greedy
 0.560 -> 1.000) and reads "indicated"; its four decided tasks all agree. Checked afterwards
 (2-step runs, seed 7, step rewards): a standalone `grpolab train studies/miniwob_gain.yaml` gives 0.500,
-0.5781; the in-process pilots on 16 and on 800 items give exactly that, so a pilot is the seed's run; the first pilot (320 items) gave 0.500, 0.6406 -- a different trajectory from step 2,
+0.5781; the in-process pilots on 16 and on 800 items give exactly that, so a pilot is the seed's
+run; the first pilot (320 items) gave 0.500, 0.6406 -- a different trajectory from step 2,
 cause not found (it was the first run after the item cache was built). The held-out size also moves a
 MiniWoB++ run: with `task.n_eval=8` the same standalone run gives 0.500, 0.5625 (twice the same; the tiny model's runs
 do not move: its pilot equals its standalone run at every step). So on MiniWoB++ one pilot is one
@@ -241,13 +242,14 @@ def pilot(base: str, cfg: str | None, sets: list[str], out: Path, log: Path, *, 
         _run([sys.executable, "-m", "grpolab.cli", "preflight", base, *(["--config", cfg] if cfg else []),
               *_sets([x for x in sets if not x.startswith("task.n_eval=")] + [f"trainer.seed={PILOT_SEED}"]),
               "--n", str(items), "--out", str(out), "--no-readability", "--pilot", str(steps)], log)
+    from grpolab.diagnostics.preflight import pilot_record
+
     d = json.loads((out / "preflight.json").read_text())
-    rec = {"verdict": d["verdict"], "start_verdict": (d.get("pilot") or {}).get("start_verdict", d["verdict"]),
-           "n_items": d["stats"]["n_items"], "seed": PILOT_SEED, "steps": steps,
-           "skipped": d.get("pilot") is None}
     if d.get("pilot"):
-        rec.update(d["calibration"]["pilot"])
-    return rec
+        return {**pilot_record(d["pilot"]), "seed": PILOT_SEED, "steps": steps, "skipped": False,
+                **_pilot_run_facts(out / "pilot")}
+    return {"verdict": d["verdict"], "start_verdict": d["verdict"], "n_items": d["stats"]["n_items"],
+            "seed": PILOT_SEED, "steps": steps, "skipped": True}
 
 
 def preflight_record(d: dict) -> dict:
@@ -324,59 +326,54 @@ def miniwob_pilot(root: Path, start: str | None, name: str = "miniwob_pilot") ->
         _run([sys.executable, "-m", "grpolab.cli", "preflight", start, "--config", MINIWOB_PILOT["config"], "--set",
               f"trainer.seed={PILOT_SEED}", "--n", str(MINIWOB_PILOT["items"]), "--no-readability", "--pilot",
               str(MINIWOB_PILOT["steps"]), "--out", str(out)], root / "logs" / "miniwob_pilot.log")
+    from grpolab.diagnostics.preflight import pilot_record
+
     d = json.loads((out / "preflight.json").read_text())
-    fams = (d.get("pilot") or {}).get("families") or {}
-    return {task.split("=", 1)[-1]: {  # family labels read "family=click-tab"
-                "verdict": f["verdict"], "start_verdict": f["start_verdict"], "n_items": f["n_items"],
-                   "seed": PILOT_SEED, "steps": MINIWOB_PILOT["steps"], "run_steps": MINIWOB_PILOT["run_steps"],
-                   "skipped": False, "sampled_change": f["sampled"]["change"], "greedy_change": f["greedy"]["change"],
-                   "sampled": [f["sampled"]["before"], f["sampled"]["after"]],
-                   "greedy": [f["greedy"]["before"], f["greedy"]["after"]], "from": "the multi-task pilot"}
+    fams = pilot_record(d["pilot"]).get("families", {}) if d.get("pilot") else {}
+    facts = _pilot_run_facts(out / "pilot")
+    return {task.split("=", 1)[-1]: {**f, "seed": PILOT_SEED, "run_steps": MINIWOB_PILOT["run_steps"],  # "family=x"
+                                     "skipped": False, "from": "the multi-task pilot", **facts}
             for task, f in fams.items()}
+
+
+def _pilot_run_facts(run_dir: Path) -> dict:
+    """The pilot run's prompt format and the peak RSS of the process (the preflight's measurement and the
+    pilot's training ran in it), from its ``summary.json``."""
+    d = json.loads((run_dir / "summary.json").read_text())
+    rss = (d.get("health") or {}).get("peak_rss_mb")
+    return {"prompt_format": d.get("prompt_format"), "peak_rss_mib": round(rss) if rss else None}
 
 
 #: settings whose verdict rule was revised after their gain was seen (not out-of-sample tests)
 IN_SAMPLE = {"smollm2/digits2+1"}
 
 
+#: The keys of an agreement count that a subset's summary keeps.
+COUNT_KEYS = ("settings_with_runs", "decided", "cant_tell", "agree_decided", "share_of_decided", "share_of_all")
+
+
 def summarise(record: dict, null: float) -> None:
     """``agreement``, ``misses`` and the targets, from the settings as they stand; ``agreement`` also
-    without the :data:`IN_SAMPLE` settings (``out_of_sample``)."""
+    without the :data:`IN_SAMPLE` settings (``out_of_sample``); with pilots, ``agreement_with_pilot``
+    (the pilot's verdict where one ran, the start's elsewhere; also on the piloted settings alone,
+    with either verdict) and, with a second MiniWoB++ pilot, the count with it in place of the first."""
+    settings = record["settings"]
     _summarise(record, null)
-    full = dict(record["agreement"])
-    kept = record["settings"]
-    record["settings"] = [s for s in kept if s["name"] not in IN_SAMPLE]
-    _summarise(record, null)
-    out = record["agreement"]
-    record["settings"] = kept
-    _summarise(record, null)
-    record["agreement"] = {**full, "out_of_sample": {k: out[k] for k in (
-        "settings_with_runs", "decided", "cant_tell", "agree_decided", "share_of_decided", "share_of_all")},
-        "in_sample_settings": sorted(IN_SAMPLE)}
+    oos, _ = _count([s for s in settings if s["name"] not in IN_SAMPLE], null)
+    record["agreement"].update(out_of_sample={k: oos[k] for k in COUNT_KEYS}, in_sample_settings=sorted(IN_SAMPLE))
     record["threshold_bound"] = threshold_bound(record, null)
-    piloted = [x for x in record["settings"] if x.get("pilot")]
-    if piloted:  # the same count with the pilot's verdict where a pilot ran (the start's elsewhere)
-        kept_agreement, kept_misses = record["agreement"], record["misses"]
-        _summarise(record, null, pilot=True)
-        with_pilot = {**record["agreement"], "misses": record["misses"], "piloted_settings": len(piloted)}
-        kept = record["settings"]
-        record["settings"] = piloted
-        _summarise(record, null, pilot=True)
-        with_pilot["piloted_only"] = {k: record["agreement"][k] for k in (
-            "settings_with_runs", "decided", "cant_tell", "agree_decided", "share_of_decided", "share_of_all")}
-        _summarise(record, null)
-        with_pilot["piloted_only_start"] = {k: record["agreement"][k] for k in (
-            "settings_with_runs", "decided", "cant_tell", "agree_decided", "share_of_decided", "share_of_all")}
-        record["settings"] = kept
-        record["agreement"], record["misses"] = kept_agreement, kept_misses
-        record["agreement_with_pilot"] = with_pilot
-        alt = [x for x in record["settings"] if x.get("pilot_100_per_task")]
-        if alt:  # the same count with the 100-items-per-task MiniWoB++ pilot in place of the first
-            swapped = {"settings": [{**x, "pilot": x["pilot_100_per_task"]} if x.get("pilot_100_per_task") else x
-                                    for x in record["settings"]]}
-            _summarise(swapped, null, pilot=True)
-            record["agreement_with_pilot_miniwob_100_per_task"] = {**swapped["agreement"],
-                                                                   "misses": swapped["misses"]}
+    piloted = [x for x in settings if x.get("pilot")]
+    if not piloted:
+        return
+    agreement, misses = _count(settings, null, pilot=True)
+    record["agreement_with_pilot"] = {
+        **agreement, "misses": misses, "piloted_settings": len(piloted),
+        "piloted_only": {k: v for k, v in _count(piloted, null, pilot=True)[0].items() if k in COUNT_KEYS},
+        "piloted_only_start": {k: v for k, v in _count(piloted, null)[0].items() if k in COUNT_KEYS}}
+    if any(x.get("pilot_100_per_task") for x in settings):
+        swapped = [{**x, "pilot": x["pilot_100_per_task"]} if x.get("pilot_100_per_task") else x for x in settings]
+        agreement, misses = _count(swapped, null, pilot=True)
+        record["agreement_with_pilot_miniwob_100_per_task"] = {**agreement, "misses": misses}
 
 
 def _verdict(s: dict, pilot: bool) -> str:
@@ -385,7 +382,14 @@ def _verdict(s: dict, pilot: bool) -> str:
 
 
 def _summarise(record: dict, null: float, pilot: bool = False) -> None:
-    rows = [s for s in record["settings"] if s.get("gain", {}).get("seeds") and s.get("preflight")]
+    """``record['agreement']`` and ``record['misses']`` over all its settings (:func:`_count`)."""
+    record["agreement"], record["misses"] = _count(record["settings"], null, pilot)
+
+
+def _count(settings: list[dict], null: float, pilot: bool = False) -> tuple[dict, list[dict]]:
+    """The agreement of the GRPO verdicts (the pilot's where ``pilot`` and one ran) with the sign of
+    each setting's mean measured gain, and the misses; sets each setting's ``gain.final``."""
+    rows = [s for s in settings if s.get("gain", {}).get("seeds") and s.get("preflight")]
     decided, agree, cant, misses = 0, 0, 0, []
     never_miss = True
     covered = n_cov = 0
@@ -412,7 +416,7 @@ def _summarise(record: dict, null: float, pilot: bool = False) -> None:
         if ceil is not None:
             n_cov += 1
             covered += mean <= ceil + 1e-9
-    record["agreement"] = {
+    return {
         "settings_with_runs": len(rows), "decided": decided, "cant_tell": cant,
         "agree_decided": agree, "share_of_decided": agree / decided if decided else None,
         "share_of_all": agree / len(rows) if rows else None,
@@ -420,8 +424,7 @@ def _summarise(record: dict, null: float, pilot: bool = False) -> None:
         "gain_at_or_below_ceiling": {"covered": covered, "settings": n_cov,
                                      "share": covered / n_cov if n_cov else None},
         "null_band_points": null * 100,
-    }
-    record["misses"] = misses
+    }, misses
 
 
 def figure(record: dict, png: Path) -> bool:
@@ -533,9 +536,10 @@ def pilot_section(record: dict) -> str:
     if not piloted:
         return "(no pilots run: `--pilot FRACTION`)"
     wp = record.get("agreement_with_pilot", {})
-    rows = ["| setting | pilot steps (of the run's) | items x k | verdict before | sampled success: change [95% CI] "
-            "| greedy: change [95% CI] | verdict after | measured mean gain | agrees |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| setting | pilot steps (of the run's) | items x k | prompts | peak RSS (MiB) | verdict before | "
+            "sampled success: change [95% CI] | greedy: change [95% CI] | verdict after | measured mean gain "
+            "| agrees |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     null = record.get("agreement", {}).get("null_band_points", 2.0) / 100
     ci = lambda c: f"{c['value'] * 100:+.1f} [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"  # noqa: E731
     for s in piloted:
@@ -545,7 +549,7 @@ def pilot_section(record: dict) -> str:
         agree = "-" if p["verdict"] == "can't tell" or mean is None else ("yes" if (p["verdict"] == "indicated") == up
                                                                            else "**no**")
         rows.append(f"| {s['name']} | {p['steps']} of {p.get('run_steps', '-')} | {p['n_items']} x 8 | "
-                    f"{p['start_verdict']} | "
+                    f"{p.get('prompt_format') or '-'} | {p.get('peak_rss_mib') or '-'} | {p['start_verdict']} | "
                     + ("skipped (not indicated before)" if p.get("skipped") else ci(p["sampled_change"])) + " | "
                     + ("-" if p.get("skipped") else ci(p["greedy_change"])) + f" | **{p['verdict']}** | "
                     + ("-" if mean is None else f"{mean * 100:+.1f}") + f" | {agree} |")
@@ -584,7 +588,8 @@ def _pilot_100(record: dict, ci, null: float) -> str:
                    f"{ci(p['greedy_change'])} | **{p['verdict']}** | {mean * 100:+.1f} | {agree} |")
     pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
     out += ["", f"With it in place of the first: **{alt.get('agree_decided')} of {alt.get('decided')} decided "
-                f"({pct(alt.get('share_of_decided'))})**, {pct(alt.get('share_of_all'))} of all {alt.get('settings_with_runs')} "
+                f"({pct(alt.get('share_of_decided'))})**, {pct(alt.get('share_of_all'))} of all "
+                f"{alt.get('settings_with_runs')} "
                 f"settings; misses: {'; '.join(m['setting'] for m in alt.get('misses', [])) or 'none'}."]
     return "\n".join(out)
 
@@ -731,7 +736,11 @@ items with the same k and sampling seed, and lets the paired change in sampled s
 below +2 points, else "can't tell"; "not indicated" before the pilot stays so (no pilot is run). The
 rule was fixed before any calibration pilot ran. Here: a quarter of the standard run's steps (3 of 10
 for SmolLM2, 10 of 40 for the tiny model), seed {pilot_seed} (no calibration run uses it), all 256 held-out items
-for the tiny model and 64 for SmolLM2 (its preflight costs minutes), from the same starting model as the
+for the tiny model and 64 for SmolLM2 (its preflight costs minutes: the pilot's own numbers on SmolLM2
+rest on 64 items x 8 samples and are a prediction, not a result; the gains they are checked against are
+measured on 200 or more held-out items, or all the task holds; peak RSS is the pilot process's, the
+preflight's measurement included; MiniWoB++'s two browsers, about 0.4 GiB each, come on top), from the
+same starting model as the
 runs. A pilot of a quarter of a short run is a weaker kind of prediction than a measurement of the
 starting model -- it is the run's first steps on another seed -- and is reported apart. MiniWoB++
 settings have no pilot (their warm start and browser are not on this machine).
@@ -875,10 +884,11 @@ def main() -> None:
                     if pf is not None:
                         rec["preflight"] = pf
                         save()
-                if args.pilot and rec.get("pilot") is None:
-                    kind = "tiny" if "tiny" in s else "smollm2"
+                if args.pilot and (rec.get("pilot") is None or (d / "pilot" / "preflight.json").exists()):
+                    kind = "tiny" if "tiny" in s else "smollm2"  # (re-read from its files where they are here)
                     steps, run_steps = pilot_steps(sets, cfg, args.pilot)
-                    print(f"{s['name']} pilot ({steps} steps)", flush=True)
+                    if not (d / "pilot" / "preflight.json").exists():
+                        print(f"{s['name']} pilot ({steps} steps)", flush=True)
                     rec["pilot"] = pilot(base, cfg, sets, d / "pilot", d / "pilot.log", steps=steps,
                                          items=PILOT_ITEMS[kind])
                     rec["pilot"]["run_steps"] = run_steps

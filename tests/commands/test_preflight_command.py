@@ -73,6 +73,9 @@ def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
     assert data["verdict"] == p["verdict"] == pilot_verdict(p) == data["calibration"]["grpo"]
     assert data["methods"][0]["rests_on"].startswith("pilot of 2 steps")
     assert data["per_item"]["k"] == 8 and len(data["per_item"]["solved"]) == 10
+    # "before" is the start's own measurement of these items (per_item is the starting model's)
+    assert p["sampled"]["before"] == pytest.approx(sum(data["per_item"]["solved"]) / 80)
+    assert p["sampled"]["before"] == pytest.approx(data["stats"]["sampled"]["value"])
     assert "## Pilot (2 GRPO steps" in (out / "preflight.md").read_text()
     assert "pilot: 2 GRPO steps of this config" in capsys.readouterr().out
 
@@ -82,3 +85,11 @@ def test_pilot_refuses_a_run_directory(tmp_path, capsys):
     assert main(["preflight", str(tmp_path), "--pilot", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--pilot" in err[0] and "final" in err[0]
+
+
+def test_pilot_on_too_few_items_is_skipped_before_training(tmp_path, capsys):
+    out = tmp_path / "pf"
+    assert main(["preflight", *TINY, "--n", "5", "--pilot", "2", "--out", str(out)]) == 0
+    assert "pilot: skipped, 5 item(s) measured" in capsys.readouterr().out
+    data = json.loads((out / "preflight.json").read_text())
+    assert data["pilot"] is None and data["verdict"] == "can't tell" and not (out / "pilot").exists()

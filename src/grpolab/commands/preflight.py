@@ -85,7 +85,7 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, k: 
     The pilot never warm-starts (``sft.enabled=no``): it trains the model the preflight measured.
     Skipped where GRPO is already "not indicated" (nothing within reach)."""
     from grpolab.config import load_config
-    from grpolab.diagnostics.preflight import NOT_INDICATED, apply_pilot, pilot_from_outcomes
+    from grpolab.diagnostics.preflight import MIN_ITEMS, NOT_INDICATED, apply_pilot, pilot_from_outcomes
     from grpolab.models.io import load_model
     from grpolab.train import train
     from grpolab.train.checks import check_train
@@ -94,6 +94,10 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, k: 
 
     if res.verdict("GRPO") == NOT_INDICATED:
         log("pilot: skipped, GRPO is not indicated before it (nothing within reach to convert)")
+        return res
+    if res.stats["n_items"] < MIN_ITEMS:  # checked before training: the comparison would decide nothing
+        log(f"pilot: skipped, {res.stats['n_items']} item(s) measured and the pilot compares at least {MIN_ITEMS} "
+            f"(raise --n or --budget)")
         return res
     cfg = run.config
     sets = list(overrides) + ([f"model.path={model}"] if model is not None else []) + [

@@ -42,7 +42,7 @@ __all__ = [
     "FAILURE_REASONS", "INDICATED", "MIN_ITEMS", "NOT_INDICATED", "CANT_TELL", "MethodVerdict", "PreflightResult",
     "THRESHOLDS", "all_equal_share", "answer_in_text", "auc_interval", "failure_reason", "length_coupling",
     "method_table", "preflight_from_outcomes", "preflight_markdown", "verdicts_from_counts", "wilson",
-    "PILOT_MIN_GAIN", "apply_pilot", "pilot_from_outcomes", "pilot_verdict",
+    "PILOT_MIN_GAIN", "apply_pilot", "pilot_from_outcomes", "pilot_record", "pilot_verdict",
 ]
 
 INDICATED, NOT_INDICATED, CANT_TELL = "indicated", "not indicated", "can't tell"
@@ -284,7 +284,7 @@ class PreflightResult:
                 "sample_solves": s["sample_solves"]["value"], "answer_in_failure": s["answer_in_failure"]["value"],
                 "cut": s["responses"]["cut"]["value"], "all_equal": s["all_equal"]["value"],
                 "gain_ceiling": s["gain_ceiling"],
-                **({"grpo_start": self.pilot["start_verdict"], "pilot": _pilot_compact(self.pilot)}
+                **({"grpo_start": self.pilot["start_verdict"], "pilot": pilot_record(self.pilot)}
                    if self.pilot else {})}
 
     def to_dict(self) -> dict[str, Any]:
@@ -742,15 +742,15 @@ def _signed_ci(c: dict) -> str:
     return f"{c['value'] * 100:+.1f} points [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"
 
 
-def _pilot_compact(p: dict[str, Any]) -> dict[str, Any]:
-    out = {"verdict": p["verdict"], "steps": p["steps"], "n_items": p["n_items"],
-           "sampled_change": p["sampled"]["change"], "greedy_change": p["greedy"]["change"],
+def pilot_record(p: dict[str, Any]) -> dict[str, Any]:
+    """The calibration's record of a pilot (and of each family's part of it): verdicts, the changes
+    with their intervals, and sampled/greedy success as ``[before, after]``."""
+    out = {"verdict": p["verdict"], "start_verdict": p["start_verdict"], "steps": p.get("steps"),
+           "n_items": p["n_items"], "sampled_change": p["sampled"]["change"], "greedy_change": p["greedy"]["change"],
            "sampled": [p["sampled"]["before"], p["sampled"]["after"]],
            "greedy": [p["greedy"]["before"], p["greedy"]["after"]]}
     if p.get("families"):
-        out["families"] = {lab: {"verdict": f["verdict"], "start_verdict": f["start_verdict"],
-                                 "n_items": f["n_items"], "sampled_change": f["sampled"]["change"],
-                                 "greedy_change": f["greedy"]["change"]} for lab, f in p["families"].items()}
+        out["families"] = {lab: pilot_record({**f, "steps": p["steps"]}) for lab, f in p["families"].items()}
     return out
 
 
