@@ -101,3 +101,14 @@ def test_per_family_pilot_verdicts():
     apply_pilot(before, p)
     assert before.calibration()["pilot"]["families"]["flat"]["verdict"] == NOT_INDICATED
     assert "| flat | 32 | indicated |" in preflight_markdown(before)
+
+
+def test_the_rows_that_read_grpos_verdict_follow_the_pilot():
+    # 16 of 64 items with 1 of 8 samples right, the rest none: 75% all-equal groups, dynamic sampling indicated
+    before = _res([1] * 16 + [0] * 48, [0] * 64)
+    ds = lambda r: next(m for m in r.methods if m.method == "dynamic sampling")  # noqa: E731
+    assert before.verdict("GRPO") == INDICATED and ds(before).verdict == INDICATED
+    apply_pilot(before, pilot_from_outcomes(before, _res([1] * 16 + [0] * 48, [0] * 64), steps=3))  # no move
+    assert before.verdict("GRPO") == NOT_INDICATED
+    assert ds(before).verdict == NOT_INDICATED and ds(before).note == "GRPO is not indicated"
+    assert [m.method for m in before.methods][:2] == ["GRPO", "dynamic sampling"]  # order kept

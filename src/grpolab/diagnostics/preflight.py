@@ -528,7 +528,9 @@ def _dynamic_sampling(s: dict, grpo: str) -> MethodVerdict:
     ds_sets = ["rollout.dynamic_sampling=true", "rollout.dynamic_sampling_rounds=4"] + (
         [f"rollout.dynamic_sampling_oversample={oversample:g}"] if oversample > 1 else [])
     if grpo_no or a["high"] < t or mixed["high"] < sig:
-        v, note, sets = NOT_INDICATED, ("few groups to drop" if a["high"] < t else "nothing to fill the batch with"), []
+        v, sets = NOT_INDICATED, []
+        note = ("GRPO is not indicated" if grpo_no else "few groups to drop" if a["high"] < t
+                else "nothing to fill the batch with")
     elif a["low"] >= t and grpo == INDICATED:
         v, note, sets = INDICATED, (f"{a['value'] * 100:.0f}% of groups would train on nothing; the filter samples "
                                     f"about {cost:.1f}x the groups per step" + (" or more" if cost >= 16 else "")),\
@@ -770,6 +772,9 @@ def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
     if g.verdict == NOT_INDICATED and pilot["start_verdict"] != NOT_INDICATED:
         g.note += ("; headroom is there but this recipe did not convert it in the pilot: lower optim.lr "
                    "(docs/when-grpo-helps.md), or check the reward on the pilot's completions")
+    # the rows that read GRPO's verdict follow the pilot's (dynamic sampling only fills GRPO's batches)
+    res.methods = [_dynamic_sampling(res.stats, g.verdict) if m.method == "dynamic sampling" else m
+                   for m in res.methods]
     return res
 
 
