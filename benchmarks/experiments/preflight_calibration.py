@@ -336,6 +336,31 @@ def miniwob_pilot(root: Path, start: str | None, name: str = "miniwob_pilot") ->
             for task, f in fams.items()}
 
 
+#: The recorded tiny settings' pilots: ``studies/headroom.yaml`` (40 steps) from the headroom study's warm start
+#: (``runs/ws_arith``, rebuilt with the command in docs/results/headroom.md), a quarter of its steps, on
+#: :data:`PILOT_ITEMS` ["tiny"] held-out items of the setting's ``max_digits``.
+TINY_RECORDED_PILOT = {"config": "studies/headroom.yaml", "run_steps": 40,
+                       "max_digits": {"arith (1-digit, as trained)": 1, "arith, 1-3 digits": 3}}
+
+
+def tiny_recorded_pilots(root: Path, start: str | None, fraction: float) -> dict:
+    """``{setting name: pilot record}`` for the recorded tiny settings (``root/tiny_recorded_D/pilot``),
+    run from ``start`` where missing; those that are neither there nor runnable are left out."""
+    import math
+
+    out = {}
+    steps = max(1, math.ceil(fraction * TINY_RECORDED_PILOT["run_steps"]))
+    for task, digits in TINY_RECORDED_PILOT["max_digits"].items():
+        d = root / f"tiny_recorded_max_digits-{digits}"
+        if not (d / "pilot" / "preflight.json").exists() and not (start and (ROOT / start / "config.json").exists()):
+            continue
+        sets = [f"task.options.max_digits={digits}", "log.progress=false", "log.plots=false"]
+        rec = pilot(start or "", TINY_RECORDED_PILOT["config"], sets, d / "pilot", d / "pilot.log", steps=steps,
+                    items=PILOT_ITEMS["tiny"])
+        out[f"tiny/recorded/{task}"] = {**rec, "run_steps": TINY_RECORDED_PILOT["run_steps"]}
+    return out
+
+
 def _pilot_run_facts(run_dir: Path) -> dict:
     """The pilot run's prompt format and the peak RSS of the process (the preflight's measurement and the
     pilot's training ran in it), from its ``summary.json``."""
@@ -812,6 +837,8 @@ def main() -> None:
                          "steps (e.g. 0.25), and report the agreement with the pilot's verdict")
     ap.add_argument("--miniwob-start", default=None, help="with --pilot: the MiniWoB++ 50-step warm start to "
                     "pilot from (runs/ws_ch50) where ROOT/miniwob_pilot holds no pilot yet")
+    ap.add_argument("--tiny-start", default=None, help="with --pilot: the headroom study's tiny warm start "
+                    "(runs/ws_arith) to pilot the recorded tiny settings from where ROOT/tiny_recorded_* hold none")
     ap.add_argument("--page", default=None, help="write the results page (markdown) here, with --png")
     ap.add_argument("--png", default=None,
                     help="the figure (default: figures/preflight_calibration.png beside --page)")
@@ -837,6 +864,9 @@ def main() -> None:
                 by_name[f"miniwob/recorded/{task}"]["pilot"] = rec
         # a second MiniWoB++ pilot, measured on 100 items per task after the first left 6 of 8 tasks "can't
         # tell" (as that verdict advises): reported beside the first, which stays the pre-stated one
+        for name, rec in tiny_recorded_pilots(root, args.tiny_start, args.pilot).items():
+            if name in by_name:
+                by_name[name]["pilot"] = rec
         mw100 = miniwob_pilot(root, None, "miniwob_pilot800") or {}
         for task, rec in mw100.items():
             if f"miniwob/recorded/{task}" in by_name:

@@ -9,6 +9,7 @@ from grpolab.diagnostics.preflight import (
     NOT_INDICATED,
     PILOT_MIN_GAIN,
     apply_pilot,
+    items_to_decide,
     pilot_from_outcomes,
     pilot_verdict,
     preflight_from_outcomes,
@@ -112,3 +113,37 @@ def test_the_rows_that_read_grpos_verdict_follow_the_pilot():
     assert before.verdict("GRPO") == NOT_INDICATED
     assert ds(before).verdict == NOT_INDICATED and ds(before).note == "GRPO is not indicated"
     assert [m.method for m in before.methods][:2] == ["GRPO", "dynamic sampling"]  # order kept
+
+
+def test_items_to_decide_is_the_sample_size_at_which_the_same_changes_decide():
+    # per 8 items: one gains 2 of 8 samples, one loses 1, six stay: mean +1/64, between 0 and +2 points
+    pattern_after = [4, 2, 2, 2, 2, 2, 2, 1]
+
+    def pilot(n):
+        reps = n // 8
+        return pilot_from_outcomes(_res([2] * 8 * reps, [0] * 8 * reps), _res(pattern_after * reps, [0] * 8 * reps),
+                                   steps=2)
+
+    p = pilot(64)
+    assert p["verdict"] == CANT_TELL
+    c = p["sampled"]["change"]
+    n, verdict = items_to_decide(c, 64)
+    # the farther threshold is 0 (the mean is +1.6 points, 0.4 from +2): the hand computation
+    assert verdict == INDICATED and c["value"] == pytest.approx(1 / 64)
+    assert n == int(np.ceil(64 * ((c["high"] - c["low"]) / 2 / c["value"]) ** 2))
+    # the same changes on that many items (rounded up, with a margin for the bootstrap) decide; half do not
+    assert pilot(int(1.3 * n) + 8)["verdict"] == INDICATED
+    assert pilot(max(64, n // 2))["verdict"] == CANT_TELL
+    # a mean below +2 points with room below: the way to "not indicated" (distance 2 - mean), here nearer
+    assert items_to_decide({"value": -0.01, "low": -0.05, "high": 0.03}, 100) == (
+        int(np.ceil(100 * (0.04 / 0.03) ** 2)), NOT_INDICATED)
+    assert items_to_decide({"value": 0.0, "low": 0.0, "high": 0.0}, 64) is None  # no spread: nothing to plan
+
+
+def test_a_cant_tell_pilot_says_how_many_items_would_decide():
+    before = _res([2] * 64, [0] * 64)
+    p = pilot_from_outcomes(before, _res([4, 2, 2, 2, 2, 2, 2, 1] * 8, [0] * 64), steps=2)
+    apply_pilot(before, p)
+    n, verdict = items_to_decide(p["sampled"]["change"], 64)
+    g = before.methods[0]
+    assert before.verdict("GRPO") == CANT_TELL and f"about {n} items (--n {n}) would decide (indicated)" in g.note

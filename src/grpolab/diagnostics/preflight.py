@@ -733,6 +733,21 @@ def pilot_verdict(p: dict[str, Any]) -> str:
     return CANT_TELL
 
 
+def items_to_decide(change: dict[str, float], n: int) -> tuple[int, str] | None:
+    """``(items, verdict)``: about how many items a pilot whose change in sampled success came out
+    "can't tell" would need for :func:`pilot_verdict` to decide, were the mean change and its spread the
+    same, and the verdict it would then give. The interval's half-width falls as 1/sqrt(items); it must
+    shrink below the distance from the mean to 0 (indicated) or to +:data:`PILOT_MIN_GAIN` (not
+    indicated), whichever is farther (that one is reached first). None where the interval has no width.
+    A planning figure, not a promise: the mean moves as items are added."""
+    half = (change["high"] - change["low"]) / 2
+    if half <= 0 or n <= 0:
+        return None
+    m = change["value"]
+    gap, verdict = max((m, INDICATED), (PILOT_MIN_GAIN - m, NOT_INDICATED))
+    return int(math.ceil(n * (half / gap) ** 2)), verdict
+
+
 def _pilot_line(p: dict[str, Any]) -> str:
     s, g = p["sampled"], p["greedy"]
     return (f"pilot of {p['steps']} steps: sampled success {s['before']:.3f} -> {s['after']:.3f} "
@@ -769,6 +784,10 @@ def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
     g.source = "docs/results/preflight_calibration.md"
     g.verdict = pilot["verdict"]
     g.set_lines = ["(none needed: GRPO is the default objective)"] if g.verdict == INDICATED else []
+    need = items_to_decide(pilot["sampled"]["change"], pilot["n_items"]) if g.verdict == CANT_TELL else None
+    if need:
+        g.note += (f"; the pilot's change is too small for its {pilot['n_items']} items: at this change and spread "
+                   f"about {need[0]} items (--n {need[0]}) would decide ({need[1]}), or pilot more steps")
     if g.verdict == NOT_INDICATED and pilot["start_verdict"] != NOT_INDICATED:
         g.note += ("; headroom is there but this recipe did not convert it in the pilot: lower optim.lr "
                    "(docs/when-grpo-helps.md), or check the reward on the pilot's completions")
@@ -813,7 +832,7 @@ def preflight_markdown(res: PreflightResult) -> str:
                 lines.append(f"| {lab} | {f['n_items']} | {f['start_verdict']} | {f['sampled']['before']:.3f} -> "
                              f"{f['sampled']['after']:.3f}, {_signed_ci(f['sampled']['change'])} | "
                              f"{f['greedy']['before']:.3f} -> {f['greedy']['after']:.3f}, "
-                             f"{_signed_ci(f['greedy']['change'])} | {f['verdict']} |")
+                             f"{_signed_ci(f['greedy']['change'])} | {f['verdict']}{_need(f)} |")
     lines += ["", "## Headroom", "", "| measure | value [95% CI] |", "|---|---|"]
     for key, label in (("greedy", "greedy success"), ("sampled", f"mean sample ({s['k']} per item)"),
                        ("pass_at_k", f"pass@{s['k']} (items some sample solves)"),
@@ -847,6 +866,12 @@ def preflight_markdown(res: PreflightResult) -> str:
             lines.append(f"| {lab} | {f['n_items']} | {f['greedy']['value']:.3f} | {f['pass_at_k']['value']:.3f} | "
                          f"{_pct(f['reachable'])} | {f['verdict']} |")
     return "\n".join(lines) + "\n"
+
+
+def _need(f: dict[str, Any]) -> str:
+    """A "can't tell" family's planning figure (:func:`items_to_decide`), else nothing."""
+    need = items_to_decide(f["sampled"]["change"], f["n_items"]) if f["verdict"] == CANT_TELL else None
+    return f" (about {need[0]} items would decide: {need[1]})" if need else ""
 
 
 def _rel(source: str) -> str:
