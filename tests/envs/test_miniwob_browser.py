@@ -139,6 +139,34 @@ def test_same_seed_same_page_and_invalid_replay_is_reported(pool):
     assert "names no clickable element" in bad["error"]
 
 
+#: the eight tasks of studies/miniwob_gain.yaml
+STUDY_TASKS = ["click-button", "click-link", "click-option", "click-dialog-2", "focus-text-2", "click-widget",
+               "click-test-transfer", "click-tab"]
+
+
+def test_a_job_gives_the_same_result_after_any_history():
+    """A tab is not reloaded between episodes, so whatever an episode leaves behind must not reach
+    the next one: the same (task, seed, actions) jobs, played on a fresh browser and again after
+    episodes of the same task and of other tasks, give identical results (utterance, every
+    element with its ``focused`` flag, rewards). Before Browser.start blurred the focused element,
+    click-option's Submit and click-test-transfer's buttons stayed focused after a click."""
+    def jobs_of(task, first_page):
+        clickable = [i + 1 for i, e in enumerate(first_page["elements"]) if e["ref"] > 0]
+        return [{"task": task, "seed": 21, "elements": "interactive", "actions": a}
+                for a in [[]] + [[["click", i, ""]] for i in clickable]]
+
+    with MiniWoBPool(1) as pool:  # one browser: the order of the jobs is exactly its history
+        firsts = pool.run([{"task": t, "seed": 21, "elements": "interactive"} for t in STUDY_TASKS])
+        jobs = [j for t, first in zip(STUDY_TASKS, firsts) for j in jobs_of(t, first)]
+        before = pool.run(jobs)
+        after = pool.run(jobs[::-1])[::-1]  # each job now after every other job of every task
+    with MiniWoBPool(1) as pool:  # a fresh browser: each task's first job on a newly loaded page
+        fresh = pool.run(jobs)
+    assert sum(r["done"] for r in fresh) >= len(STUDY_TASKS)  # the history holds finished episodes
+    for job, a, b, c in zip(jobs, fresh, before, after):
+        assert a == b == c, (job["task"], job["actions"])
+
+
 # ----------------------------------------------------------------------------- no traffic off the machine
 
 

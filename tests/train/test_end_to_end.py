@@ -69,6 +69,21 @@ def test_crash_then_resume_matches_uninterrupted_run(tmp_path, monkeypatch, extr
         assert torch.equal(a, b), k
 
 
+def test_evaluation_settings_do_not_change_the_training_trajectory(tmp_path):
+    """Greedy evaluation draws from torch's global stream, as many draws as it has items; the
+    update's mini-batch order must not (it comes from the run's training generator), or a
+    run's steps would depend on task.n_eval and trainer.eval_every with trainer.mini_batches > 1."""
+    base = ["trainer.steps=2", "trainer.mini_batches=2", "trainer.skip_zero_advantage=false"]
+    rows = {}
+    for name, extra in (("few", ["task.n_eval=8", "trainer.eval_every=2"]),
+                        ("many", ["task.n_eval=32", "trainer.eval_every=1"])):
+        train(_cfg(tmp_path / name, *base, *extra), log=lambda *_: None)
+        rows[name] = [{k: v for k, v in r.items() if not k.startswith("eval/")}
+                      for r in _stable(read_metrics(tmp_path / name))]
+    assert [r["step"] for r in rows["few"]] == [1, 2]
+    assert rows["few"] == rows["many"]
+
+
 def test_run_directory_outputs_and_cli(tmp_path, capsys):
     run = tmp_path / "run"
     args = ["train", *sum([["--set", s] for s in SMALL + ["trainer.steps=2", f"trainer.run_dir={run}",

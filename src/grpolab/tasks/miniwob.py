@@ -9,7 +9,11 @@ page becomes the prompt and the expert's episode the demonstration (``meta["tran
 exactly the text the environment produces). A seed the expert fails keeps its item, without a
 demonstration. Browser results are cached on disk per task (``cache_dir``, default
 ``$GRPOLAB_CACHE_DIR`` or ``~/.cache/grpolab``), so the next run with the same seeds does not
-start a browser to build its items.
+start a browser to build its items. The cache directory is versioned (:data:`CACHE_VERSION`), so
+results recorded by an older browser worker are never mixed with new ones: v2 began when
+episodes stopped inheriting the keyboard focus of earlier episodes in the same tab
+(:mod:`grpolab.envs.miniwob._worker`); v1 files hold history-dependent ``focused`` flags
+(click-option's and click-test-transfer's buttons; prompts and demonstrations are unchanged).
 
 Rendering options travel with each item (``meta``), so the prompt, the demonstrations and the
 environment's observations always agree: ``case`` ("escape" for the tiny tokenizer, which has no
@@ -33,7 +37,7 @@ __all__ = ["MiniWoBTask", "DEFAULT_TASKS"]
 DEFAULT_TASKS = ("click-test-2", "click-button", "click-link", "focus-text", "click-dialog", "click-tab",
                  "enter-text", "login-user", "click-checkboxes", "click-option", "enter-password")
 SEED_STRIDE = 10_000_000
-CACHE_VERSION = "v1"
+CACHE_VERSION = "v2"  # see the module docstring
 
 
 def _cache_dir(cache_dir: str | None) -> Path:

@@ -145,7 +145,8 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         with timer("update"):
             exp = learning_signal(exp, state, spec, advantage_fn)
             stats = update(state.policy, state.optimizer, state.scheduler,
-                           without_truncated(exp) if cfg.objective.mask_truncated else exp, spec)
+                           without_truncated(exp) if cfg.objective.mask_truncated else exp, spec,
+                           generator=state.generator)  # not the global stream, which evaluation draws from
         state.finish_step()
         row = K.checked({**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics,
                          **exp.episode_metrics, **_throughput(state, exp, timer), **memory_metrics()})

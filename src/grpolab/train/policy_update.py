@@ -7,6 +7,12 @@ mini-batch and sliced per micro-batch, so gradient accumulation is exact (the mi
 changes neither the loss nor the gradient; ``tests/train/test_update.py`` checks it at trainer
 level). The objective itself is :func:`grpolab.objectives.policy_loss` (docs/methods.md).
 
+The order of the prompt groups (which groups share a mini-batch) is drawn from the ``generator``
+the trainer passes, its dedicated training RNG, never from torch's global stream: greedy
+evaluation draws from the global stream in proportion to how many items it evaluates, so with
+the global stream a run's updates, and everything after, depended on ``task.n_eval`` and
+``trainer.eval_every`` whenever ``trainer.mini_batches > 1``.
+
 The settings travel as one frozen :class:`UpdateSpec` (the loss settings in :class:`LossSpec`),
 built once per run from the config.
 """
@@ -130,7 +136,8 @@ SUMMED = ("loss", "pg_loss", "kl")  # per-mini-batch sums; everything else is a 
 _LATE = ("cum_log_ratio_sq_late", "tokens_late")  # weighted by the late tokens, not all of them
 
 
-def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) -> dict[str, float]:
+def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec, *,
+           generator: torch.Generator | None = None) -> dict[str, float]:
     """All optimizer steps for one step's experience; returns token-weighted mean metrics.
 
     Reads ``exp.rollout``, ``exp.advantages`` (``[B]`` or ``[B,T]``), ``exp.old_logp``
@@ -142,6 +149,9 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
     ``cum_log_ratio_rms_pos_gt100`` (the drift of the behaviour policy by position), ``skipped_rows_frac`` and
     ``grad_norm`` (mean over optimizer steps). The step row holds each as ``update/`` + its name;
     what each means: :data:`grpolab.step_row.STEP_METRICS` (docs/metrics.md).
+
+    ``generator`` shuffles the prompt groups into mini-batches (the trainer passes its training
+    RNG; None: torch's global stream, which anything else may draw from).
     """
     rollout, advantages, old_logp, ref_logp = exp.rollout, exp.advantages, exp.old_logp, exp.ref_logp
     if advantages is None:
@@ -155,7 +165,7 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec) ->
     lengths = rollout.attention_mask.sum(-1).long().cpu()  # tokens each row's forward sees (observations too)
     budget = spec.micro_batch_tokens or auto_micro_batch_tokens(policy)
     for _ in range(spec.epochs):
-        group_order = torch.randperm(len(group_rows)).tolist()
+        group_order = torch.randperm(len(group_rows), generator=generator).tolist()
         for mb_groups in np.array_split(group_order, spec.mini_batches):
             rows = torch.cat([group_rows[g] for g in mb_groups])
             mask = rollout.response_mask[rows]

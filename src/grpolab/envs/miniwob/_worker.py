@@ -13,6 +13,17 @@ Requests (``cmd``): ``hello`` (reports the interfaces and whether the process is
 ``play`` (one episode from a seed: replay ``actions``, optionally continue with the scripted
 expert; see :func:`_play`), ``net_probe`` (tries a DNS lookup and a connection off the machine,
 for the no-traffic test), ``stats`` (episodes so far), ``quit``. End of stdin also quits.
+
+Episodes: a tab is not reloaded between episodes, so an episode's result must not depend on
+the ones before it in that tab (which depend on how the pool hands out jobs). MiniWoB++'s own
+reset regenerates the task and clears the selection, scroll and timers, but keeps the keyboard
+focus: an element that survives ``genProblem`` (click-option's and click-test-transfer's buttons,
+focus-text-2's inputs) stayed focused after an earlier episode clicked it (``core.elementClick``
+focuses what it clicks), so the same (task, seed, actions) job came back with different
+``focused`` flags after different histories, and keystrokes of a ``type`` whose click did not
+move the focus would go to that element. :meth:`Browser.start` therefore blurs the focused
+element before the reset: a job's result is a function of (task, seed, actions) alone
+(``tests/envs/test_miniwob_browser.py`` plays the same jobs after different histories).
 """
 
 from __future__ import annotations
@@ -115,10 +126,14 @@ class Browser:
         self.fields_of = self.extractors[task] = get_field_extractor(task)
         self.task = task
 
+    #: Starts an episode from nothing but its seed (see the module docstring, "Episodes").
+    _START = ("if (document.activeElement && document.activeElement !== document.body)"
+              " document.activeElement.blur();"
+              " core.endEpisode(0); Math.seedrandom(arguments[0]); core.setDataMode('train');"
+              " core.startEpisodeReal();")
+
     def start(self, seed: int) -> None:
-        self.driver.execute_script(
-            "core.endEpisode(0); Math.seedrandom(arguments[0]); core.setDataMode('train');"
-            " core.startEpisodeReal();", int(seed))
+        self.driver.execute_script(self._START, int(seed))
         for _ in range(100):
             if self.driver.execute_script("return WOB_TASK_READY;"):
                 break
