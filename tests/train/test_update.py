@@ -159,3 +159,28 @@ def test_the_loss_settings_have_one_source():
     assert spec.kwargs()["ratio"] == "cumulative" and spec.kwargs()["kl_coef"] == 0.1
     cfg.objective.clip_low = 0.5                              # the spec holds its own copy
     assert spec.kwargs()["clip_low"] == 0.025
+
+
+@pytest.mark.parametrize("mini_batches", [1, 2])
+def test_the_mini_batch_order_comes_from_the_training_generator_only(policy_and_experience, mini_batches):
+    """The group order is drawn from the generator the trainer passes (never torch's global stream,
+    which evaluation draws from); with one mini-batch nothing is drawn, so the sampling stream that
+    follows is the one it was."""
+    policy, tok, exp = policy_and_experience
+    cfg = load_config(overrides=["rollout.prompts_per_step=4", "rollout.group_size=4", "optim.lr=1e-2",
+                                 "optim.warmup_steps=0", "rollout.max_new_tokens=10",
+                                 f"trainer.mini_batches={mini_batches}"])
+    spec = UpdateSpec.from_config(cfg)
+    runs = []
+    for global_seed in (0, 123):  # a different global stream must change nothing
+        model = copy.deepcopy(policy)
+        state = TrainState.create(cfg, model, tok, torch.Generator().manual_seed(0))
+        e = learning_signal(exp, state, spec, obj.get_advantage_estimator(cfg.objective.advantage))
+        gen = torch.Generator().manual_seed(5)
+        torch.manual_seed(global_seed)
+        update(state.policy, state.optimizer, state.scheduler, e, spec, generator=gen)
+        runs.append(([p.detach().clone() for p in model.parameters()], gen.get_state()))
+    for a, b in zip(runs[0][0], runs[1][0]):
+        assert torch.equal(a, b)
+    drew = not torch.equal(runs[0][1], torch.Generator().manual_seed(5).get_state())
+    assert drew == (mini_batches > 1)

@@ -11,7 +11,8 @@ The order of the prompt groups (which groups share a mini-batch) is drawn from t
 the trainer passes, its dedicated training RNG, never from torch's global stream: greedy
 evaluation draws from the global stream in proportion to how many items it evaluates, so with
 the global stream a run's updates, and everything after, depended on ``task.n_eval`` and
-``trainer.eval_every`` whenever ``trainer.mini_batches > 1``.
+``trainer.eval_every`` whenever ``trainer.mini_batches > 1``. With one mini-batch the groups keep
+their order (no draw: the sampling stream is the same as before this order came from the generator).
 
 The settings travel as one frozen :class:`UpdateSpec` (the loss settings in :class:`LossSpec`),
 built once per run from the config.
@@ -165,7 +166,9 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec, *,
     lengths = rollout.attention_mask.sum(-1).long().cpu()  # tokens each row's forward sees (observations too)
     budget = spec.micro_batch_tokens or auto_micro_batch_tokens(policy)
     for _ in range(spec.epochs):
-        group_order = torch.randperm(len(group_rows), generator=generator).tolist()
+        # one mini-batch: nothing to shuffle, and no draw that would shift the training generator's sampling
+        group_order = (torch.randperm(len(group_rows), generator=generator).tolist() if spec.mini_batches > 1
+                       else list(range(len(group_rows))))
         for mb_groups in np.array_split(group_order, spec.mini_batches):
             rows = torch.cat([group_rows[g] for g in mb_groups])
             mask = rollout.response_mask[rows]
