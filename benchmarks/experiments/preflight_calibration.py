@@ -321,6 +321,19 @@ def recorded_settings() -> list[dict]:
 MINIWOB_PILOT = {"config": "studies/miniwob_gain.yaml", "steps": 30, "run_steps": 120, "items": 320}
 
 
+#: Later MiniWoB++ pilots, each reported beside the first (which stays the pre-stated one): (the record's key
+#: per setting, its directory under ROOT, the agreement's key, how it came about).
+MINIWOB_MORE_PILOTS = [
+    ("pilot_100_per_task", "miniwob_pilot800", "agreement_with_pilot_miniwob_100_per_task",
+     "The second MiniWoB++ pilot (the same command with `--n 800`: 100 items per task, run after the first left 6 "
+     "of 8 tasks \"can't tell\", as that verdict advises)"),
+    ("pilot_200_per_task", "miniwob_pilot1600", "agreement_with_pilot_miniwob_200_per_task",
+     "The third MiniWoB++ pilot (`--n 1600`: 200 items per task, run after the two causes of the irreproducible "
+     "pilots were fixed -- see below -- at the item count the second pilot's \"can't tell\" rows advised; the "
+     "first two ran on the code before the fix)"),
+]
+
+
 def miniwob_pilot(root: Path, start: str | None, name: str = "miniwob_pilot") -> dict | None:
     """The MiniWoB++ pilot's per-task records (``root/miniwob_pilot``; run from ``start``, the rebuilt
     50-step warm start, where missing: ``grpolab sft examples/miniwob_choice.yaml --out runs/ws_ch50 --set
@@ -376,10 +389,11 @@ def summarise(record: dict, null: float) -> None:
         **agreement, "misses": misses, "piloted_settings": len(piloted),
         "piloted_only": {k: v for k, v in _count(piloted, null, pilot=True)[0].items() if k in COUNT_KEYS},
         "piloted_only_start": {k: v for k, v in _count(piloted, null)[0].items() if k in COUNT_KEYS}}
-    if any(x.get("pilot_100_per_task") for x in settings):
-        swapped = [{**x, "pilot": x["pilot_100_per_task"]} if x.get("pilot_100_per_task") else x for x in settings]
-        agreement, misses = _count(swapped, null, pilot=True)
-        record["agreement_with_pilot_miniwob_100_per_task"] = {**agreement, "misses": misses}
+    for key, _, agree_key, _ in MINIWOB_MORE_PILOTS:
+        if any(x.get(key) for x in settings):
+            swapped = [{**x, "pilot": x[key]} if x.get(key) else x for x in settings]
+            agreement, misses = _count(swapped, null, pilot=True)
+            record[agree_key] = {**agreement, "misses": misses}
 
 
 def _verdict(s: dict, pilot: bool) -> str:
@@ -572,31 +586,32 @@ measurement of the starting model on its items (the table above has the calibrat
 settings, with the pilot's verdict where one ran and the start's elsewhere: **{wp.get('agree_decided')} of
 {wp.get('decided')} decided ({pct(wp.get('share_of_decided'))})**, {pct(wp.get('share_of_all'))} of all; never
 "not indicated" where every seed gained >= 10 points: **{never}**.
-Misses with the pilot: {'; '.join(m['setting'] + ' (' + m['why'] + ')' for m in wp.get('misses', [])) or 'none'}.""" + _pilot_100(record, ci, null)
+Misses with the pilot: {'; '.join(m['setting'] + ' (' + m['why'] + ')' for m in wp.get('misses', [])) or 'none'}.""" + _more_pilots(record, ci, null)
 
 
-def _pilot_100(record: dict, ci, null: float) -> str:
-    """The second MiniWoB++ pilot (100 items per task): its table and the agreement with it."""
-    rows = [s for s in record["settings"] if s.get("pilot_100_per_task")]
-    if not rows:
-        return ""
-    alt = record.get("agreement_with_pilot_miniwob_100_per_task", {})
-    out = ["", "", "The second MiniWoB++ pilot (the same command with `--n 800`: 100 items per task, run after the "
-           "first left 6 of 8 tasks \"can't tell\", as that verdict advises):", "",
-           "| task | verdict before | sampled success: change [95% CI] | greedy: change [95% CI] | verdict after | "
-           "measured mean gain | agrees |", "|---|---|---|---|---|---|---|"]
-    for s in rows:
-        p, g = s["pilot_100_per_task"], [v["gain"] for v in s["gain"]["seeds"].values()]
-        mean = sum(g) / len(g)
-        agree = "-" if p["verdict"] == "can't tell" else ("yes" if (p["verdict"] == "indicated") == (mean > null)
-                                                          else "**no**")
-        out.append(f"| {s['name'].split('/')[-1]} | {p['start_verdict']} | {ci(p['sampled_change'])} | "
-                   f"{ci(p['greedy_change'])} | **{p['verdict']}** | {mean * 100:+.1f} | {agree} |")
-    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
-    out += ["", f"With it in place of the first: **{alt.get('agree_decided')} of {alt.get('decided')} decided "
-                f"({pct(alt.get('share_of_decided'))})**, {pct(alt.get('share_of_all'))} of all "
-                f"{alt.get('settings_with_runs')} "
-                f"settings; misses: {'; '.join(m['setting'] for m in alt.get('misses', [])) or 'none'}."]
+def _more_pilots(record: dict, ci, null: float) -> str:
+    """The later MiniWoB++ pilots (:data:`MINIWOB_MORE_PILOTS`): a table each and the agreement with it."""
+    out = []
+    for key, _, agree_key, intro in MINIWOB_MORE_PILOTS:
+        rows = [s for s in record["settings"] if s.get(key)]
+        if not rows:
+            continue
+        alt = record.get(agree_key, {})
+        out += ["", "", intro + ":", "",
+                "| task | verdict before | sampled success: change [95% CI] | greedy: change [95% CI] | verdict after | "
+                "measured mean gain | agrees |", "|---|---|---|---|---|---|---|"]
+        for s in rows:
+            p, g = s[key], [v["gain"] for v in s["gain"]["seeds"].values()]
+            mean = sum(g) / len(g)
+            agree = "-" if p["verdict"] == "can't tell" else ("yes" if (p["verdict"] == "indicated") == (mean > null)
+                                                              else "**no**")
+            out.append(f"| {s['name'].split('/')[-1]} | {p['start_verdict']} | {ci(p['sampled_change'])} | "
+                       f"{ci(p['greedy_change'])} | **{p['verdict']}** | {mean * 100:+.1f} | {agree} |")
+        pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+        out += ["", f"With it in place of the first: **{alt.get('agree_decided')} of {alt.get('decided')} decided "
+                    f"({pct(alt.get('share_of_decided'))})**, {pct(alt.get('share_of_all'))} of all "
+                    f"{alt.get('settings_with_runs')} "
+                    f"settings; misses: {'; '.join(m['setting'] for m in alt.get('misses', [])) or 'none'}."]
     return "\n".join(out)
 
 
@@ -883,10 +898,10 @@ def main() -> None:
                 by_name[f"miniwob/recorded/{task}"]["pilot"] = rec
         # a second MiniWoB++ pilot, measured on 100 items per task after the first left 6 of 8 tasks "can't
         # tell" (as that verdict advises): reported beside the first, which stays the pre-stated one
-        mw100 = miniwob_pilot(root, None, "miniwob_pilot800") or {}
-        for task, rec in mw100.items():
-            if f"miniwob/recorded/{task}" in by_name:
-                by_name[f"miniwob/recorded/{task}"]["pilot_100_per_task"] = rec
+        for key, dirname, _, _ in MINIWOB_MORE_PILOTS:
+            for task, rec in (miniwob_pilot(root, None, dirname) or {}).items():
+                if f"miniwob/recorded/{task}" in by_name:
+                    by_name[f"miniwob/recorded/{task}"][key] = rec
     settings = [s for s in SETTINGS if args.only is None or s["name"] in args.only]
     for s in SETTINGS:  # verdicts from the stored statistics with today's rules
         f = root / s["name"].replace("/", "_") / "preflight" / "preflight.json"
