@@ -223,7 +223,8 @@ same seed, config and start -- focus-text-2 then gained +17.1 points of sampled 
 (2-step runs, seed 7, step rewards): a standalone `grpolab train studies/miniwob_gain.yaml` gives 0.500,
 0.5781; the in-process pilots on 16 and on 800 items give exactly that, so a pilot is the seed's
 run; the first pilot (320 items) gave 0.500, 0.6406 -- a different trajectory from step 2,
-cause not found (it was the first run after the item cache was built). The held-out size also moves a
+cause found afterwards: the update's mini-batch order came from torch's global stream, which greedy
+evaluation draws from once per item (fixed; the third pilot below ran on the fixed code). The held-out size also moves a
 MiniWoB++ run: with `task.n_eval=8` the same standalone run gives 0.500, 0.5625 (twice the same; the tiny model's runs
 do not move: its pilot equals its standalone run at every step). So on MiniWoB++ one pilot is one
 draw of a trajectory that small, seemingly unrelated settings change. The warm start was rebuilt for this
