@@ -137,6 +137,12 @@ SUMMED = ("loss", "pg_loss", "kl")  # per-mini-batch sums; everything else is a 
 _LATE = ("cum_log_ratio_sq_late", "tokens_late")  # weighted by the late tokens, not all of them
 
 
+def _group_order(n: int, mini_batches: int, generator: torch.Generator | None) -> list[int]:
+    """The groups' order for the mini-batch split: drawn from ``generator`` with several mini-batches;
+    with one, the given order (no draw that would shift the training generator's sampling)."""
+    return torch.randperm(n, generator=generator).tolist() if mini_batches > 1 else list(range(n))
+
+
 def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec, *,
            generator: torch.Generator | None = None) -> dict[str, float]:
     """All optimizer steps for one step's experience; returns token-weighted mean metrics.
@@ -166,9 +172,7 @@ def update(policy, optimizer, scheduler, exp: "Experience", spec: UpdateSpec, *,
     lengths = rollout.attention_mask.sum(-1).long().cpu()  # tokens each row's forward sees (observations too)
     budget = spec.micro_batch_tokens or auto_micro_batch_tokens(policy)
     for _ in range(spec.epochs):
-        # one mini-batch: nothing to shuffle, and no draw that would shift the training generator's sampling
-        group_order = (torch.randperm(len(group_rows), generator=generator).tolist() if spec.mini_batches > 1
-                       else list(range(len(group_rows))))
+        group_order = _group_order(len(group_rows), spec.mini_batches, generator)
         for mb_groups in np.array_split(group_order, spec.mini_batches):
             rows = torch.cat([group_rows[g] for g in mb_groups])
             mask = rollout.response_mask[rows]
