@@ -784,7 +784,7 @@ def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
     g.source = "docs/results/preflight_calibration.md"
     g.verdict = pilot["verdict"]
     g.set_lines = ["(none needed: GRPO is the default objective)"] if g.verdict == INDICATED else []
-    need = items_to_decide(pilot["sampled"]["change"], pilot["n_items"]) if g.verdict == CANT_TELL else None
+    need = _items_needed(pilot)
     if need:
         g.note += (f"; the pilot's change is too small for its {pilot['n_items']} items: at this change and spread "
                    f"about {need[0]} items (--n {need[0]}) would decide ({need[1]}), or pilot more steps")
@@ -868,9 +868,13 @@ def preflight_markdown(res: PreflightResult) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _items_needed(p: dict[str, Any]) -> tuple[int, str] | None:
+    """A "can't tell" pilot's (or family's) planning figure (:func:`items_to_decide`); None otherwise."""
+    return items_to_decide(p["sampled"]["change"], p["n_items"]) if p["verdict"] == CANT_TELL else None
+
+
 def _need(f: dict[str, Any]) -> str:
-    """A "can't tell" family's planning figure (:func:`items_to_decide`), else nothing."""
-    need = items_to_decide(f["sampled"]["change"], f["n_items"]) if f["verdict"] == CANT_TELL else None
+    need = _items_needed(f)
     return f" (about {need[0]} items would decide: {need[1]})" if need else ""
 
 

@@ -164,10 +164,11 @@ class RunDir:
         A killed warm start's ``sft.partial/`` stays: the next warm start resumes it if it has the
         same settings, and starts over (and says so) if not."""
         dirs = ("checkpoints", "tb", "plots", "final") + (() if keep_warm_start else ("sft", "sft.snapshots"))
-        gone = [x for x in (*dirs, "metrics.jsonl", "summary.md", "summary.json") if (self.path / x).exists()]
+        files = ("metrics.jsonl", "summary.md", "summary.json")
+        gone = [x for x in (*dirs, *files) if (self.path / x).exists()]
         for sub in dirs:
             shutil.rmtree(self.path / sub, ignore_errors=True)
-        for f in ("metrics.jsonl", "summary.md", "summary.json"):
+        for f in files:
             (self.path / f).unlink(missing_ok=True)
         return gone
 
