@@ -147,3 +147,15 @@ def test_a_cant_tell_pilot_says_how_many_items_would_decide():
     n, verdict = items_to_decide(p["sampled"]["change"], 64)
     g = before.methods[0]
     assert before.verdict("GRPO") == CANT_TELL and f"about {n} items (--n {n}) would decide (indicated)" in g.note
+
+
+def test_a_cant_tell_family_says_how_many_of_its_items_would_decide():
+    fam = ["up"] * 32 + ["mixed"] * 64
+    before = _res([1] * 32 + [2] * 64, [0] * 96, families=fam)
+    after = _res([3] * 32 + [4, 2, 2, 2, 2, 2, 2, 1] * 8, [0] * 96, families=fam)
+    p = pilot_from_outcomes(before, after, steps=2)
+    assert p["families"]["mixed"]["verdict"] == CANT_TELL and p["families"]["up"]["verdict"] == INDICATED
+    n, verdict = items_to_decide(p["families"]["mixed"]["sampled"]["change"], 64)
+    md = preflight_markdown(apply_pilot(before, p))
+    assert f"can't tell (about {n} items of this family would decide: {verdict}) |" in md
+    assert "| up | 32 |" in md and "indicated (about" not in md  # decided rows carry no figure

@@ -875,7 +875,7 @@ def _items_needed(p: dict[str, Any]) -> tuple[int, str] | None:
 
 def _need(f: dict[str, Any]) -> str:
     need = _items_needed(f)
-    return f" (about {need[0]} items would decide: {need[1]})" if need else ""
+    return f" (about {need[0]} items of this family would decide: {need[1]})" if need else ""
 
 
 def _rel(source: str) -> str:
