@@ -337,6 +337,35 @@ MINIWOB_MORE_PILOTS = [
 ]
 
 
+#: The follow-up of a "can't tell" pilot, stated before any follow-up ran (session of 2026-12-05, 17:3x UTC):
+#: where a setting's latest pilot says "can't tell" -- the tiny settings' pilots (their tasks hold no more
+#: items than were measured, so "--n" cannot follow the advice) and the tasks the 200-per-task MiniWoB++
+#: pilot left undecided -- one more pilot of *half* the run's steps (the advice's "or pilot more steps"),
+#: the same seed and items; its verdict stands, "can't tell" included. Counted as
+#: ``agreement_with_follow_up``: the follow-up's verdict where one ran, else the latest pilot's (the
+#: 200-per-task one on MiniWoB++), else the start's.
+FOLLOW_UP = {"fraction": 0.5, "miniwob_dir": "miniwob_pilot1600_60", "miniwob_steps": 60, "miniwob_items": 1600,
+             "after": "pilot_200_per_task"}
+
+
+def follow_up_steps(run_steps: int) -> int:
+    """The follow-up pilot's steps: :data:`FOLLOW_UP`'s fraction of the run's steps, at least 1."""
+    import math
+
+    return max(1, math.ceil(FOLLOW_UP["fraction"] * run_steps))
+
+
+def _latest_pilot(s: dict) -> dict | None:
+    """A setting's latest pilot before the follow-up: the 200-per-task one on MiniWoB++, else its pilot."""
+    return s.get(FOLLOW_UP["after"]) or s.get("pilot")
+
+
+def needs_follow_up(s: dict) -> bool:
+    """Whether :data:`FOLLOW_UP` applies: the setting's latest pilot ran and said "can't tell"."""
+    p = _latest_pilot(s)
+    return bool(p) and not p.get("skipped") and p["verdict"] == "can't tell"
+
+
 def miniwob_pilot(root: Path, start: str | None, name: str = "miniwob_pilot") -> dict | None:
     """The MiniWoB++ pilot's per-task records (``root/miniwob_pilot``; run from ``start``, the rebuilt
     50-step warm start, where missing: ``grpolab sft examples/miniwob_choice.yaml --out runs/ws_ch50 --set
@@ -397,6 +426,13 @@ def summarise(record: dict, null: float) -> None:
             swapped = [{**x, "pilot": x[key]} if x.get(key) else x for x in settings]
             agreement, misses = _count(swapped, null, pilot=True)
             record[agree_key] = {**agreement, "misses": misses}
+    if any(x.get("pilot_follow_up") for x in settings):
+        swapped = [{**x, "pilot": x.get("pilot_follow_up") or _latest_pilot(x)} if _latest_pilot(x) else x
+                   for x in settings]
+        agreement, misses = _count(swapped, null, pilot=True)
+        record["agreement_with_follow_up"] = {**agreement, "misses": misses,
+                                              "followed_up": sorted(x["name"] for x in settings
+                                                                    if x.get("pilot_follow_up"))}
 
 
 def _verdict(s: dict, pilot: bool) -> str:
@@ -873,6 +909,9 @@ def main() -> None:
     ap.add_argument("--pilot", type=float, default=0.0, metavar="FRACTION",
                     help="also run `grpolab preflight --pilot` per setting, the pilot FRACTION of the setting's "
                          "steps (e.g. 0.25), and report the agreement with the pilot's verdict")
+    ap.add_argument("--follow-up", action="store_true",
+                    help="with --pilot: where the latest pilot says can't tell, one pilot of half the run's steps "
+                         "(FOLLOW_UP; the MiniWoB++ one is read from ROOT/miniwob_pilot1600_60)")
     ap.add_argument("--miniwob-start", default=None, help="with --pilot: the MiniWoB++ 50-step warm start to "
                     "pilot from (runs/ws_ch50) where ROOT/miniwob_pilot holds no pilot yet")
     ap.add_argument("--page", default=None, help="write the results page (markdown) here, with --png")
@@ -905,6 +944,11 @@ def main() -> None:
             for task, rec in (miniwob_pilot(root, None, dirname) or {}).items():
                 if f"miniwob/recorded/{task}" in by_name:
                     by_name[f"miniwob/recorded/{task}"][key] = rec
+        if args.follow_up:  # only the tasks the 200-per-task pilot left "can't tell" (FOLLOW_UP)
+            for task, rec in (miniwob_pilot(root, None, FOLLOW_UP["miniwob_dir"]) or {}).items():
+                x = by_name.get(f"miniwob/recorded/{task}")
+                if x and needs_follow_up(x):
+                    x["pilot_follow_up"] = {**rec, "steps": FOLLOW_UP["miniwob_steps"]}
     settings = [s for s in SETTINGS if args.only is None or s["name"] in args.only]
     for s in SETTINGS:  # verdicts from the stored statistics with today's rules
         f = root / s["name"].replace("/", "_") / "preflight" / "preflight.json"
@@ -956,6 +1000,13 @@ def main() -> None:
                     rec["pilot"] = pilot(base, cfg, sets, d / "pilot", d / "pilot.log", steps=steps,
                                          items=PILOT_ITEMS[kind])
                     rec["pilot"]["run_steps"] = run_steps
+                    save()
+                if args.follow_up and needs_follow_up(rec) and rec["pilot"].get("run_steps"):
+                    kind = "tiny" if "tiny" in s else "smollm2"
+                    steps = follow_up_steps(rec["pilot"]["run_steps"])
+                    print(f"{s['name']} follow-up pilot ({steps} steps)", flush=True)
+                    rec["pilot_follow_up"] = pilot(base, cfg, sets, d / "pilot_follow_up", d / "pilot_follow_up.log",
+                                                   steps=steps, items=PILOT_ITEMS[kind])
                     save()
                 if "recorded" in s:  # the runs exist: docs/results/real_model.json (3 seeds, 219 items)
                     rm = json.loads((ROOT / s["recorded"]).read_text())["variants"]["grpo"]
