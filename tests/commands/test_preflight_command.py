@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import yaml
 
 from grpolab.cli import main
 
@@ -76,7 +77,8 @@ def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
     # "before" is the start's own measurement of these items (per_item is the starting model's)
     assert p["sampled"]["before"] == pytest.approx(sum(data["per_item"]["solved"]) / 80)
     assert p["sampled"]["before"] == pytest.approx(data["stats"]["sampled"]["value"])
-    assert "## Pilot (2 GRPO steps" in (out / "preflight.md").read_text()
+    assert p["trainer_seed"] == yaml.safe_load((out / "pilot" / "config.yaml").read_text())["trainer"]["seed"]
+    assert f"## Pilot (2 GRPO steps of this config, trainer.seed {p['trainer_seed']}," in (out / "preflight.md").read_text()
     assert "pilot: 2 GRPO steps of this config" in capsys.readouterr().out
 
 

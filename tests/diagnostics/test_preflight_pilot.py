@@ -140,13 +140,30 @@ def test_items_to_decide_is_the_sample_size_at_which_the_same_changes_decide():
     assert items_to_decide({"value": 0.0, "low": 0.0, "high": 0.0}, 64) is None  # no spread: nothing to plan
 
 
-def test_a_cant_tell_pilot_says_how_many_items_would_decide():
+@pytest.mark.parametrize("available", [None, 10_000, 64])
+def test_a_cant_tell_pilot_says_how_many_items_would_decide(available):
     before = _res([2] * 64, [0] * 64)
+    before.settings = {"seed": 0, "items_available": available}
     p = pilot_from_outcomes(before, _res([4, 2, 2, 2, 2, 2, 2, 1] * 8, [0] * 64), steps=2)
     apply_pilot(before, p)
     n, verdict = items_to_decide(p["sampled"]["change"], 64)
     g = before.methods[0]
-    assert before.verdict("GRPO") == CANT_TELL and f"about {n} items (--n {n}) would decide (indicated)" in g.note
+    assert before.verdict("GRPO") == CANT_TELL and n > 64
+    if available == 64:  # the task holds no more: no --n it cannot honour, a longer pilot instead
+        assert f"about {n} items would decide (indicated), more than the 64 the task holds: a longer pilot " \
+               f"(e.g. --pilot 4)" in g.note and "--n" not in g.note
+    else:
+        assert f"about {n} items (--n {n}) would decide (indicated), or a longer pilot (e.g. --pilot 4)" in g.note
+
+
+def test_the_markdown_names_which_seed_is_which():
+    """preflight.md's ``seed`` seeds the measurement's sampling; the pilot's training seed is named apart."""
+    before = _res([2] * 64, [0] * 64)
+    before.settings = {"seed": 0}
+    p = pilot_from_outcomes(before, _res([4] * 64, [0] * 64), steps=2)
+    md = preflight_markdown(apply_pilot(before, {**p, "trainer_seed": 7}))
+    assert "sampling seed: `0`" in md and "- seed:" not in md
+    assert "## Pilot (2 GRPO steps of this config, trainer.seed 7," in md
 
 
 def test_a_cant_tell_family_says_how_many_of_its_items_would_decide():

@@ -117,4 +117,5 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, k: 
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
         seed=seed, readability=False, off_policy=is_off_policy(cfg), log=log)
     p = pilot_from_outcomes(res, after, steps=steps, seed=seed, run_dir=str(out_dir))
+    p["trainer_seed"] = tcfg.trainer.seed
     return apply_pilot(res, p)

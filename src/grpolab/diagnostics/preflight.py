@@ -748,6 +748,17 @@ def items_to_decide(change: dict[str, float], n: int) -> tuple[int, str] | None:
     return int(math.ceil(n * (half / gap) ** 2)), verdict
 
 
+def _more_evidence(need: tuple[int, str], steps: int, available: int | None) -> str:
+    """What a "can't tell" pilot advises: ``need`` (:func:`items_to_decide`) items where the task holds
+    them, a longer pilot in any case (twice the steps; on the calibration's tiny arith one of two such
+    follow-ups decided, docs/results/preflight_calibration.md)."""
+    longer = f"a longer pilot (e.g. --pilot {2 * steps})"
+    if available is not None and need[0] > available:
+        return (f"at this change and spread about {need[0]} items would decide ({need[1]}), more than the "
+                f"{available} the task holds: {longer}")
+    return f"at this change and spread about {need[0]} items (--n {need[0]}) would decide ({need[1]}), or {longer}"
+
+
 def _pilot_line(p: dict[str, Any]) -> str:
     s, g = p["sampled"], p["greedy"]
     return (f"pilot of {p['steps']} steps: sampled success {s['before']:.3f} -> {s['after']:.3f} "
@@ -786,8 +797,8 @@ def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
     g.set_lines = ["(none needed: GRPO is the default objective)"] if g.verdict == INDICATED else []
     need = _items_needed(pilot)
     if need:
-        g.note += (f"; the pilot's change is too small for its {pilot['n_items']} items: at this change and spread "
-                   f"about {need[0]} items (--n {need[0]}) would decide ({need[1]}), or pilot more steps")
+        g.note += f"; the pilot's change is too small for its {pilot['n_items']} items: " + _more_evidence(
+            need, pilot["steps"], (res.settings or {}).get("items_available"))
     if g.verdict == NOT_INDICATED and pilot["start_verdict"] != NOT_INDICATED:
         g.note += ("; headroom is there but this recipe did not convert it in the pilot: lower optim.lr "
                    "(docs/when-grpo-helps.md), or check the reward on the pilot's completions")
@@ -797,6 +808,11 @@ def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
     return res
 
 
+#: preflight.md's names for settings whose key alone misleads (``seed`` seeds the measurement's sampling,
+#: not training: a pilot trains with the config's trainer.seed, named in its section)
+_SETTING_LABELS = {"seed": "sampling seed"}
+
+
 def preflight_markdown(res: PreflightResult) -> str:
     """``preflight.md``: the verdict, the method table, what the responses do, the numbers."""
     s = res.stats
@@ -804,7 +820,8 @@ def preflight_markdown(res: PreflightResult) -> str:
     lines = ["# Preflight: which method can help here?", ""]
     lines += [f"**GRPO: {res.verdict('GRPO')}** -- {res.message}", ""]
     if st:
-        lines += ["- " + ", ".join(f"{k}: `{v}`" for k, v in st.items() if v not in (None, "")), ""]
+        lines += ["- " + ", ".join(f"{_SETTING_LABELS.get(k, k)}: `{v}`" for k, v in st.items() if v not in (None, "")),
+                  ""]
     lines += [f"Measured on {s['n_items']} held-out items: 1 greedy and {s['k']} sampled responses each "
               f"(the run's temperature; group size {s['group_size']}, {s['max_new_tokens']} new tokens). "
               f"Intervals: 95% Wilson for shares of items or responses, bootstrap over items for means, "
@@ -818,7 +835,8 @@ def preflight_markdown(res: PreflightResult) -> str:
                      f"({_rel(m.source)})) | {use} | {m.evidence} |")
     if res.pilot:
         p = res.pilot
-        lines += ["", f"## Pilot ({p['steps']} GRPO steps of this config, `{p.get('run_dir') or '-'}`)", "",
+        seed = f", trainer.seed {p['trainer_seed']}" if p.get("trainer_seed") is not None else ""
+        lines += ["", f"## Pilot ({p['steps']} GRPO steps of this config{seed}, `{p.get('run_dir') or '-'}`)", "",
                   f"The same {p['n_items']} held-out items measured again after the pilot (paired; bootstrap "
                   f"95% interval over items). Before the pilot GRPO was **{p['start_verdict']}**; after it "
                   f"**{p['verdict']}**.", "", "| measure | before | after | change [95% CI] |", "|---|---|---|---|"]
