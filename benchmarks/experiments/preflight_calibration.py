@@ -625,7 +625,7 @@ measurement of the starting model on its items (the table above has the calibrat
 settings, with the pilot's verdict where one ran and the start's elsewhere: **{wp.get('agree_decided')} of
 {wp.get('decided')} decided ({pct(wp.get('share_of_decided'))})**, {pct(wp.get('share_of_all'))} of all; never
 "not indicated" where every seed gained >= 10 points: **{never}**.
-Misses with the pilot: {'; '.join(m['setting'] + ' (' + m['why'] + ')' for m in wp.get('misses', [])) or 'none'}.""" + _more_pilots(record, ci, null)
+Misses with the pilot: {'; '.join(m['setting'] + ' (' + m['why'] + ')' for m in wp.get('misses', [])) or 'none'}.""" + _more_pilots(record, ci, null) + _follow_up_section(record, ci, null)
 
 
 def _more_pilots(record: dict, ci, null: float) -> str:
@@ -651,6 +651,40 @@ def _more_pilots(record: dict, ci, null: float) -> str:
                     f"({pct(alt.get('share_of_decided'))})**, {pct(alt.get('share_of_all'))} of all "
                     f"{alt.get('settings_with_runs')} "
                     f"settings; misses: {'; '.join(m['setting'] for m in alt.get('misses', [])) or 'none'}."]
+    return "\n".join(out)
+
+
+def _follow_up_section(record: dict, ci, null: float) -> str:
+    """The follow-ups of "can't tell" pilots (:data:`FOLLOW_UP`): a row each and the agreement with them."""
+    rows = [s for s in record["settings"] if s.get("pilot_follow_up")]
+    if not rows:
+        return ""
+    out = ["", "", "### Following the advice: a longer pilot where the latest said \"can't tell\"", "",
+           "Stated before any ran (`FOLLOW_UP` in the script, commit e32220d): where a setting's latest pilot said "
+           "\"can't tell\" (the tiny tasks hold no more items than were measured, so only the advice's \"or pilot "
+           "more steps\" can be followed; on MiniWoB++ the tasks the 200-per-task pilot left undecided), one more "
+           f"pilot of {FOLLOW_UP['fraction']:.0%} of the run's steps, the same seed and items; its verdict stands, "
+           "\"can't tell\" included. On MiniWoB++ it is one multi-task pilot of "
+           f"{FOLLOW_UP['miniwob_steps']} steps on {FOLLOW_UP['miniwob_items']} items (200 per task), read for those "
+           "tasks only.", "",
+           "| setting | latest pilot: steps, sampled change [95% CI] | follow-up: steps, sampled change [95% CI] | "
+           "greedy change [95% CI] | verdict | measured mean gain | agrees |", "|---|---|---|---|---|---|---|"]
+    for s in rows:
+        p0, p = _latest_pilot(s), s["pilot_follow_up"]
+        g = [v["gain"] for v in s["gain"]["seeds"].values()]
+        mean = sum(g) / len(g)
+        agree = "-" if p["verdict"] == "can't tell" else ("yes" if (p["verdict"] == "indicated") == (mean > null)
+                                                          else "**no**")
+        out.append(f"| {s['name']} | {p0['steps']}, {ci(p0['sampled_change'])} | {p['steps']}, "
+                   f"{ci(p['sampled_change'])} | {ci(p['greedy_change'])} | **{p['verdict']}** | {mean * 100:+.1f} | "
+                   f"{agree} |")
+    a = record.get("agreement_with_follow_up", {})
+    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+    out += ["", f"With the follow-ups (their verdict where one ran, else the latest pilot's, else the start's): "
+                f"**{a.get('agree_decided')} of {a.get('decided')} decided ({pct(a.get('share_of_decided'))}), "
+                f"{pct(a.get('share_of_all'))} of all {a.get('settings_with_runs')} settings**; "
+                f"{a.get('cant_tell')} can't tell; misses: "
+                f"{'; '.join(m['setting'] for m in a.get('misses', [])) or 'none'}."]
     return "\n".join(out)
 
 
@@ -1004,7 +1038,8 @@ def main() -> None:
                 if args.follow_up and needs_follow_up(rec) and rec["pilot"].get("run_steps"):
                     kind = "tiny" if "tiny" in s else "smollm2"
                     steps = follow_up_steps(rec["pilot"]["run_steps"])
-                    print(f"{s['name']} follow-up pilot ({steps} steps)", flush=True)
+                    if not (d / "pilot_follow_up" / "preflight.json").exists():
+                        print(f"{s['name']} follow-up pilot ({steps} steps)", flush=True)
                     rec["pilot_follow_up"] = pilot(base, cfg, sets, d / "pilot_follow_up", d / "pilot_follow_up.log",
                                                    steps=steps, items=PILOT_ITEMS[kind])
                     save()

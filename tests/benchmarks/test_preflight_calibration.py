@@ -63,6 +63,29 @@ def test_agreement_with_pilot_uses_the_pilots_verdict_where_one_ran():
     assert [m["setting"] for m in record["misses"]] == ["a", "c", "d"]  # the start's misses kept
 
 
+def test_follow_up_applies_only_after_a_cant_tell_pilot_and_its_verdict_stands():
+    cal = _load()
+    pil = lambda v, steps=3: {"verdict": v, "start_verdict": "indicated", "steps": steps, "n_items": 64}  # noqa: E731
+    a = {**_setting("a", "indicated", [0.05]), "pilot": pil("can't tell"), "pilot_follow_up": pil("indicated", 6)}
+    b = {**_setting("b", "indicated", [0.0]), "pilot": pil("can't tell"), "pilot_follow_up": pil("can't tell", 6)}
+    c = {**_setting("c", "indicated", [-0.1]), "pilot": pil("indicated")}   # decided: no follow-up, its miss stays
+    # MiniWoB++: the latest pilot (200 per task) decides whether a follow-up applies, not the first
+    d = {**_setting("d", "indicated", [0.3]), "pilot": pil("can't tell"), "pilot_200_per_task": pil("indicated")}
+    e = {**_setting("e", "indicated", [0.3]), "pilot": pil("indicated"), "pilot_200_per_task": pil("can't tell")}
+    assert [cal.needs_follow_up(x) for x in (a, b, c, d, e)] == [True, True, False, False, True]
+    assert not cal.needs_follow_up({**a, "pilot": {**pil("can't tell"), "skipped": True}})
+    assert cal.follow_up_steps(10) == 5 and cal.follow_up_steps(1) == 1 and cal.follow_up_steps(7) == 4
+    e["pilot_follow_up"] = pil("not indicated", 60)   # a miss of the follow-up itself
+    record = {"settings": [a, b, c, d, e]}
+    cal.summarise(record, 0.02)
+    f = record["agreement_with_follow_up"]
+    assert (f["decided"], f["cant_tell"], f["agree_decided"]) == (4, 1, 2)   # a, d agree; c, e miss; b can't tell
+    # e: the sign miss and the every-seed-gained rule
+    assert sorted(m["setting"] for m in f["misses"]) == ["c", "e", "e"] and f["followed_up"] == ["a", "b", "e"]
+    assert f["never_not_indicated_where_all_seeds_gain_10pts"] is False
+    assert record["agreement_with_pilot"]["cant_tell"] == 3   # a, b, d: the first pilots' count is untouched
+
+
 def test_threshold_bound_is_the_best_in_sample_one_threshold_rule():
     cal = _load()
 
@@ -100,6 +123,11 @@ def test_committed_record_has_the_issue_schema():
             want = ("not indicated" if p["start_verdict"] == "not indicated" else "indicated" if c["low"] > 0
                     else "not indicated" if c["high"] < 0.02 else "can't tell")
             assert p["verdict"] == want, s["name"]
+    for s in rec["settings"]:  # a follow-up ran only after a can't-tell pilot, longer, with the same seed
+        if s.get("pilot_follow_up"):
+            latest = s.get("pilot_200_per_task") or s["pilot"]
+            assert latest["verdict"] == "can't tell" and s["pilot_follow_up"]["steps"] > latest["steps"], s["name"]
+            assert s["pilot_follow_up"]["seed"] == latest["seed"] and s["pilot_follow_up"]["n_items"] == latest["n_items"]
     if piloted:
         w = rec["agreement_with_pilot"]
         assert w["piloted_settings"] == len(piloted) and w["decided"] + w["cant_tell"] == w["settings_with_runs"]
