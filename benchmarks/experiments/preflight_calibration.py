@@ -348,6 +348,14 @@ FOLLOW_UP = {"fraction": 0.5, "miniwob_dir": "miniwob_pilot1600_60", "miniwob_st
              "after": "pilot_200_per_task"}
 
 
+#: The second stage, stated after the MiniWoB++ follow-up's results (17:55 UTC) and before this one ran: where the
+#: follow-up still says "can't tell" and the task holds the items its row advises (MiniWoB++: any number),
+#: the same 60-step pilot measured on that many items per task (the largest advised figure, 483, rounded up
+#: to 500 per task: 4000 items); its verdict stands. Reported as ``agreement_with_follow_up_items``, beside
+#: (not in place of) the pre-stated follow-up.
+FOLLOW_UP_ITEMS = {"miniwob_dir": "miniwob_pilot4000_60", "miniwob_items": 4000}
+
+
 def follow_up_steps(run_steps: int) -> int:
     """The follow-up pilot's steps: :data:`FOLLOW_UP`'s fraction of the run's steps, at least 1."""
     import math
@@ -433,6 +441,13 @@ def summarise(record: dict, null: float) -> None:
         record["agreement_with_follow_up"] = {**agreement, "misses": misses,
                                               "followed_up": sorted(x["name"] for x in settings
                                                                     if x.get("pilot_follow_up"))}
+    if any(x.get("pilot_follow_up_items") for x in settings):
+        swapped = [{**x, "pilot": x.get("pilot_follow_up_items") or x.get("pilot_follow_up") or _latest_pilot(x)}
+                   if _latest_pilot(x) else x for x in settings]
+        agreement, misses = _count(swapped, null, pilot=True)
+        record["agreement_with_follow_up_items"] = {**agreement, "misses": misses,
+                                                    "followed_up": sorted(x["name"] for x in settings
+                                                                          if x.get("pilot_follow_up_items"))}
 
 
 def _verdict(s: dict, pilot: bool) -> str:
@@ -983,6 +998,10 @@ def main() -> None:
                 x = by_name.get(f"miniwob/recorded/{task}")
                 if x and needs_follow_up(x):
                     x["pilot_follow_up"] = {**rec, "steps": FOLLOW_UP["miniwob_steps"]}
+            for task, rec in (miniwob_pilot(root, None, FOLLOW_UP_ITEMS["miniwob_dir"]) or {}).items():
+                x = by_name.get(f"miniwob/recorded/{task}")
+                if x and x.get("pilot_follow_up", {}).get("verdict") == "can't tell":
+                    x["pilot_follow_up_items"] = {**rec, "steps": FOLLOW_UP["miniwob_steps"]}
     settings = [s for s in SETTINGS if args.only is None or s["name"] in args.only]
     for s in SETTINGS:  # verdicts from the stored statistics with today's rules
         f = root / s["name"].replace("/", "_") / "preflight" / "preflight.json"
