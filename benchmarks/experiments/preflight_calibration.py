@@ -670,7 +670,10 @@ def _more_pilots(record: dict, ci, null: float) -> str:
 
 
 def _follow_up_section(record: dict, ci, null: float) -> str:
-    """The follow-ups of "can't tell" pilots (:data:`FOLLOW_UP`): a row each and the agreement with them."""
+    """The follow-ups of "can't tell" pilots (:data:`FOLLOW_UP`, :data:`FOLLOW_UP_ITEMS`): a row each and the
+    agreement with them."""
+    from grpolab.diagnostics.preflight import items_to_decide
+
     rows = [s for s in record["settings"] if s.get("pilot_follow_up")]
     if not rows:
         return ""
@@ -700,6 +703,30 @@ def _follow_up_section(record: dict, ci, null: float) -> str:
                 f"{pct(a.get('share_of_all'))} of all {a.get('settings_with_runs')} settings**; "
                 f"{a.get('cant_tell')} can't tell; misses: "
                 f"{'; '.join(m['setting'] for m in a.get('misses', [])) or 'none'}."]
+    rows = [s for s in record["settings"] if s.get("pilot_follow_up_items")]
+    if rows:
+        out += ["", "A second stage, stated after the follow-up's results and before it ran (`FOLLOW_UP_ITEMS`): "
+                    "where the follow-up still said \"can't tell\", the same "
+                    f"{FOLLOW_UP['miniwob_steps']}-step pilot measured on the items its row advised (the largest "
+                    f"figure rounded up: {FOLLOW_UP_ITEMS['miniwob_items']} items, "
+                    f"{FOLLOW_UP_ITEMS['miniwob_items'] // 8} per task):", "",
+                "| setting | advised | items | sampled change [95% CI] | greedy change [95% CI] | verdict | "
+                "measured mean gain | agrees |", "|---|---|---|---|---|---|---|---|"]
+        for s in rows:
+            p0, p = s["pilot_follow_up"], s["pilot_follow_up_items"]
+            g = [v["gain"] for v in s["gain"]["seeds"].values()]
+            mean = sum(g) / len(g)
+            need = items_to_decide(p0["sampled_change"], p0["n_items"])
+            agree = "-" if p["verdict"] == "can't tell" else (
+                "yes" if (p["verdict"] == "indicated") == (mean > null) else "**no**")
+            out.append(f"| {s['name']} | {f'{need[0]} ({need[1]})' if need else '-'} | {p['n_items']} | "
+                       f"{ci(p['sampled_change'])} | {ci(p['greedy_change'])} | **{p['verdict']}** | "
+                       f"{mean * 100:+.1f} | {agree} |")
+        b = record.get("agreement_with_follow_up_items", {})
+        out += ["", f"With it: **{b.get('agree_decided')} of {b.get('decided')} decided "
+                    f"({pct(b.get('share_of_decided'))}), {pct(b.get('share_of_all'))} of all "
+                    f"{b.get('settings_with_runs')} settings**; {b.get('cant_tell')} can't tell; misses: "
+                    f"{'; '.join(m['setting'] for m in b.get('misses', [])) or 'none'}."]
     return "\n".join(out)
 
 
