@@ -82,11 +82,34 @@ def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
     assert "pilot: 2 GRPO steps of this config" in capsys.readouterr().out
 
 
-def test_pilot_refuses_a_run_directory(tmp_path, capsys):
-    (tmp_path / "config.yaml").write_text("task: {name: arith}\n")
-    assert main(["preflight", str(tmp_path), "--pilot", "1"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--pilot" in err[0] and "final" in err[0]
+def test_pilot_from_a_run_directory_trains_the_model_it_holds(tmp_path, capsys):
+    """A run directory brings its model (final/) and its config; the pilot trains that model, not the
+    config's model.path (a model built from scratch here), and measures the same items again."""
+    import torch
+
+    from grpolab.models.io import load_model
+
+    run = tmp_path / "run"
+    sets = ["--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=4", "--set", "task.n_eval=10",
+            "--set", "log.plots=false", "--set", "log.tensorboard=false", "--set", "sft.enabled=no",
+            "--set", "trainer.headroom=false"]
+    assert main(["train", *TINY, *sets, "--set", "trainer.steps=1", "--set", f"trainer.run_dir={run}"]) == 0
+    capsys.readouterr()
+    start, _ = load_model(run / "final")
+    with torch.no_grad():  # mark the run's model: a pilot from anything else lacks the mark
+        next(start.parameters()).add_(0.5)
+    start.save_pretrained(run / "final")
+    out = tmp_path / "pf"
+    assert main(["preflight", str(run), "--n", "10", "--pilot", "1", "--out", str(out)]) == 0
+    assert f"pilot: from the run's model {run / 'final'} with {run / 'config.yaml'}" in capsys.readouterr().out
+    pilot_cfg = yaml.safe_load((out / "pilot" / "config.yaml").read_text())
+    assert pilot_cfg["model"]["path"] == str(run / "final") and pilot_cfg["trainer"]["steps"] == 1
+    data = json.loads((out / "preflight.json").read_text())
+    assert data["pilot"]["n_items"] == 10 and data["verdict"] == data["pilot"]["verdict"]
+    # the pilot started from the run's (marked) weights: at most one small step away from them
+    trained, _ = load_model(out / "pilot" / "final")
+    moved = [(a - b).abs().max().item() for a, b in zip(start.state_dict().values(), trained.state_dict().values())]
+    assert max(moved) < 0.1
 
 
 def test_pilot_on_too_few_items_is_skipped_before_training(tmp_path, capsys):

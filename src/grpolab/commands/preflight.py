@@ -49,10 +49,6 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
         raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
     if pilot < 0:
         raise ConfigError(f"--pilot {pilot}: must be >= 0 GRPO steps (0 = no pilot)")
-    if pilot and model is not None and (Path(model) / "config.yaml").exists():
-        raise ConfigError(f"--pilot trains from a model directory or the config's model.path; {model} is a grpolab "
-                          f"run directory: pass its model (e.g. {Path(model) / 'final'}) with --config "
-                          f"{Path(model) / 'config.yaml'}")
     run = _open(model, config, overrides, n, log)
     cfg = run.config
     k = k or default_k(cfg)
@@ -65,6 +61,9 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
                   "task": cfg.task.name, "task_options": cfg.task.options or None})
     target = Path(out) if out is not None else (run.run_dir if run.run_dir is not None else Path("runs/preflight"))
     if pilot:
+        if run.run_dir is not None:  # a run directory: train from the model it holds, with its config
+            model, config = str(run.model_dir), config or str(run.run_dir / "config.yaml")
+            log(f"pilot: from the run's model {model} with {config}")
         res = _pilot(res, run, model, config, overrides, steps=pilot, out_dir=target / "pilot", k=k, seed=seed,
                      log=log)
     j, m = write_preflight(target, res)
