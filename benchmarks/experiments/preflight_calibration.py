@@ -242,11 +242,12 @@ cause found afterwards: the update's mini-batch order came from torch's global s
 evaluation draws from once per item (fixed; the third pilot below ran on the fixed code). Before that fix the held-out size also moved a
 MiniWoB++ run: with `task.n_eval=8` the same standalone run gives 0.500, 0.5625 (twice the same; the tiny model's runs
 do not move: its pilot equals its standalone run at every step). So on MiniWoB++ each of the first two pilots was one
-draw of a trajectory that small, seemingly unrelated settings changed; the third, on the fixed code, is
-the seed's run whatever the item count (click-link, -3.8 in the runs, reads "indicated" there: a miss). The warm start was rebuilt for this
+draw of a trajectory that small, seemingly unrelated settings changed; the third ran on the fixed code
+(yet two later 60-step pilots of it, differing only in the items measured, parted at step 29: a rarer
+dependence is left, see the follow-up below) (click-link, -3.8 in the runs, reads "indicated" there: a miss). The warm start was rebuilt for this
 (`grpolab sft examples/miniwob_choice.yaml --out runs/ws_ch50 --set sft.max_steps=50`, the constant
 schedule's first 50 steps) and reproduced the recorded one: the same greedy success per task on the
-same 40 items (0.500, 0.425, 0.450, 0.125, 0.450, 0.475, 0.425, 1.000). Over all 25 settings the
+same 40 items (0.500, 0.425, 0.450, 0.125, 0.450, 0.475, 0.425, 1.000). Over the 25 settings of then (before tiny/tool_arith) the
 pilot's verdicts agree on more of those they decide (82%; 89% with the second MiniWoB++ pilot) but
 decide fewer (56% of all settings agree, 68% with the second MiniWoB++ pilot, 68% with the
 starting-model verdicts alone; 64% with the third, 16 of 19 decided): none reaches the 80%-of-settings
@@ -369,6 +370,26 @@ FOLLOW_UP = {"fraction": 0.5, "miniwob_dir": "miniwob_pilot1600_60", "miniwob_st
 #: to 500 per task: 4000 items); its verdict stands. Reported as ``agreement_with_follow_up_items``, beside
 #: (not in place of) the pre-stated follow-up.
 FOLLOW_UP_ITEMS = {"miniwob_dir": "miniwob_pilot4000_60", "miniwob_items": 4000}
+
+
+#: The reading of the follow-ups (written after their results).
+FOLLOW_UP_READING = """**Reading (written after the results).** The longer pilot decided 2 of the 6 settings it ran on,
+both rightly (`tiny/ws_arith/arith`, click-tab); tiny `arith` (+1.2 points in the runs, inside the
+null band) stayed "can't tell" at 20 steps as at 10. Its MiniWoB++ rows show what the rule on sampled
+success leaves out: greedy success moved on click-button (-10.0 points [-16.5, -3.5]; runs -2.0) and
+click-widget (+9.0 [+2.0, +16.5]; runs +8.0) where sampled success did not. A rule that also reads a
+decided greedy change would have got both right here, but it was not stated before, so it is not
+counted. The second stage was meant to measure the same 60-step model on more items, and it did not:
+its pilot's training matched the follow-up's through step 28 (every loss and gradient metric equal)
+and its step-29 rollout differed, so it is another draw of a 60-step model (click-tab +5.5 there,
++25.4 in the follow-up). MiniWoB++ rollouts keep a rare dependence on something besides (task, seed,
+actions) -- the browser's history or timing; not found (docs/miniwob.md) -- which also makes two
+measurements of the same starting model differ in sampled success (0.404 and 0.410 over 1600 items;
+greedy identical). Over all three stages 20 of 24 settings decided agree, 77% of all 26: below the
+80% target. What is left: gains on one seed in three (reasoning-gym products, letter_counting: a
+pilot reads "not indicated", as two of three runs would), and MiniWoB++ tasks that lost 2-4 points in
+120-step multi-task runs (click-link, click-button) although a 30- or 60-step pilot raised their
+sampled success."""
 
 
 def follow_up_steps(run_steps: int) -> int:
@@ -742,7 +763,7 @@ def _follow_up_section(record: dict, ci, null: float) -> str:
                     f"({pct(b.get('share_of_decided'))}), {pct(b.get('share_of_all'))} of all "
                     f"{b.get('settings_with_runs')} settings**; {b.get('cant_tell')} can't tell; misses: "
                     f"{'; '.join(m['setting'] for m in b.get('misses', [])) or 'none'}."]
-    return "\n".join(out)
+    return "\n".join(out + ["", FOLLOW_UP_READING])
 
 
 def ws_arith_section(record: dict) -> str:
@@ -809,7 +830,17 @@ def page(record: dict, md: Path, png: Path) -> None:
                       for b in record.get("threshold_bound", []))
     pic = f"![predicted vs measured]({os.path.relpath(png, md.parent)})" if png.exists() else "(no figure)"
     wp = record.get("agreement_with_pilot") or {}
-    text = PAGE.format(pilot=pilot_section(record), ws_arith=ws_arith_section(record), pilot_seed=PILOT_SEED, pilot_reading=PILOT_READING,
+    follow_up_lines = ""
+    for key, what in (("agreement_with_follow_up", "following a can't-tell pilot's advice with a longer pilot "
+                                                   "(stated before it ran)"),
+                      ("agreement_with_follow_up_items", "then measuring the longer pilot on the items its rows "
+                                                         "advised (a second stage, stated after the first's results)")):
+        f = record.get(key)
+        if f:
+            follow_up_lines += (f"\n- {what[0].upper() + what[1:]} ([below](#following-the-advice-a-longer-pilot-"
+                                f"where-the-latest-said-cant-tell)): {f['agree_decided']} of {f['decided']} decided "
+                                f"({f['share_of_decided']:.0%}), **{f['share_of_all']:.0%} of all settings**.")
+    text = PAGE.format(follow_up_lines=follow_up_lines, pilot=pilot_section(record), ws_arith=ws_arith_section(record), pilot_seed=PILOT_SEED, pilot_reading=PILOT_READING,
                        pilot_agree=wp.get("agree_decided", "-"), pilot_decided=wp.get("decided", "-"),
                        pilot_share=(wp.get("share_of_decided") or 0) * 100,
                        pilot_share_all=(wp.get("share_of_all") or 0) * 100,
@@ -876,7 +907,7 @@ Before these 3 settings and the added seeds, the agreement was 15 of 20 decided 
   {oos_decided} decided ({oos_share:.0f}%).
 - Never "not indicated" where every seed gained >= 10 points: **{never}**.
 - With a pilot's verdict where one ran ([below](#a-pilot-a-few-steps-of-the-real-recipe)): {pilot_agree}
-  of {pilot_decided} decided ({pilot_share:.0f}%), {pilot_share_all:.0f}% of all settings.
+  of {pilot_decided} decided ({pilot_share:.0f}%), {pilot_share_all:.0f}% of all settings.{follow_up_lines}
 - No predicted gain range is given: the reachable share is not a bound (SmolLM2 gained more than its
   reachable share on sums, learning to add as well as to stop); the figure shows both.
 
