@@ -382,10 +382,11 @@ decided greedy change would have got both right here, but it was not stated befo
 counted. The second stage was meant to measure the same 60-step model on more items, and it did not:
 its pilot's training matched the follow-up's through step 28 (every loss and gradient metric equal)
 and its step-29 rollout differed, so it is another draw of a 60-step model (click-tab +5.5 there,
-+25.4 in the follow-up). MiniWoB++ rollouts keep a rare dependence on something besides (task, seed,
-actions) -- the browser's history or timing; not found (docs/miniwob.md) -- which also makes two
-measurements of the same starting model differ in sampled success (0.404 and 0.410 over 1600 items;
-greedy identical). Over all three stages 20 of 24 settings decided agree, 77% of all 26: below the
++25.4 in the follow-up). The cause, found afterwards: a click on a focus-text-2 textbox fired the page's focus
+handler only sometimes (timing), and one such episode changes the random draws of all episodes sampled
+with and after it; it also made two measurements of the same starting model differ in sampled success
+(0.404 and 0.410 over 1600 items; greedy identical). Every tab now emulates focus and sampled measurements
+repeat exactly (docs/miniwob.md); the MiniWoB++ pilots and gains here were all measured before that fix. Over all three stages 20 of 24 settings decided agree, 77% of all 26: below the
 80% target. What is left: gains on one seed in three (reasoning-gym products, letter_counting: a
 pilot reads "not indicated", as two of three runs would), and MiniWoB++ tasks that lost 2-4 points in
 120-step multi-task runs (click-link, click-button) although a 30- or 60-step pilot raised their

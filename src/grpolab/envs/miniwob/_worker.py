@@ -115,6 +115,8 @@ class Browser:
         self.tabs[task] = self.driver.current_window_handle
         self.driver.get(path.as_uri())
         self.driver.execute_cdp_cmd("Page.bringToFront", {})
+        # and let it behave as focused whatever the window's state (focus events otherwise depend on timing)
+        self.driver.execute_cdp_cmd("Emulation.setFocusEmulationEnabled", {"enabled": True})
         for _ in range(200):
             if self.driver.execute_script("return typeof core !== 'undefined' && core.cover_div != null;"):
                 break
