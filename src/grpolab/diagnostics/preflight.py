@@ -750,8 +750,8 @@ def items_to_decide(change: dict[str, float], n: int) -> tuple[int, str] | None:
 
 def _more_evidence(need: tuple[int, str], steps: int, available: int | None) -> str:
     """What a "can't tell" pilot advises: ``need`` (:func:`items_to_decide`) items where the task holds
-    them, a longer pilot in any case (twice the steps; on the calibration's tiny arith one of two such
-    follow-ups decided, docs/results/preflight_calibration.md)."""
+    them, a longer pilot in any case (on the calibration, a pilot of half the run's steps decided 2 of 6
+    such settings, both rightly: docs/results/preflight_calibration.md)."""
     longer = f"a longer pilot (e.g. --pilot {2 * steps})"
     if available is not None and need[0] > available:
         return (f"at this change and spread about {need[0]} items would decide ({need[1]}), more than the "
