@@ -393,6 +393,11 @@ pilot reads "not indicated", as two of three runs would), and MiniWoB++ tasks th
 sampled success."""
 
 
+#: The follow-up stages in order: (the record's key per setting, the agreement's key).
+FOLLOW_UP_STAGES = [("pilot_follow_up", "agreement_with_follow_up"),
+                    ("pilot_follow_up_items", "agreement_with_follow_up_items")]
+
+
 def follow_up_steps(run_steps: int) -> int:
     """The follow-up pilot's steps: :data:`FOLLOW_UP`'s fraction of the run's steps, at least 1."""
     import math
@@ -471,20 +476,16 @@ def summarise(record: dict, null: float) -> None:
             swapped = [{**x, "pilot": x[key]} if x.get(key) else x for x in settings]
             agreement, misses = _count(swapped, null, pilot=True)
             record[agree_key] = {**agreement, "misses": misses}
-    if any(x.get("pilot_follow_up") for x in settings):
-        swapped = [{**x, "pilot": x.get("pilot_follow_up") or _latest_pilot(x)} if _latest_pilot(x) else x
-                   for x in settings]
+    # each follow-up stage: its verdict where it ran, else the stage before's, ..., else the latest pilot's
+    for n, (key, agree_key) in enumerate(FOLLOW_UP_STAGES):
+        if not any(x.get(key) for x in settings):
+            continue
+        chain = [k for k, _ in FOLLOW_UP_STAGES[:n + 1]][::-1]
+        swapped = [{**x, "pilot": next((x[k] for k in chain if x.get(k)), _latest_pilot(x))} if _latest_pilot(x)
+                   else x for x in settings]
         agreement, misses = _count(swapped, null, pilot=True)
-        record["agreement_with_follow_up"] = {**agreement, "misses": misses,
-                                              "followed_up": sorted(x["name"] for x in settings
-                                                                    if x.get("pilot_follow_up"))}
-    if any(x.get("pilot_follow_up_items") for x in settings):
-        swapped = [{**x, "pilot": x.get("pilot_follow_up_items") or x.get("pilot_follow_up") or _latest_pilot(x)}
-                   if _latest_pilot(x) else x for x in settings]
-        agreement, misses = _count(swapped, null, pilot=True)
-        record["agreement_with_follow_up_items"] = {**agreement, "misses": misses,
-                                                    "followed_up": sorted(x["name"] for x in settings
-                                                                          if x.get("pilot_follow_up_items"))}
+        record[agree_key] = {**agreement, "misses": misses, "followed_up": sorted(x["name"] for x in settings
+                                                                                  if x.get(key))}
 
 
 def _verdict(s: dict, pilot: bool) -> str:

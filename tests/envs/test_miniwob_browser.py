@@ -174,7 +174,7 @@ def test_a_sampled_measurement_is_the_same_in_every_process(tmp_path):
     the same sampling seed, give the same per-item outcomes. Before every tab emulated focus
     (``Emulation.setFocusEmulationEnabled``), a click on a focus-text-2 textbox sometimes ended the
     episode (its focus handler fired) and sometimes answered "no change": two such runs differed on
-    102 of 160 items (4 of 8 pairs of in-process collections agreed), and two 60-step pilots of one
+    102 of 160 items (2 of 9 pairs of collections in separate processes agreed), and two 60-step pilots of one
     config parted at step 29. Not reproduced with single jobs (hundreds of them, interleaved tasks, CPU
     load): it shows in the collector's batched episodes, so the test measures exactly that."""
     ROOT = Path(__file__).resolve().parents[2]
