@@ -372,6 +372,28 @@ FOLLOW_UP = {"fraction": 0.5, "miniwob_dir": "miniwob_pilot1600_60", "miniwob_st
 FOLLOW_UP_ITEMS = {"miniwob_dir": "miniwob_pilot4000_60", "miniwob_items": 4000}
 
 
+#: The MiniWoB++ rows re-measured on the fixed code, stated before any of it ran (session of 2026-12-05,
+#: 20:45 UTC). Every MiniWoB++ pilot and gain above predates the focus fix (4debce7); the gains also predate
+#: the mini-batch-order fix (85dfef6), so they are draws of runs whose environment was not repeatable.
+#: On today's code, from the rebuilt warm start runs/ws_ch50, seed 7 for every pilot:
+#:   1. start and pilot: ``grpolab preflight runs/ws_ch50 --config studies/miniwob_gain.yaml --set
+#:      trainer.seed=7 --n 1600 --no-readability --pilot 30`` (200 items per task: where the earlier pilots'
+#:      advice ended; the start verdict per task comes from the same command's measurement);
+#:   2. the follow-up (:data:`FOLLOW_UP`): the same command with ``--pilot 60``, read for the tasks 1 left
+#:      "can't tell";
+#:   3. where 2 still says "can't tell", :data:`FOLLOW_UP_ITEMS`'s second stage (``--n 4000 --pilot 60``),
+#:      if the session's time allows it (else those tasks stay "can't tell");
+#:   4. the gains: the documented sweep (``grpolab sweep studies/miniwob_gain.yaml --grid optim.lr=1e-4
+#:      --seeds 3 --jobs 2``) and the paired test on 200 held-out seeds per task into
+#:      docs/results/raw/miniwob_gain_paired_120_fixed.json.
+#: These replace the eight MiniWoB++ rows' start verdict, pilot stages and gains in ``agreement_after_fixes``
+#: (the 18 other settings unchanged), which becomes the headline whatever it shows; the pre-fix rows and
+#: agreements stay in the record as they are.
+MINIWOB_FIXED = {"pilot_dir": "miniwob_fixed_pilot1600", "follow_up_dir": "miniwob_fixed_pilot1600_60",
+                 "items_dir": "miniwob_fixed_pilot4000_60",
+                 "gains": "docs/results/raw/miniwob_gain_paired_120_fixed.json"}
+
+
 #: The reading of the follow-ups (written after their results).
 FOLLOW_UP_READING = """**Reading (written after the results).** The longer pilot decided 2 of the 6 settings it ran on,
 both rightly (`tiny/ws_arith/arith`, click-tab); tiny `arith` (+1.2 points in the runs, inside the
