@@ -86,6 +86,34 @@ def test_follow_up_applies_only_after_a_cant_tell_pilot_and_its_verdict_stands()
     assert record["agreement_with_pilot"]["cant_tell"] == 3   # a, b, d: the first pilots' count is untouched
 
 
+def test_after_fixes_counts_the_re_measured_rows_and_leaves_the_others_and_the_pre_fix_counts():
+    cal = _load()
+    pil = lambda v, steps=30: {"verdict": v, "start_verdict": "indicated", "steps": steps, "n_items": 200}  # noqa: E731
+    seeds = lambda *g: {"seeds": {str(i): {"gain": x} for i, x in enumerate(g)}}  # noqa: E731
+    # a re-measured MiniWoB++ row: the pre-fix pilot missed (-4 points); re-measured, the follow-up decides
+    # "indicated" and the fixed runs gain, so it agrees after the fixes
+    m = {**_setting("miniwob/recorded/t", "indicated", [-0.04]), "pilot": pil("indicated"),
+         "after_fixes": {"start_verdict": "can't tell", "pilot": pil("can't tell"),
+                         "pilot_follow_up": pil("indicated", 60), "gain": seeds(0.05, 0.03, 0.04)}}
+    # a re-measured row whose start says "not indicated" (its pilot skipped) and whose runs gain nothing
+    n = {**_setting("miniwob/recorded/u", "indicated", [0.10]), "pilot": pil("indicated"),
+         "after_fixes": {"start_verdict": "not indicated", "pilot": {**pil("not indicated"), "skipped": True},
+                         "gain": seeds(0.0, 0.01, -0.01)}}
+    # not re-measured: counted with its last follow-up stage, as agreement_with_follow_up_items
+    o = {**_setting("o", "indicated", [0.2]), "pilot": pil("can't tell"), "pilot_follow_up": pil("can't tell", 60),
+         "pilot_follow_up_items": pil("not indicated", 60)}
+    record = {"settings": [m, n, o]}
+    cal.summarise(record, 0.02)
+    f = record["agreement_after_fixes"]
+    assert (f["decided"], f["cant_tell"], f["agree_decided"]) == (3, 0, 2)
+    assert [x["setting"] for x in f["misses"]] == ["o", "o"]   # the sign miss and the every-seed rule
+    assert (f["start"]["decided"], f["start"]["cant_tell"], f["start"]["agree_decided"]) == (2, 1, 2)  # n, o agree
+    assert f["re_measured"] == ["miniwob/recorded/t", "miniwob/recorded/u"]
+    # the pre-fix counts (m misses, n agrees, o can't tell) and the settings' own gains are untouched
+    assert record["agreement_with_pilot"]["agree_decided"] == 1 and m["gain"]["final"] == pytest.approx(-0.04)
+    assert m["after_fixes"]["gain"]["final"] == pytest.approx(0.04)
+
+
 def test_threshold_bound_is_the_best_in_sample_one_threshold_rule():
     cal = _load()
 
