@@ -401,6 +401,20 @@ MINIWOB_FIXED = {"pilot_dir": "miniwob_fixed_pilot1600", "follow_up_dir": "miniw
                  "gains": "docs/results/raw/miniwob_gain_paired_120_fixed.json"}
 
 
+#: A greedy-aware pilot rule, stated (20:40 UTC, 2026-12-05) before any result of :data:`MINIWOB_FIXED` was known
+#: and reported beside the headline, not in it: where a stage's sampled change says "can't tell", its paired
+#: greedy change decides with the same thresholds (indicated where its 95% interval is above 0, not indicated
+#: where it is below +2 points). It was conceived on the pre-fix MiniWoB++ follow-up (click-button, click-widget:
+#: greedy moved where sampled did not), so only the eight re-measured MiniWoB++ rows are a test of it.
+def greedy_aware(p: dict) -> str:
+    """A pilot stage's verdict under the greedy-aware rule (see above); the stage's own verdict where it decided
+    or was skipped."""
+    if p.get("skipped") or p["verdict"] != "can't tell":
+        return p["verdict"]
+    c = p["greedy_change"]
+    return "indicated" if c["low"] > 0 else "not indicated" if c["high"] < 0.02 else "can't tell"
+
+
 def miniwob_after_fixes(root: Path) -> dict[str, dict]:
     """Per MiniWoB++ task, :data:`MINIWOB_FIXED`'s re-measurement: the start's verdict (the pilot command's own
     measurement, 200 items per task), the pilot, the follow-up where the pilot said "can't tell", the second
@@ -548,6 +562,12 @@ def summarise(record: dict, null: float) -> None:
         record["agreement_after_fixes"] = {**agreement, "misses": misses,
                                            "start": {k: start[k] for k in COUNT_KEYS},
                                            "re_measured": sorted(x["name"] for x in settings if x.get("after_fixes"))}
+        greedy = [{**v, "pilot": {**v["pilot"], "verdict": greedy_aware(v["pilot"])}} if v.get("pilot") else v
+                  for v in view]
+        agreement, misses = _count(greedy, null, pilot=True)
+        mw, _ = _count([g for g, x in zip(greedy, settings) if x.get("after_fixes")], null, pilot=True)
+        record["agreement_after_fixes_greedy_aware"] = {**agreement, "misses": misses,
+                                                        "re_measured_only": {k: mw[k] for k in COUNT_KEYS}}
     # each follow-up stage: its verdict where it ran, else the stage before's, ..., else the latest pilot's
     for n, (key, agree_key) in enumerate(FOLLOW_UP_STAGES):
         if not any(x.get(key) for x in settings):
@@ -885,7 +905,17 @@ def after_fixes_section(record: dict) -> str:
                 f"settings**; {f.get('cant_tell')} can't tell; misses: "
                 f"{'; '.join(m['setting'] for m in f.get('misses', [])) or 'none'}. With the starting model's "
                 f"verdicts alone (the re-measured start on MiniWoB++): {st.get('agree_decided')} of {st.get('decided')} "
-                f"decided, {pct(st.get('share_of_all'))} of all.", ""]
+                f"decided, {pct(st.get('share_of_all'))} of all."]
+    gr = record.get("agreement_after_fixes_greedy_aware")
+    if gr:
+        r = gr["re_measured_only"]
+        out += ["", "Beside it, the greedy-aware rule (`greedy_aware`, stated before these results, conceived on the "
+                    "pre-fix MiniWoB++ follow-up, so tested only by the eight re-measured rows): where a stage's "
+                    "sampled change says \"can't tell\", its greedy change decides with the same thresholds. On the "
+                    f"re-measured rows: {r['agree_decided']} of {r['decided']} decided, {r['cant_tell']} can't tell; "
+                    f"over all settings {gr['agree_decided']} of {gr['decided']} decided, "
+                    f"{pct(gr['share_of_all'])} of all (not the headline)."]
+    out.append("")
     return "\n".join(out + ([AFTER_FIXES_READING, ""] if AFTER_FIXES_READING else [])) + "\n"
 
 

@@ -114,6 +114,33 @@ def test_after_fixes_counts_the_re_measured_rows_and_leaves_the_others_and_the_p
     assert m["after_fixes"]["gain"]["final"] == pytest.approx(0.04)
 
 
+def test_greedy_aware_rule_lets_a_decided_greedy_change_decide_only_a_cant_tell_stage():
+    cal = _load()
+    ch = lambda lo, hi: {"value": (lo + hi) / 2, "low": lo, "high": hi}  # noqa: E731
+    st = lambda v, g, **kw: {"verdict": v, "greedy_change": ch(*g), **kw}  # noqa: E731
+    assert cal.greedy_aware(st("can't tell", (0.01, 0.09))) == "indicated"
+    assert cal.greedy_aware(st("can't tell", (-0.12, -0.03))) == "not indicated"
+    assert cal.greedy_aware(st("can't tell", (-0.05, 0.019))) == "not indicated"   # below +2 points
+    assert cal.greedy_aware(st("can't tell", (-0.01, 0.05))) == "can't tell"
+    assert cal.greedy_aware(st("indicated", (-0.2, -0.1))) == "indicated"          # a decided stage stands
+    assert cal.greedy_aware(st("not indicated", (0.1, 0.2), skipped=True)) == "not indicated"
+    pil = lambda v, g: {"verdict": v, "start_verdict": "indicated", "steps": 30, "n_items": 200,  # noqa: E731
+                        "greedy_change": ch(*g)}
+    seeds = lambda *g: {"seeds": {str(i): {"gain": x} for i, x in enumerate(g)}}  # noqa: E731
+    t = {**_setting("miniwob/recorded/t", "indicated", [0.0]),
+         "after_fixes": {"start_verdict": "indicated", "pilot": pil("can't tell", (0.02, 0.1)), "gain": seeds(0.08)}}
+    u = {**_setting("miniwob/recorded/u", "indicated", [0.0]),
+         "after_fixes": {"start_verdict": "indicated", "pilot": pil("can't tell", (-0.1, -0.03)), "gain": seeds(0.05)}}
+    o = {**_setting("o", "indicated", [0.0]), "pilot": pil("can't tell", (0.05, 0.1))}   # not re-measured
+    record = {"settings": [t, u, o]}
+    cal.summarise(record, 0.02)
+    g = record["agreement_after_fixes_greedy_aware"]
+    assert (g["decided"], g["agree_decided"]) == (3, 1)          # t agrees; u and o (no gain) miss
+    r = g["re_measured_only"]
+    assert (r["settings_with_runs"], r["decided"], r["agree_decided"]) == (2, 2, 1)
+    assert record["agreement_after_fixes"]["cant_tell"] == 3     # the headline rule is untouched
+
+
 def test_threshold_bound_is_the_best_in_sample_one_threshold_rule():
     cal = _load()
 
