@@ -380,7 +380,7 @@ FOLLOW_UP_ITEMS = {"miniwob_dir": "miniwob_pilot4000_60", "miniwob_items": 4000}
 
 
 #: The MiniWoB++ rows re-measured on the fixed code, stated before any of it ran (session of 2026-12-05,
-#: 20:45 UTC). Every MiniWoB++ pilot and gain above predates the focus fix (4debce7); the gains also predate
+#: 20:28 UTC, commit 2a38b35). Every MiniWoB++ pilot and gain above predates the focus fix (4debce7); the gains also predate
 #: the mini-batch-order fix (85dfef6), so they are draws of runs whose environment was not repeatable.
 #: On today's code, from the rebuilt warm start runs/ws_ch50, seed 7 for every pilot:
 #:   1. start and pilot: ``grpolab preflight runs/ws_ch50 --config studies/miniwob_gain.yaml --set
@@ -401,7 +401,7 @@ MINIWOB_FIXED = {"pilot_dir": "miniwob_fixed_pilot1600", "follow_up_dir": "miniw
                  "gains": "docs/results/raw/miniwob_gain_paired_120_fixed.json"}
 
 
-#: A greedy-aware pilot rule, stated (20:40 UTC, 2026-12-05) before any result of :data:`MINIWOB_FIXED` was known
+#: A greedy-aware pilot rule, stated (20:32 UTC, 2026-12-05, commit c7905f7) before any result of :data:`MINIWOB_FIXED` was known
 #: and reported beside the headline, not in it: where a stage's sampled change says "can't tell", its paired
 #: greedy change decides with the same thresholds (indicated where its 95% interval is above 0, not indicated
 #: where it is below +2 points). It was conceived on the pre-fix MiniWoB++ follow-up (click-button, click-widget:
