@@ -733,6 +733,20 @@ def threshold_bound(record: dict, null: float) -> list[dict]:
     return out
 
 
+def _agrees(verdict: str, mean: float, null: float) -> str:
+    """The page's "agrees" cell: "-" for "can't tell", else whether go/no-go matches a mean gain above ``null``."""
+    return "-" if verdict == "can't tell" else ("yes" if (verdict == "indicated") == (mean > null) else "**no**")
+
+
+def _ci(c: dict) -> str:
+    """A paired change and its interval in points: ``+4.1 [+3.1, +5.3]``."""
+    return f"{c['value'] * 100:+.1f} [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
 def pilot_section(record: dict) -> str:
     """The page's pilot section: per piloted setting the start's and the pilot's verdict, the paired
     changes and the measured gain; the agreement with the pilot's verdicts."""
@@ -745,35 +759,31 @@ def pilot_section(record: dict) -> str:
             "| agrees |",
             "|---|---|---|---|---|---|---|---|---|---|---|"]
     null = record.get("agreement", {}).get("null_band_points", 2.0) / 100
-    ci = lambda c: f"{c['value'] * 100:+.1f} [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"  # noqa: E731
     for s in piloted:
         p, g = s["pilot"], [v["gain"] for v in s.get("gain", {}).get("seeds", {}).values()]
         mean = sum(g) / len(g) if g else None
-        up = mean is not None and mean > null
-        agree = "-" if p["verdict"] == "can't tell" or mean is None else ("yes" if (p["verdict"] == "indicated") == up
-                                                                           else "**no**")
+        agree = "-" if mean is None else _agrees(p["verdict"], mean, null)
         rows.append(f"| {s['name']} | {p['steps']} of {p.get('run_steps', '-')} | {p['n_items']} x 8 | "
                     f"{p.get('prompt_format') or '-'} | {p.get('peak_rss_mib') or '-'} | {p['start_verdict']} | "
-                    + ("skipped (not indicated before)" if p.get("skipped") else ci(p["sampled_change"])) + " | "
-                    + ("-" if p.get("skipped") else ci(p["greedy_change"])) + f" | **{p['verdict']}** | "
+                    + ("skipped (not indicated before)" if p.get("skipped") else _ci(p["sampled_change"])) + " | "
+                    + ("-" if p.get("skipped") else _ci(p["greedy_change"])) + f" | **{p['verdict']}** | "
                     + ("-" if mean is None else f"{mean * 100:+.1f}") + f" | {agree} |")
     po, ps = wp.get("piloted_only", {}), wp.get("piloted_only_start", {})
-    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
     never = "met" if wp.get("never_not_indicated_where_all_seeds_gain_10pts") else "NOT met"
     return "\n".join(rows) + f"""
 
 On the {po.get('settings_with_runs')} piloted settings: before the pilot, {ps.get('agree_decided')} of
-{ps.get('decided')} decided agreed ({pct(ps.get('share_of_decided'))}; {pct(ps.get('share_of_all'))} of all);
-after it, **{po.get('agree_decided')} of {po.get('decided')} decided ({pct(po.get('share_of_decided'))})**, "can't
-tell" on {po.get('cant_tell')} ({pct(po.get('share_of_all'))} of all agree). "verdict before" is the pilot's own
+{ps.get('decided')} decided agreed ({_pct(ps.get('share_of_decided'))}; {_pct(ps.get('share_of_all'))} of all);
+after it, **{po.get('agree_decided')} of {po.get('decided')} decided ({_pct(po.get('share_of_decided'))})**, "can't
+tell" on {po.get('cant_tell')} ({_pct(po.get('share_of_all'))} of all agree). "verdict before" is the pilot's own
 measurement of the starting model on its items (the table above has the calibration's). Over all {wp.get('settings_with_runs')}
 settings, with the pilot's verdict where one ran and the start's elsewhere: **{wp.get('agree_decided')} of
-{wp.get('decided')} decided ({pct(wp.get('share_of_decided'))})**, {pct(wp.get('share_of_all'))} of all; never
+{wp.get('decided')} decided ({_pct(wp.get('share_of_decided'))})**, {_pct(wp.get('share_of_all'))} of all; never
 "not indicated" where every seed gained >= 10 points: **{never}**.
-Misses with the pilot: {'; '.join(m['setting'] + ' (' + m['why'] + ')' for m in wp.get('misses', [])) or 'none'}.""" + _more_pilots(record, ci, null) + _follow_up_section(record, ci, null)
+Misses with the pilot: {'; '.join(m['setting'] + ' (' + m['why'] + ')' for m in wp.get('misses', [])) or 'none'}.""" + _more_pilots(record, null) + _follow_up_section(record, null)
 
 
-def _more_pilots(record: dict, ci, null: float) -> str:
+def _more_pilots(record: dict, null: float) -> str:
     """The later MiniWoB++ pilots (:data:`MINIWOB_MORE_PILOTS`): a table each and the agreement with it."""
     out = []
     for key, _, agree_key, intro in MINIWOB_MORE_PILOTS:
@@ -787,19 +797,17 @@ def _more_pilots(record: dict, ci, null: float) -> str:
         for s in rows:
             p, g = s[key], [v["gain"] for v in s["gain"]["seeds"].values()]
             mean = sum(g) / len(g)
-            agree = "-" if p["verdict"] == "can't tell" else ("yes" if (p["verdict"] == "indicated") == (mean > null)
-                                                              else "**no**")
-            out.append(f"| {s['name'].split('/')[-1]} | {p['start_verdict']} | {ci(p['sampled_change'])} | "
-                       f"{ci(p['greedy_change'])} | **{p['verdict']}** | {mean * 100:+.1f} | {agree} |")
-        pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
+            agree = _agrees(p["verdict"], mean, null)
+            out.append(f"| {s['name'].split('/')[-1]} | {p['start_verdict']} | {_ci(p['sampled_change'])} | "
+                       f"{_ci(p['greedy_change'])} | **{p['verdict']}** | {mean * 100:+.1f} | {agree} |")
         out += ["", f"With it in place of the first: **{alt.get('agree_decided')} of {alt.get('decided')} decided "
-                    f"({pct(alt.get('share_of_decided'))})**, {pct(alt.get('share_of_all'))} of all "
+                    f"({_pct(alt.get('share_of_decided'))})**, {_pct(alt.get('share_of_all'))} of all "
                     f"{alt.get('settings_with_runs')} "
                     f"settings; misses: {'; '.join(m['setting'] for m in alt.get('misses', [])) or 'none'}."]
     return "\n".join(out)
 
 
-def _follow_up_section(record: dict, ci, null: float) -> str:
+def _follow_up_section(record: dict, null: float) -> str:
     """The follow-ups of "can't tell" pilots (:data:`FOLLOW_UP`, :data:`FOLLOW_UP_ITEMS`): a row each and the
     agreement with them."""
     from grpolab.diagnostics.preflight import items_to_decide
@@ -821,16 +829,14 @@ def _follow_up_section(record: dict, ci, null: float) -> str:
         p0, p = _latest_pilot(s), s["pilot_follow_up"]
         g = [v["gain"] for v in s["gain"]["seeds"].values()]
         mean = sum(g) / len(g)
-        agree = "-" if p["verdict"] == "can't tell" else ("yes" if (p["verdict"] == "indicated") == (mean > null)
-                                                          else "**no**")
-        out.append(f"| {s['name']} | {p0['steps']}, {ci(p0['sampled_change'])} | {p['steps']}, "
-                   f"{ci(p['sampled_change'])} | {ci(p['greedy_change'])} | **{p['verdict']}** | {mean * 100:+.1f} | "
+        agree = _agrees(p["verdict"], mean, null)
+        out.append(f"| {s['name']} | {p0['steps']}, {_ci(p0['sampled_change'])} | {p['steps']}, "
+                   f"{_ci(p['sampled_change'])} | {_ci(p['greedy_change'])} | **{p['verdict']}** | {mean * 100:+.1f} | "
                    f"{agree} |")
     a = record.get("agreement_with_follow_up", {})
-    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
     out += ["", f"With the follow-ups (their verdict where one ran, else the latest pilot's, else the start's): "
-                f"**{a.get('agree_decided')} of {a.get('decided')} decided ({pct(a.get('share_of_decided'))}), "
-                f"{pct(a.get('share_of_all'))} of all {a.get('settings_with_runs')} settings**; "
+                f"**{a.get('agree_decided')} of {a.get('decided')} decided ({_pct(a.get('share_of_decided'))}), "
+                f"{_pct(a.get('share_of_all'))} of all {a.get('settings_with_runs')} settings**; "
                 f"{a.get('cant_tell')} can't tell; misses: "
                 f"{'; '.join(m['setting'] for m in a.get('misses', [])) or 'none'}."]
     rows = [s for s in record["settings"] if s.get("pilot_follow_up_items")]
@@ -847,14 +853,13 @@ def _follow_up_section(record: dict, ci, null: float) -> str:
             g = [v["gain"] for v in s["gain"]["seeds"].values()]
             mean = sum(g) / len(g)
             need = items_to_decide(p0["sampled_change"], p0["n_items"])
-            agree = "-" if p["verdict"] == "can't tell" else (
-                "yes" if (p["verdict"] == "indicated") == (mean > null) else "**no**")
+            agree = _agrees(p["verdict"], mean, null)
             out.append(f"| {s['name']} | {f'{need[0]} ({need[1]})' if need else '-'} | {p['n_items']} | "
-                       f"{ci(p['sampled_change'])} | {ci(p['greedy_change'])} | **{p['verdict']}** | "
+                       f"{_ci(p['sampled_change'])} | {_ci(p['greedy_change'])} | **{p['verdict']}** | "
                        f"{mean * 100:+.1f} | {agree} |")
         b = record.get("agreement_with_follow_up_items", {})
         out += ["", f"With it: **{b.get('agree_decided')} of {b.get('decided')} decided "
-                    f"({pct(b.get('share_of_decided'))}), {pct(b.get('share_of_all'))} of all "
+                    f"({_pct(b.get('share_of_decided'))}), {_pct(b.get('share_of_all'))} of all "
                     f"{b.get('settings_with_runs')} settings**; {b.get('cant_tell')} can't tell; misses: "
                     f"{'; '.join(m['setting'] for m in b.get('misses', [])) or 'none'}."]
     return "\n".join(out + ["", FOLLOW_UP_READING])
@@ -870,9 +875,8 @@ def after_fixes_section(record: dict) -> str:
     rows = [s for s in record["settings"] if s.get("after_fixes")]
     if not rows:
         return ""
-    ci = lambda c: f"{c['value'] * 100:+.1f} [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"  # noqa: E731
     stage = lambda p: "-" if not p else ("skipped" if p.get("skipped") else  # noqa: E731
-                                         f"{ci(p['sampled_change'])}: {p['verdict']}")
+                                         f"{_ci(p['sampled_change'])}: {p['verdict']}")
     null = record.get("agreement", {}).get("null_band_points", 2.0) / 100
     out = ["## The MiniWoB++ rows re-measured on the fixed code", "",
            "Every MiniWoB++ pilot and gain above was measured before the focus fix (docs/miniwob.md), the gains also "
@@ -891,21 +895,20 @@ def after_fixes_section(record: dict) -> str:
         mean = sum(g) / len(g)
         v = after_fixes_view(s)
         verdict = v["pilot"]["verdict"] if v.get("pilot") else v["preflight"]["grpo"]
-        agree = "-" if verdict == "can't tell" else ("yes" if (verdict == "indicated") == (mean > null) else "**no**")
+        agree = _agrees(verdict, mean, null)
         out.append(f"| {s['name'].split('/')[-1]} | {a['start_verdict']} | {stage(a['pilot'])} | "
                    f"{stage(a.get('pilot_follow_up'))} | {stage(a.get('pilot_follow_up_items'))} | "
                    f"{', '.join(f'{x * 100:+.1f}' for x in g)} | **{mean * 100:+.1f}** | "
                    f"{s['gain']['final'] * 100:+.1f} | {agree} |")
     f = record.get("agreement_after_fixes", {})
     st = f.get("start", {})
-    pct = lambda x: "-" if x is None else f"{x:.0%}"  # noqa: E731
     out += ["", f"Over all {f.get('settings_with_runs')} settings, the eight re-measured rows with their last stage's "
                 f"verdict and the 18 others as in the last follow-up stage above: **{f.get('agree_decided')} of "
-                f"{f.get('decided')} decided ({pct(f.get('share_of_decided'))}), {pct(f.get('share_of_all'))} of all "
+                f"{f.get('decided')} decided ({_pct(f.get('share_of_decided'))}), {_pct(f.get('share_of_all'))} of all "
                 f"settings**; {f.get('cant_tell')} can't tell; misses: "
                 f"{'; '.join(m['setting'] for m in f.get('misses', [])) or 'none'}. With the starting model's "
                 f"verdicts alone (the re-measured start on MiniWoB++): {st.get('agree_decided')} of {st.get('decided')} "
-                f"decided, {pct(st.get('share_of_all'))} of all."]
+                f"decided, {_pct(st.get('share_of_all'))} of all."]
     gr = record.get("agreement_after_fixes_greedy_aware")
     if gr:
         r = gr["re_measured_only"]
@@ -914,7 +917,7 @@ def after_fixes_section(record: dict) -> str:
                     "sampled change says \"can't tell\", its greedy change decides with the same thresholds. On the "
                     f"re-measured rows: {r['agree_decided']} of {r['decided']} decided, {r['cant_tell']} can't tell; "
                     f"over all settings {gr['agree_decided']} of {gr['decided']} decided, "
-                    f"{pct(gr['share_of_all'])} of all (not the headline)."]
+                    f"{_pct(gr['share_of_all'])} of all (not the headline)."]
     out.append("")
     return "\n".join(out + ([AFTER_FIXES_READING, ""] if AFTER_FIXES_READING else [])) + "\n"
 
