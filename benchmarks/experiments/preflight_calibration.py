@@ -402,8 +402,8 @@ MINIWOB_FIXED = {"pilot_dir": "miniwob_fixed_pilot1600", "follow_up_dir": "miniw
 
 
 #: A greedy-aware pilot rule, stated (20:32 UTC, 2026-12-05, commit c7905f7) before any result of :data:`MINIWOB_FIXED` was known
-#: and reported beside the headline, not in it: where a stage's sampled change says "can't tell", its paired
-#: greedy change decides with the same thresholds (indicated where its 95% interval is above 0, not indicated
+#: and reported beside the headline, not in it: where the last pilot stage that ran (the stages themselves follow
+#: the headline rule) says "can't tell" on sampled success, its paired greedy change decides with the same thresholds (indicated where its 95% interval is above 0, not indicated
 #: where it is below +2 points). It was conceived on the pre-fix MiniWoB++ follow-up (click-button, click-widget:
 #: greedy moved where sampled did not), so only the eight re-measured MiniWoB++ rows are a test of it.
 def greedy_aware(p: dict) -> str:
