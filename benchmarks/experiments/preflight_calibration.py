@@ -913,8 +913,9 @@ def after_fixes_section(record: dict) -> str:
     if gr:
         r = gr["re_measured_only"]
         out += ["", "Beside it, the greedy-aware rule (`greedy_aware`, stated before these results, conceived on the "
-                    "pre-fix MiniWoB++ follow-up, so tested only by the eight re-measured rows): where a stage's "
-                    "sampled change says \"can't tell\", its greedy change decides with the same thresholds. On the "
+                    "pre-fix MiniWoB++ follow-up, so tested only by the eight re-measured rows): where the last stage "
+                    "that ran says \"can't tell\" on sampled success, its greedy change decides with the same "
+                    "thresholds. On the "
                     f"re-measured rows: {r['agree_decided']} of {r['decided']} decided, {r['cant_tell']} can't tell; "
                     f"over all settings {gr['agree_decided']} of {gr['decided']} decided, "
                     f"{_pct(gr['share_of_all'])} of all (not the headline)."]
