@@ -112,6 +112,34 @@ def test_pilot_from_a_run_directory_trains_the_model_it_holds(tmp_path, capsys):
     assert max(moved) < 0.1
 
 
+def test_pilot_from_a_lora_run_trains_the_model_its_adapter_gives(tmp_path, capsys):
+    """A LoRA run saved as an adapter (model.lora_save: adapter): the pilot trains its base with the adapter
+    merged in -- the model the preflight measured -- not the bare base."""
+    from chat_helpers import make_chat_model_dir
+    from safetensors.torch import load_file, save_file
+
+    from grpolab.models.io import load_model
+
+    base, run = make_chat_model_dir(tmp_path / "base"), tmp_path / "run"
+    sets = [x for s in (f"model.path={base}", "model.lora={r: 4}", "model.lora_save=adapter", "task.n_eval=10",
+                        "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
+                        "trainer.steps=1", "trainer.headroom=false", "sft.enabled=no", "log.plots=false",
+                        "log.tensorboard=false", f"trainer.run_dir={run}") for x in ("--set", s)]
+    assert main(["train", *sets]) == 0
+    w = load_file(str(run / "final" / "adapter_model.safetensors"))
+    save_file({k: v + 0.5 if "lora_B" in k else v for k, v in w.items()}, str(run / "final" / "adapter_model.safetensors"))
+    capsys.readouterr()
+    out = tmp_path / "pf"
+    assert main(["preflight", str(run), "--n", "10", "--pilot", "1", "--out", str(out)]) == 0
+    assert "pilot of 1 step:" in capsys.readouterr().out
+    assert json.loads((out / "preflight.json").read_text())["pilot"]["n_items"] == 10
+    start, bare = load_model(run / "final")[0].state_dict(), load_model(base)[0].state_dict()
+    trained = load_model(out / "pilot" / "final")[0].state_dict()
+    to_start = max((trained[k] - start[k]).abs().max().item() for k in start)
+    to_bare = max((trained[k] - bare[k]).abs().max().item() for k in start)
+    assert to_start < 0.1 < to_bare   # one small step from the adapted model, far from the bare base
+
+
 def test_pilot_on_too_few_items_is_skipped_before_training(tmp_path, capsys):
     out = tmp_path / "pf"
     assert main(["preflight", *TINY, "--n", "5", "--pilot", "2", "--out", str(out)]) == 0

@@ -761,7 +761,8 @@ def _more_evidence(need: tuple[int, str], steps: int, available: int | None) -> 
 
 def _pilot_line(p: dict[str, Any]) -> str:
     s, g = p["sampled"], p["greedy"]
-    return (f"pilot of {p['steps']} steps: sampled success {s['before']:.3f} -> {s['after']:.3f} "
+    steps = f"{p['steps']} step{'s' * (p['steps'] != 1)}"
+    return (f"pilot of {steps}: sampled success {s['before']:.3f} -> {s['after']:.3f} "
             f"({_signed_ci(s['change'])}), greedy {g['before']:.3f} -> {g['after']:.3f} ({_signed_ci(g['change'])}) "
             f"on the same {p['n_items']} items x {p['k']}")
 
