@@ -689,8 +689,8 @@ def figure(record: dict, png: Path) -> bool:
         bx.set_xlabel(("the last pilot stage that ran" if headline else "pilot (a quarter of the run's steps)")
                       + ", another seed: change in sampled success, 95% CI")
         bx.set_ylabel("measured gain in held-out greedy accuracy")
-        bx.set_title("grpolab preflight --pilot vs measured GRPO gain (o SmolLM2, ^ tiny, s MiniWoB++"
-                     + (", re-measured on the fixed code)" if headline else ")"), fontsize=9)
+        bx.set_title("--pilot vs measured GRPO gain" + (" (MiniWoB++ re-measured on the fixed code)" if headline
+                                                        else " (o SmolLM2, ^ tiny, s MiniWoB++)"), fontsize=9)
         bx.legend(fontsize=7)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)

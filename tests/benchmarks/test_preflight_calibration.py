@@ -183,6 +183,18 @@ def test_committed_record_has_the_issue_schema():
             latest = s.get("pilot_200_per_task") or s["pilot"]
             assert latest["verdict"] == "can't tell" and s["pilot_follow_up"]["steps"] > latest["steps"], s["name"]
             assert s["pilot_follow_up"]["seed"] == latest["seed"] and s["pilot_follow_up"]["n_items"] == latest["n_items"]
+    for s in rec["settings"]:  # the re-measured MiniWoB++ rows: each stage ran only after "can't tell" before it
+        a = s.get("after_fixes")
+        if a:
+            assert a["gain"]["seeds"] and a["pilot"]["n_items"] == 200 and a["pilot"]["seed"] == 7, s["name"]
+            if a.get("pilot_follow_up"):
+                assert a["pilot"]["verdict"] == "can't tell" and a["pilot_follow_up"]["steps"] == 60
+            if a.get("pilot_follow_up_items"):
+                assert a["pilot_follow_up"]["verdict"] == "can't tell" and a["pilot_follow_up_items"]["n_items"] == 500
+    if any(s.get("after_fixes") for s in rec["settings"]):
+        f = rec["agreement_after_fixes"]
+        assert f["decided"] + f["cant_tell"] == f["settings_with_runs"] == len(rec["settings"])
+        assert len(f["re_measured"]) == 8
     if piloted:
         w = rec["agreement_with_pilot"]
         assert w["piloted_settings"] == len(piloted) and w["decided"] + w["cant_tell"] == w["settings_with_runs"]
