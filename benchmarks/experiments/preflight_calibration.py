@@ -401,18 +401,20 @@ MINIWOB_FIXED = {"pilot_dir": "miniwob_fixed_pilot1600", "follow_up_dir": "miniw
                  "gains": "docs/results/raw/miniwob_gain_paired_120_fixed.json"}
 
 
-#: A greedy-aware pilot rule, stated (20:32 UTC, 2026-12-05, commit c7905f7) before any result of :data:`MINIWOB_FIXED` was known
-#: and reported beside the headline, not in it: where the last pilot stage that ran (the stages themselves follow
-#: the headline rule) says "can't tell" on sampled success, its paired greedy change decides with the same thresholds (indicated where its 95% interval is above 0, not indicated
-#: where it is below +2 points). It was conceived on the pre-fix MiniWoB++ follow-up (click-button, click-widget:
-#: greedy moved where sampled did not), so only the eight re-measured MiniWoB++ rows are a test of it.
+#: A greedy-aware pilot rule, stated (20:32 UTC, 2026-12-05, commit c7905f7) before any result of
+#: :data:`MINIWOB_FIXED` was known and reported beside the headline, not in it: where the last pilot stage that
+#: ran (the stages themselves follow the headline rule) says "can't tell" on sampled success, its paired greedy
+#: change decides with the same thresholds (indicated where its 95% interval is above 0, not indicated where it
+#: is below +2 points). It was conceived on the pre-fix MiniWoB++ follow-up (click-button, click-widget: greedy
+#: moved where sampled did not), so only the eight re-measured MiniWoB++ rows are a test of it.
 def greedy_aware(p: dict) -> str:
     """A pilot stage's verdict under the greedy-aware rule (see above); the stage's own verdict where it decided
     or was skipped."""
+    from grpolab.diagnostics.preflight import change_verdict
+
     if p.get("skipped") or p["verdict"] != "can't tell":
         return p["verdict"]
-    c = p["greedy_change"]
-    return "indicated" if c["low"] > 0 else "not indicated" if c["high"] < 0.02 else "can't tell"
+    return change_verdict(p["greedy_change"])
 
 
 def miniwob_after_fixes(root: Path) -> dict[str, dict]:
@@ -439,15 +441,22 @@ def miniwob_after_fixes(root: Path) -> dict[str, dict]:
     return out
 
 
+def _last_stage(s: dict, stages: list | None = None) -> dict | None:
+    """The last of ``stages`` (default: all of :data:`FOLLOW_UP_STAGES`) that ran for ``s``, else its latest
+    pilot."""
+    stages = FOLLOW_UP_STAGES if stages is None else stages
+    return next((s[k] for k, _ in reversed(stages) if s.get(k)), None) or _latest_pilot(s)
+
+
 def after_fixes_view(s: dict) -> dict:
     """A setting as :data:`MINIWOB_FIXED` counts it: a re-measured MiniWoB++ row takes the re-measurement's start
     verdict, its last pilot stage's verdict and its gains; any other setting its last follow-up stage's verdict,
     else its latest pilot's (as ``agreement_with_follow_up_items``)."""
     a = s.get("after_fixes")
     if a:
-        last = a.get("pilot_follow_up_items") or a.get("pilot_follow_up") or a["pilot"]
-        return {"name": s["name"], "preflight": {"grpo": a["start_verdict"]}, "pilot": last, "gain": a["gain"]}
-    last = s.get("pilot_follow_up_items") or s.get("pilot_follow_up") or _latest_pilot(s)
+        return {"name": s["name"], "preflight": {"grpo": a["start_verdict"]}, "pilot": _last_stage(a),
+                "gain": a["gain"]}
+    last = _last_stage(s)
     return {**s, "pilot": last} if last else s
 
 
@@ -576,9 +585,8 @@ def summarise(record: dict, null: float) -> None:
     for n, (key, agree_key) in enumerate(FOLLOW_UP_STAGES):
         if not any(x.get(key) for x in settings):
             continue
-        chain = [k for k, _ in FOLLOW_UP_STAGES[:n + 1]][::-1]
-        swapped = [{**x, "pilot": next((x[k] for k in chain if x.get(k)), _latest_pilot(x))} if _latest_pilot(x)
-                   else x for x in settings]
+        swapped = [{**x, "pilot": _last_stage(x, FOLLOW_UP_STAGES[:n + 1])} if _latest_pilot(x) else x
+                   for x in settings]
         agreement, misses = _count(swapped, null, pilot=True)
         record[agree_key] = {**agreement, "misses": misses, "followed_up": sorted(x["name"] for x in settings
                                                                                   if x.get(key))}
@@ -929,9 +937,7 @@ def after_fixes_section(record: dict) -> str:
         a = s["after_fixes"]
         g = [v["gain"] for v in a["gain"]["seeds"].values()]
         mean = sum(g) / len(g)
-        v = after_fixes_view(s)
-        verdict = v["pilot"]["verdict"] if v.get("pilot") else v["preflight"]["grpo"]
-        agree = _agrees(verdict, mean, null)
+        agree = _agrees(_verdict(after_fixes_view(s), pilot=True), mean, null)
         out.append(f"| {s['name'].split('/')[-1]} | {a['start_verdict']} | {stage(a['pilot'])} | "
                    f"{stage(a.get('pilot_follow_up'))} | {stage(a.get('pilot_follow_up_items'))} | "
                    f"{', '.join(f'{x * 100:+.1f}' for x in g)} | **{mean * 100:+.1f}** | "

@@ -42,7 +42,7 @@ __all__ = [
     "FAILURE_REASONS", "INDICATED", "MIN_ITEMS", "NOT_INDICATED", "CANT_TELL", "MethodVerdict", "PreflightResult",
     "THRESHOLDS", "all_equal_share", "answer_in_text", "auc_interval", "failure_reason", "length_coupling",
     "method_table", "preflight_from_outcomes", "preflight_markdown", "verdicts_from_counts", "wilson",
-    "PILOT_MIN_GAIN", "apply_pilot", "pilot_from_outcomes", "pilot_record", "pilot_verdict",
+    "PILOT_MIN_GAIN", "apply_pilot", "change_verdict", "pilot_from_outcomes", "pilot_record", "pilot_verdict",
 ]
 
 INDICATED, NOT_INDICATED, CANT_TELL = "indicated", "not indicated", "can't tell"
@@ -725,7 +725,12 @@ def pilot_verdict(p: dict[str, Any]) -> str:
     else ``can't tell``. A start that was "not indicated" stays so (no pilot is run there)."""
     if p.get("start_verdict") == NOT_INDICATED:
         return NOT_INDICATED
-    c = p["sampled"]["change"]
+    return change_verdict(p["sampled"]["change"])
+
+
+def change_verdict(c: dict[str, float]) -> str:
+    """The pilot's rule on one paired change (``low``/``high``: its 95% interval): ``indicated`` above 0,
+    ``not indicated`` below +:data:`PILOT_MIN_GAIN`, else ``can't tell``."""
     if c["low"] > 0:
         return INDICATED
     if c["high"] < PILOT_MIN_GAIN:
