@@ -380,8 +380,8 @@ FOLLOW_UP_ITEMS = {"miniwob_dir": "miniwob_pilot4000_60", "miniwob_items": 4000}
 
 
 #: The MiniWoB++ rows re-measured on the fixed code, stated before any of it ran (session of 2026-12-05,
-#: 20:28 UTC, commit 2a38b35). Every MiniWoB++ pilot and gain above predates the focus fix (4debce7); the gains also predate
-#: the mini-batch-order fix (85dfef6), so they are draws of runs whose environment was not repeatable.
+#: 20:28 UTC, commit 2a38b35). Every MiniWoB++ pilot and gain above predates the focus fix (4debce7); the gains
+#: also predate the mini-batch-order fix (85dfef6), so they are draws of runs whose environment was not repeatable.
 #: On today's code, from the rebuilt warm start runs/ws_ch50, seed 7 for every pilot:
 #:   1. start and pilot: ``grpolab preflight runs/ws_ch50 --config studies/miniwob_gain.yaml --set
 #:      trainer.seed=7 --n 1600 --no-readability --pilot 30`` (200 items per task: where the earlier pilots'
@@ -949,8 +949,8 @@ def after_fixes_section(record: dict) -> str:
                 f"{f.get('decided')} decided ({_pct(f.get('share_of_decided'))}), {_pct(f.get('share_of_all'))} of all "
                 f"settings**; {f.get('cant_tell')} can't tell; misses: "
                 f"{'; '.join(m['setting'] for m in f.get('misses', [])) or 'none'}. With the starting model's "
-                f"verdicts alone (the re-measured start on MiniWoB++): {st.get('agree_decided')} of {st.get('decided')} "
-                f"decided, {_pct(st.get('share_of_all'))} of all."]
+                f"verdicts alone (the re-measured start on MiniWoB++): {st.get('agree_decided')} of "
+                f"{st.get('decided')} decided, {_pct(st.get('share_of_all'))} of all."]
     for key, what in (("out_of_sample", "without `smollm2/digits2+1` (its rule was revised after its gain was seen)"),
                       ("without_miniwob", "without the eight MiniWoB++ rows (tasks of one multi-task run, so not "
                                           "independent of each other)")):
@@ -1053,7 +1053,8 @@ def page(record: dict, md: Path, png: Path) -> None:
         f"**{fx['share_of_all']:.0%} of all {fx['settings_with_runs']} settings** (target >= 80%). The counts below "
         "it are the pre-fix record, kept as it was.\n")
     text = PAGE.format(follow_up_lines=follow_up_lines, after_fixes_line=after_fixes_line,
-                       after_fixes=after_fixes_section(record), pilot=pilot_section(record), ws_arith=ws_arith_section(record), pilot_seed=PILOT_SEED, pilot_reading=PILOT_READING,
+                       after_fixes=after_fixes_section(record), pilot=pilot_section(record),
+                       ws_arith=ws_arith_section(record), pilot_seed=PILOT_SEED, pilot_reading=PILOT_READING,
                        pilot_agree=wp.get("agree_decided", "-"), pilot_decided=wp.get("decided", "-"),
                        pilot_share=(wp.get("share_of_decided") or 0) * 100,
                        pilot_share_all=(wp.get("share_of_all") or 0) * 100,

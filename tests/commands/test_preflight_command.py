@@ -126,8 +126,8 @@ def test_pilot_from_a_lora_run_trains_the_model_its_adapter_gives(tmp_path, caps
                         "trainer.steps=1", "trainer.headroom=false", "sft.enabled=no", "log.plots=false",
                         "log.tensorboard=false", f"trainer.run_dir={run}") for x in ("--set", s)]
     assert main(["train", *sets]) == 0
-    w = load_file(str(run / "final" / "adapter_model.safetensors"))
-    save_file({k: v + 0.5 if "lora_B" in k else v for k, v in w.items()}, str(run / "final" / "adapter_model.safetensors"))
+    adapter = str(run / "final" / "adapter_model.safetensors")
+    save_file({k: v + 0.5 if "lora_B" in k else v for k, v in load_file(adapter).items()}, adapter)
     capsys.readouterr()
     out = tmp_path / "pf"
     assert main(["preflight", str(run), "--n", "10", "--pilot", "1", "--out", str(out)]) == 0
