@@ -12,7 +12,7 @@ from chat_helpers import make_chat_model_dir, write_gsm8k_jsonl
 
 from grpolab.cli import main
 from grpolab.runs import open_run
-from grpolab.train.collector import SingleTurnCollector
+from grpolab.rollout.collector import SingleTurnCollector
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "chat_gsm8k.yaml"
 CHAT_LINE = "prompts: the tokenizer's chat template"

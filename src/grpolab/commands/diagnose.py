@@ -33,7 +33,7 @@ from grpolab.diagnostics import (
     swapped,
 )
 from grpolab.models import GROUP_KINDS, load_model, parameter_groups
-from grpolab.train.evaluate import SOLVED, evaluate
+from grpolab.measure.evaluate import SOLVED, evaluate
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
 __all__ = ["diagnose_command", "diagnose_run", "resolve_models"]
@@ -104,7 +104,7 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
         ablate["attention+mlp"] = kinds["attention"] + kinds["mlp"]
     import time
 
-    from grpolab.train.progress import format_seconds
+    from grpolab.utils.progress import format_seconds
 
     t0 = time.time()
     for i, (g, names) in enumerate(ablate.items(), 1):
