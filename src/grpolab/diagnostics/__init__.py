@@ -12,9 +12,8 @@
   :func:`grpolab.measure.readability.measure_readability`
 * :func:`wilson_interval` -- the item-sampling interval of one accuracy
 
-Nothing here imports the trainer; the commands that run models (``grpolab headroom``,
-``diagnose``) live in :mod:`grpolab.commands.models` and :mod:`grpolab.commands.diagnose`
-(the model runs of the headroom check in :mod:`grpolab.measure.headroom`).
+Nothing here imports the trainer; the model runs live in :mod:`grpolab.measure` (the headroom
+check in :mod:`grpolab.measure.headroom`) and the revert/transplant study in :mod:`grpolab.diagnose`.
 """
 
 from grpolab.diagnostics.collapse import CollapseVerdict, detect_collapse
