@@ -12,7 +12,7 @@ from chat_helpers import make_chat_model_dir, write_gsm8k_jsonl
 
 from grpolab.cli import main
 from grpolab.runs import open_run
-from grpolab.train.collector import SingleTurnCollector
+from grpolab.rollout.collector import SingleTurnCollector
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "chat_gsm8k.yaml"
 CHAT_LINE = "prompts: the tokenizer's chat template"
@@ -110,7 +110,7 @@ def _chat_rows(ids, att, labels=None):
 
 def test_diagnose_reports_and_uses_the_template(chat, spy, capsys, monkeypatch):
     tmp, model_dir, *_ = chat
-    from grpolab.commands import diagnose as diag
+    from grpolab import diagnose as diag
 
     probes = []  # the hidden-state probe's inputs: the run's chat prompts too
     real = diag.hidden_state_effective_ranks
@@ -130,9 +130,16 @@ def test_credit_reports_and_uses_the_template(chat, spy, capsys, monkeypatch):
     real = CreditStep.__call__
     monkeypatch.setattr(CreditStep, "__call__",
                         lambda self, *a, **kw: teacher.append(self.uses_chat()) or real(self, *a, **kw))
+    import grpolab.runs as runs
+
+    opened = []  # the run as the credit page opened it: its config must stay the run's own
+    real_open = runs.open_run
+    monkeypatch.setattr(runs, "open_run", lambda *a, **kw: opened.append(real_open(*a, **kw)) or opened[-1])
     assert main(["credit", str(tmp / "run"), "--sample", "2", "--no-png"]) == 0
     assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
     assert teacher == [True]
+    # a grpo run's page uses gear's credit step, on a copy of the config: the opened run still says grpo
+    assert len(opened) == 1 and opened[0].config.credit.name == "grpo"
 
 
 def test_sft_checks_use_the_template(chat, spy, capsys):

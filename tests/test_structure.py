@@ -71,6 +71,19 @@ def test_an_upward_import_from_a_leaf_is_found(tmp_path):
         "(it may import grpolab.utils, grpolab.errors only)"]
 
 
+def test_measure_importing_the_trainer_and_rollout_importing_measure_are_found(tmp_path):
+    root = _package(tmp_path, {"train/loop.py": "from grpolab.measure import preflight\n",
+                               "measure/__init__.py": "", "measure/preflight.py": "from grpolab.rollout import ok\n",
+                               "measure/evaluate.py": "def f():\n    from grpolab.train.loop import train\n",
+                               "rollout/__init__.py": "", "rollout/ok.py": "import torch\n",
+                               "rollout/c.py": "from grpolab.measure import evaluate\n",
+                               "rollout/d.py": "import grpolab.train\n"})
+    assert check.problems(root) == [
+        "grpolab/measure/evaluate.py:2 imports grpolab.train.loop upward; move what both need down (e.g. grpolab.errors)",
+        "grpolab/rollout/c.py:1 imports grpolab.measure.evaluate upward; move what both need down (e.g. grpolab.errors)",
+        "grpolab/rollout/d.py:1 imports grpolab.train upward; move what both need down (e.g. grpolab.errors)"]
+
+
 def test_tests_that_do_not_mirror_the_source_are_found(tmp_path):
     root = _package(tmp_path / "src", {"runs.py": "", "rollout/__init__.py": "", "rollout/sampler.py": ""})
     tests = tmp_path / "tests"
@@ -97,10 +110,10 @@ def test_a_long_objective_function_is_found_not_counting_its_docstring(tmp_path)
 
 def test_the_cli_importing_the_library_and_a_stray_command_are_found(tmp_path):
     root = _package(tmp_path, {"cli.py": "def f():\n    from grpolab.train.loop import train\n",
-                               "train/headroom.py": "def headroom_command():\n    pass\n"})
+                               "measure/headroom.py": "def headroom_command():\n    pass\n"})
     assert check.problems(root) == [
         "grpolab/cli.py:2 imports grpolab.train.loop; the CLI imports only grpolab.commands",
-        "grpolab/train/headroom.py:1 defines headroom_command; commands live in grpolab/commands/"]
+        "grpolab/measure/headroom.py:1 defines headroom_command; commands live in grpolab/commands/"]
 
 
 def test_a_script_editing_sys_path_is_found(tmp_path):

@@ -19,6 +19,9 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    :data:`SCRIPT_LOADS` names the loads still to be moved, each with its reason.
 6. The leaves import nothing above them: :mod:`grpolab.errors` and ``grpolab/utils/`` import
    nothing of grpolab but each other, ``grpolab/models/`` nothing of the config or the trainer.
+   The measuring wing sits below the trainer: ``grpolab/measure/`` never imports
+   ``grpolab/train/``, and ``grpolab/rollout/`` (how a run samples and scores) imports neither
+   the trainer nor ``grpolab/measure/`` (:data:`NO_UPWARD`).
 7. Tests mirror the source (as verl's ``validate_structure.py`` asks): a test file lives in
    ``tests/<name>/`` where ``grpolab/<name>/`` is a package or ``grpolab/<name>.py`` a module
    (subfolders mirror subpackages), in ``tests/<folder>/`` for the repository's own
@@ -64,7 +67,11 @@ LEAVES = {
     "grpolab.utils": ("grpolab.utils", "grpolab.errors"),
 }
 #: module prefix -> grpolab prefixes it must not import (an upward arrow)
-NO_UPWARD = {"grpolab.models": ("grpolab.config", "grpolab.train", "grpolab.commands", "grpolab.cli")}
+NO_UPWARD = {
+    "grpolab.models": ("grpolab.config", "grpolab.train", "grpolab.commands", "grpolab.cli"),
+    "grpolab.rollout": ("grpolab.measure", "grpolab.train", "grpolab.commands", "grpolab.cli"),
+    "grpolab.measure": ("grpolab.train", "grpolab.commands", "grpolab.cli"),
+}
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:

@@ -67,7 +67,7 @@ def worker(args) -> None:
     if args.clock == "cpu":
         # CPU seconds of this process instead of wall seconds: on a shared, overloaded machine the
         # wall clock measures the neighbours; one thread so that CPU time is work, not spinning
-        import grpolab.train.collector as collector_mod
+        import grpolab.rollout.collector as collector_mod
         import grpolab.train.credit as credit_mod
         import grpolab.train.loop as loop_mod
 
@@ -278,11 +278,11 @@ def _with_privileged(items, kind, task_cfg):
 def measure_signal(warm_start, args) -> dict:
     """``{"group_size", "prompt_format", "rows"}`` of :func:`signal` for one model directory (a row per variant).
 
-    Each row is :func:`grpolab.train.readability.measure_readability` of the variant on one shared
+    Each row is :func:`grpolab.measure.readability.measure_readability` of the variant on one shared
     sampled batch, plus the share of RLSD weights clipped at ``eps_w = 0.2``."""
     from grpolab import objectives as obj
     from grpolab.runs import open_run
-    from grpolab.train.readability import readability_row, sample_responses, teacher_delta
+    from grpolab.measure.readability import readability_row, sample_responses, teacher_delta
 
     opened = open_run(warm_start, config=args.config, overrides=args.set, train_items=True)
     cfg, model, tok = opened.config, opened.model, opened.tokenizer

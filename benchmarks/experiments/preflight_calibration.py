@@ -202,7 +202,7 @@ def paired_gain(base: list[float], final: list[float]) -> dict:
 
 def preflight(s: dict, base: str, cfg: str | None, sets: list[str], out: Path, log: Path, k: int) -> dict | None:
     try:
-        import grpolab.train.preflight  # noqa: F401
+        import grpolab.measure.preflight  # noqa: F401
     except ImportError:
         return None
     if not (out / "preflight.json").exists():

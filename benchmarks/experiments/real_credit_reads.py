@@ -97,7 +97,7 @@ def precondition(args) -> None:
     import torch
 
     from grpolab.runs import open_run
-    from grpolab.train.readability import readability_row, sample_responses, teacher_delta
+    from grpolab.measure.readability import readability_row, sample_responses, teacher_delta
 
     torch.set_num_threads(args.threads)
     opened = open_run(args.warm_start, config=str(args.config), overrides=args.set, train_items=True)
@@ -397,7 +397,7 @@ def fixture(args) -> None:
     from grpolab import objectives as obj
     from grpolab.runs import open_run
     from grpolab.teacher_text import CreditTokens
-    from grpolab.train.readability import sample_responses, teacher_delta
+    from grpolab.measure.readability import sample_responses, teacher_delta
 
     torch.set_num_threads(args.threads)
     opened = open_run(args.model, config=str(args.config), overrides=args.set, train_items=True)

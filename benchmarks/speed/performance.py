@@ -49,9 +49,10 @@ import torch
 from grpolab import objectives as obj
 from grpolab.config import load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer, load_model, save_model
-from grpolab.train import Experience, UpdateSpec, policy_update, update
+from grpolab.rollout import Experience
+from grpolab.train import UpdateSpec, policy_update, update
 from grpolab.tasks import PromptFormat
-from grpolab.train.collector import collector_for
+from grpolab.rollout.collector import collector_for
 from grpolab.train.optim import build_optimizer, build_scheduler
 from grpolab.train.setup import build_task_splits
 from grpolab.train.warm_start import sft_from_config

@@ -168,7 +168,8 @@ def update_runner(model, lora: bool, lr: float):
     from grpolab.config import load_config
     from grpolab.models.lora import apply_lora
     from grpolab.models.memory import lean_swiglu
-    from grpolab.train import Experience, UpdateSpec, update
+    from grpolab.rollout import Experience
+    from grpolab.train import UpdateSpec, update
     from grpolab.train.optim import build_optimizer, build_scheduler
 
     if lora:

@@ -12,7 +12,7 @@ sums 0..20 in its chat template, LoRA r16, 4 prompts x 8 samples, 12 new tokens,
 
 One evaluator for all: greedy, on all 219 held-out sums, through grpolab's evaluator and the run's
 collector (``trl_recipe.heldout_accuracy``; ``grpolab train`` calls the same
-``grpolab.train.evaluate.evaluate`` with the same collector in its loop), after the steps in
+``grpolab.measure.evaluate.evaluate`` with the same collector in its loop), after the steps in
 ``--eval-every`` and the last. Evaluation is outside the timers: a side's wall time is the sum of
 its optimizer steps (sampling, reward, advantages, update), ``time/step`` in grpolab's metrics,
 ``on_step_begin -> on_step_end`` in TRL. Step 0 (the base model, identical for all sides) is the

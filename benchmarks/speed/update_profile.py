@@ -37,7 +37,8 @@ from grpolab.config import ObjectiveConfig
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.rollout import sample
 from grpolab.rollout.logprobs import distinct_prompts
-from grpolab.train import Experience, UpdateSpec, update
+from grpolab.rollout import Experience
+from grpolab.train import UpdateSpec, update
 from grpolab.train.policy_update import LossSpec, micro_batches
 from grpolab.utils import bench
 from grpolab.utils.io import atomic_write_json

@@ -467,7 +467,7 @@ class TrainerConfig:
     share_prompts: bool = _key(True, "the update forwards each distinct prompt of a micro-batch once")
     headroom: bool = _key(
         True, "run `grpolab preflight` before RL (RUN_DIR/preflight.md)",
-        more="run the preflight before RL (RUN_DIR/preflight.md; grpolab.train.preflight)")
+        more="run the preflight before RL (RUN_DIR/preflight.md; grpolab.measure.preflight)")
     headroom_budget: float = _key(
         60.0, "time the preflight before RL may take (never overrun)", form=">= 0 seconds (0 = no limit)",
         more=("seconds the preflight before RL may take (0 = no limit); never overrun: the first chunk is one "

@@ -5,7 +5,7 @@ everything that measures it.
 measure here, and the warm start's accuracy checks collect through the collector built the same
 way; all of it comes from the setup functions :func:`grpolab.train.loop.start_run` uses
 (:func:`~grpolab.train.setup.build_policy`, :func:`~grpolab.train.setup.build_task`,
-:func:`~grpolab.train.setup.resolve_prompt_format`, :func:`~grpolab.train.collector.collector_for`,
+:func:`~grpolab.train.setup.resolve_prompt_format`, :func:`~grpolab.rollout.collector.collector_for`,
 :func:`~grpolab.models.stop_token_ids`). So every command prompts a model exactly as training
 does -- the chat template whenever the tokenizer defines one and ``task.chat_template`` is not
 ``off`` -- and prints one line saying which format it uses.
@@ -150,7 +150,7 @@ def open_run(path: str | os.PathLike | None = None, config: str | os.PathLike | 
         log: where the one ``prompts: ...`` line goes (and the task's split notes).
     """
     from grpolab.models import stop_token_ids
-    from grpolab.train.collector import collector_for
+    from grpolab.rollout.collector import collector_for
     from grpolab.train.setup import build_policy, model_context, resolve_device, resolve_prompt_format
 
     cfg, model_dir, run_dir = _source(path, config, overrides)
@@ -186,11 +186,11 @@ def heldout_items(config: str | os.PathLike | None, n_eval: int, overrides: Sequ
 
 
 def greedy_eval(model_dir: str | os.PathLike, items: list, env):
-    """``model_dir``'s greedy evaluation (:class:`grpolab.train.evaluate.EvalResult`: per-item
+    """``model_dir``'s greedy evaluation (:class:`grpolab.measure.evaluate.EvalResult`: per-item
     scores and transcripts) on ``items`` as episodes in the environment ``env`` (a config's
     ``env`` section; environments write their own plain-text prompts)."""
     from grpolab.models import load_model
-    from grpolab.train.evaluate import evaluate
+    from grpolab.measure.evaluate import evaluate
 
     model, tok = load_model(model_dir)
     return evaluate(model, tok, items, env=env)
@@ -199,7 +199,7 @@ def greedy_eval(model_dir: str | os.PathLike, items: list, env):
 def greedy_episodes(model_dir: str | os.PathLike, config: str | os.PathLike, n_eval: int) -> tuple[list, list[bool]]:
     """``(items, solved)``: the first ``n_eval`` held-out items of ``config``'s task and whether
     ``model_dir`` solves each one in a greedy episode (:func:`heldout_items`, :func:`greedy_eval`)."""
-    from grpolab.train.evaluate import SOLVED
+    from grpolab.measure.evaluate import SOLVED
 
     items, cfg = heldout_items(config, n_eval)
     res = greedy_eval(model_dir, items, cfg.env)

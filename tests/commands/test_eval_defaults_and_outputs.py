@@ -46,7 +46,7 @@ def test_eval_samples_as_the_run_did_and_says_so(run_dir, capsys):
 
 
 def _no_work(monkeypatch):
-    import grpolab.commands.credit as credit
+    import grpolab.credit_page as credit
     import grpolab.models.gguf as gguf
     import grpolab.runs as runs
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from grpolab.diagnostics import bootstrap_ci, headroom_from_outcomes, headroom_markdown, mean_ci, paired_bootstrap_ci, pass_at_k
-from grpolab.train.evaluate import pass_at_k as pass_at_k_from_train
+from grpolab.measure.evaluate import pass_at_k as pass_at_k_from_train
 
 
 def test_pass_at_k_hand_values():

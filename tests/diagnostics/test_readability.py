@@ -1,4 +1,4 @@
-"""grpolab.diagnostics.readability (pure) and grpolab.train.readability (the teacher forward), against
+"""grpolab.diagnostics.readability (pure) and grpolab.measure.readability (the teacher forward), against
 hand-computed cases."""
 
 import pytest
@@ -121,7 +121,7 @@ def test_measure_readability_runs_the_teacher_on_a_tiny_model(tmp_path):
     # the delta it rests on is teacher - student of the trainer's teacher prompt
     from grpolab.models import TinyModelConfig, build_tiny_model, save_model
     from grpolab.runs import open_run
-    from grpolab.train.readability import measure_run_readability, sample_responses, teacher_delta
+    from grpolab.measure.readability import measure_run_readability, sample_responses, teacher_delta
 
     tok = build_tokenizer()
     save_model(build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from grpolab.config import load_config
-from grpolab.train.collector import collector_for
+from grpolab.rollout.collector import collector_for
 from grpolab.train.setup import build_task_splits
 from grpolab.train.watch import TrainingWatch
 

@@ -201,7 +201,8 @@ def test_update_micro_batches_count_observation_tokens(counting_episodes, model,
     import copy
 
     from grpolab.config import load_config
-    from grpolab.train import Experience, UpdateSpec, policy_update, update
+    from grpolab.rollout import Experience
+    from grpolab.train import UpdateSpec, policy_update, update
     from grpolab.train.optim import build_optimizer, build_scheduler
 
     r = counting_episodes.rollout

@@ -84,7 +84,7 @@ def test_the_training_collector_passes_top_k_through():
     from grpolab.config import load_config
     from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
     from grpolab.tasks import get_task
-    from grpolab.train.collector import make_collector
+    from grpolab.rollout.collector import make_collector
     from grpolab.train.step_batch import collect_step
 
     tok = build_tokenizer()

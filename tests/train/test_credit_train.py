@@ -18,7 +18,7 @@ from grpolab.rollout import DEFAULT_TEACHER_TEMPLATE
 from grpolab.train import train
 from grpolab.train.checkpoint import latest_checkpoint
 from grpolab.train.credit import CreditStep, leakage
-from grpolab.train.experience import Experience
+from grpolab.rollout.experience import Experience
 from grpolab.train.metrics_log import read_metrics
 
 SMALL = [

@@ -13,7 +13,8 @@ import torch
 from grpolab.cli import main as cli_main
 from grpolab.config import load_config
 from grpolab.models import load_model
-from grpolab.train import Experience, UpdateSpec, update
+from grpolab.rollout import Experience
+from grpolab.train import UpdateSpec, update
 from grpolab.train.policy_update import micro_batches
 from grpolab.train import train
 from grpolab.train.checkpoint import latest_checkpoint

@@ -10,7 +10,7 @@ import yaml
 from grpolab.config import load_config
 from grpolab.train.policy_update import max_response_len as _max_response_len
 
-from grpolab.train.collector import EpisodeCollector
+from grpolab.rollout.collector import EpisodeCollector
 
 
 def test_constant_aggregation_length_covers_observations_in_env_runs():

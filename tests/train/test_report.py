@@ -8,8 +8,8 @@ import pytest
 
 from grpolab.config import Config
 from grpolab.diagnostics.headroom import headroom_from_outcomes
-from grpolab.train.evaluate import per_family
-from grpolab.train.headroom import write_headroom
+from grpolab.measure.evaluate import per_family
+from grpolab.measure.headroom import write_headroom
 from grpolab.train.loop import TrainResult
 from grpolab.train.report import per_task_rows, write_report
 from grpolab.tasks.base import TaskItem

@@ -6,7 +6,7 @@ import json
 from grpolab.config import Config
 from grpolab.diagnostics.preflight import preflight_from_outcomes
 from grpolab.train.loop import TrainResult
-from grpolab.train.preflight import write_preflight
+from grpolab.measure.preflight import write_preflight
 from grpolab.train.report import write_report
 
 

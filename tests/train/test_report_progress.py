@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from grpolab.config import load_config
-from grpolab.train.progress import LineProgress, format_seconds, progress_bar
+from grpolab.utils.progress import LineProgress, format_seconds, progress_bar
 from grpolab.train.report import plot_metrics, plot_series
 
 
@@ -115,7 +115,7 @@ def test_item_progress_counts_batches_of_items():
 def test_evaluate_reports_items_done_per_batch():
     from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
     from grpolab.tasks import get_task
-    from grpolab.train.evaluate import evaluate
+    from grpolab.measure.evaluate import evaluate
 
     tok = build_tokenizer()
     model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
@@ -129,7 +129,7 @@ def test_evaluate_reports_items_done_per_batch():
 def test_headroom_and_warm_start_report_progress():
     from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
     from grpolab.tasks import get_task
-    from grpolab.train.headroom import measure_headroom
+    from grpolab.measure.headroom import measure_headroom
     from grpolab.train.sft import SFTSpec, run_sft
 
     tok = build_tokenizer()

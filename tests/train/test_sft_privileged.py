@@ -11,7 +11,7 @@ from grpolab.tasks import get_task
 from grpolab.train import sft as sft_mod
 from grpolab.train.warm_start import warm_start_key
 from grpolab.train.sft import SFTSpec, run_sft, sft_batch
-from grpolab.train.text import encode_completion
+from grpolab.rollout.text import encode_completion
 
 
 def _setup():

@@ -10,9 +10,9 @@ import torch
 
 from grpolab.config import ConfigError, load_config
 from grpolab.rollout import Rollout
-from grpolab.train.experience import concat_experiences, select_groups
+from grpolab.rollout.experience import concat_experiences, select_groups
 from grpolab.train.step_batch import collect_step, without_truncated
-from grpolab.train.experience import Experience
+from grpolab.rollout.experience import Experience
 
 
 class ScriptedCollector:
@@ -252,7 +252,7 @@ def test_the_old_dapo_paths_re_export_the_role_named_modules():
     import grpolab.objectives.shaping as shaping
     import grpolab.rollout.batch as batch
     import grpolab.train.dapo as old
-    import grpolab.train.experience as experience
+    import grpolab.rollout.experience as experience
     import grpolab.train.step_batch as step_batch
 
     assert old.collect_step is step_batch.collect_step and old.without_truncated is step_batch.without_truncated

@@ -16,7 +16,8 @@ from grpolab import objectives as obj
 from grpolab.config import load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.tasks import get_task
-from grpolab.train import Experience, TrainState, UpdateSpec, make_collector, update
+from grpolab.rollout import Experience, make_collector
+from grpolab.train import TrainState, UpdateSpec, update
 from grpolab.train.loop import learning_signal
 
 

@@ -45,7 +45,7 @@ def test_per_token_advantages_equal_per_row_report_the_sequence_values():
     carry the same advantage (RLSD at lam = 0) must report exactly that value, as the sequence
     advantages do (a float32 mean of 37 copies of 0.7 is one ulp off)."""
     from grpolab.rollout.batch import Rollout
-    from grpolab.train.experience import Experience
+    from grpolab.rollout.experience import Experience
     from grpolab.train.step_metrics import step_metrics
 
     B, T = 4, 37

@@ -35,7 +35,7 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
     from grpolab.runs import open_run
     from grpolab.train.checks import check_writable
     from grpolab.train.completions import completion_rows, examples_table, write_jsonl
-    from grpolab.train.evaluate import evaluate
+    from grpolab.measure.evaluate import evaluate
 
     if completions:  # before the model loads and the evaluation runs, not after
         check_writable(completions, "--completions")
@@ -45,7 +45,7 @@ def eval_command(model: str, *, task: str | None = None, task_option: list[str] 
     sampling = eval_sampling(run, samples=samples, temperature=temperature, config_given=bool(config or overrides))
     samples, temperature = sampling["samples"], sampling["temperature"]
     print(sampling_line(sampling), file=sys.stderr)
-    from grpolab.train.progress import LineProgress
+    from grpolab.utils.progress import LineProgress
 
     def progress(desc):  # one line per ~10% of the items on stderr, with an ETA (stdout stays JSON)
         return LineProgress(len(items), every=max(1, len(items) // 10), desc=desc, unit="item",
@@ -100,7 +100,7 @@ def sampling_line(s: dict) -> str:
 
 def _item_progress(total: int, log: Callable[[str], None]):
     """``desc -> update``: one progress line per ~10% of ``total`` items, with an ETA."""
-    from grpolab.train.progress import LineProgress
+    from grpolab.utils.progress import LineProgress
 
     return lambda desc: LineProgress(total, every=max(1, total // 10), desc=desc, unit="item", log=log).update
 
@@ -122,7 +122,7 @@ def headroom_command(model: str, *, task: str | None = None, task_option: list[s
     from grpolab.diagnostics.headroom import headroom_markdown
     from grpolab.runs import open_run
     from grpolab.train.checks import check_writable
-    from grpolab.train.headroom import measure_headroom, write_headroom
+    from grpolab.measure.headroom import measure_headroom, write_headroom
 
     if out is not None:  # before the model loads and the measurement runs, not after
         check_writable(out, "--out", directory=True)

@@ -2,7 +2,7 @@
 
 Opens the model with :func:`grpolab.runs.open_run` (a run directory brings its config; a bare model
 directory takes ``--config`` + ``--set``, so it is measured exactly as training will prompt, sample
-and score it), measures it with :func:`grpolab.train.preflight.measure_preflight` -- within
+and score it), measures it with :func:`grpolab.measure.preflight.measure_preflight` -- within
 ``--budget`` seconds when given -- and writes ``preflight.json`` and ``preflight.md``
 (:mod:`grpolab.diagnostics.preflight`: the verdicts, the numbers they rest on, the thresholds and
 the ``--set`` lines to use).
@@ -43,7 +43,7 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
     ``pilot`` > 0: then train that many GRPO steps of the config into ``OUT/pilot`` and measure the
     same items again; the paired change decides GRPO's verdict (:func:`_pilot`)."""
     from grpolab.config import ConfigError
-    from grpolab.train.preflight import default_k, is_off_policy, measure_preflight, write_preflight
+    from grpolab.measure.preflight import default_k, is_off_policy, measure_preflight, write_preflight
 
     if budget < 0:
         raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
@@ -88,7 +88,7 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, k: 
     from grpolab.models.io import load_model
     from grpolab.train import train
     from grpolab.train.checks import check_train
-    from grpolab.train.preflight import is_off_policy, measure_preflight
+    from grpolab.measure.preflight import is_off_policy, measure_preflight
     from grpolab.train.rundir import RunDir
 
     if res.verdict("GRPO") == NOT_INDICATED:

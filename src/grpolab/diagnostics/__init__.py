@@ -9,12 +9,11 @@
 * collapse -- :func:`detect_collapse` on success and entropy curves
 * readability -- can the privileged teacher read? :func:`first_wrong_token`, :func:`localisation`
   (first-wrong-token AUC), :func:`readability` (with the response AUC); the teacher forward is
-  :func:`grpolab.train.readability.measure_readability`
+  :func:`grpolab.measure.readability.measure_readability`
 * :func:`wilson_interval` -- the item-sampling interval of one accuracy
 
-Nothing here imports the trainer; the commands that run models (``grpolab headroom``,
-``diagnose``) live in :mod:`grpolab.commands.models` and :mod:`grpolab.commands.diagnose`
-(the model runs of the headroom check in :mod:`grpolab.train.headroom`).
+Nothing here imports the trainer; the model runs live in :mod:`grpolab.measure` (the headroom
+check in :mod:`grpolab.measure.headroom`) and the revert/transplant study in :mod:`grpolab.diagnose`.
 """
 
 from grpolab.diagnostics.collapse import CollapseVerdict, detect_collapse

@@ -1,6 +1,6 @@
 """Before a run: which method can help here? Pure statistics and verdicts (docs/when-grpo-helps.md).
 
-The measuring part (:mod:`grpolab.train.preflight`) samples the starting model through the run's
+The measuring part (:mod:`grpolab.measure.preflight`) samples the starting model through the run's
 collector and hands this module per-item, per-response outcomes; nothing here calls a model. From
 them, with the sample size and a 95% interval on every number:
 
@@ -402,7 +402,7 @@ def preflight_from_outcomes(
         greedy_answer_seen / sampled_answer_seen: :func:`answer_in_text` of each response.
         sampled_lengths: ``[N][k]`` response lengths in tokens.
         families: ``[N]`` family label per item (:func:`grpolab.diagnostics.headroom.family_of`).
-        readability: :func:`grpolab.train.readability.measure_readability`'s row (None: not measured).
+        readability: :func:`grpolab.measure.readability.measure_readability`'s row (None: not measured).
         has_privileged: the task's items carry privileged text (RLSD/GEAR can apply).
         off_policy: the run takes more than one optimizer step per batch or samples with a lag.
     """

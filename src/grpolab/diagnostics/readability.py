@@ -15,7 +15,7 @@ wrong. With ``delta[B,T] = teacher_logp - student_logp`` of the sampled tokens:
 * :func:`readability` -- all of it for one sampled batch, with the sample sizes it rests on.
 
 Everything here is a function of tensors, token ids and a tokenizer's ``decode``: no model call
-(the teacher forward that produces ``delta`` is :func:`grpolab.train.readability.measure_readability`).
+(the teacher forward that produces ``delta`` is :func:`grpolab.measure.readability.measure_readability`).
 """
 
 from __future__ import annotations

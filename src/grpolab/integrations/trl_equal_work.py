@@ -5,7 +5,7 @@ TRL part on a real one; docs/performance.md reads their numbers).
 For each seed both trainers start from the same checkpoint (:func:`build_checkpoint`) and see the
 same prompts at every step (:func:`prompt_schedule`): TRL as a dataset in schedule order, its reward
 function checking that each generation batch holds the scheduled prompts; grpolab through the
-trainer's collector (:func:`grpolab.train.collector.collector_for`) and its public
+trainer's collector (:func:`grpolab.rollout.collector.collector_for`) and its public
 :func:`grpolab.train.update`. What each side times is in benchmarks/speed/vs_trl.py's docstring.
 
 - :func:`run_trl`, :func:`run_grpolab` -- one seed's run of a side: per step ``step_s``,
@@ -198,7 +198,8 @@ def run_trl(model_dir: Path, items, schedule, s: dict, seed: int, work: Path) ->
 def grpolab_update_fn():
     """The trainer's public update for one rollout batch, called as ``train`` calls it:
     ``fn(policy, optimizer, scheduler, rollout, advantages, cfg)``."""
-    from grpolab.train import Experience, UpdateSpec, update
+    from grpolab.rollout import Experience
+    from grpolab.train import UpdateSpec, update
 
     def fn(policy, optimizer, scheduler, rollout, advantages, cfg):
         return update(policy, optimizer, scheduler, Experience.from_rollout(rollout, advantages),
@@ -243,7 +244,7 @@ def run_grpolab(model_dir: Path, items, schedule, s: dict, seed: int, skip: bool
     ``trainer.skip_zero_advantage`` on (rows with a zero advantage are not trained on)."""
     from grpolab import objectives as obj
     from grpolab.tasks import PromptFormat
-    from grpolab.train.collector import collector_for
+    from grpolab.rollout.collector import collector_for
 
     cfg, update, update_name, gen, policy, tok, optimizer, scheduler = grpolab_setup(
         model_dir, s, seed, skip, len(schedule))
@@ -284,7 +285,7 @@ def fixed_batch(model_dir: Path, items, step_items: list[int], s: dict, seed: in
     """One batch sampled once by grpolab from the starting model: ``(rollout, rewards [B], batch items)``."""
     from grpolab.models import load_model
     from grpolab.tasks import PromptFormat
-    from grpolab.train.collector import SingleTurnCollector
+    from grpolab.rollout.collector import SingleTurnCollector
 
     policy, tok = load_model(model_dir)
     batch = [items[i] for i in step_items]

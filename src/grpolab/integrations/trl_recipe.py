@@ -254,14 +254,14 @@ class StepClock(_step_clock_base()):
 
 def heldout_accuracy(model, tokenizer, items, cfg: Config, prompt_format):
     """Greedy held-out evaluation of ``model`` exactly as ``grpolab train`` evaluates its policy
-    (:func:`grpolab.train.evaluate.evaluate` through the run's collector: same prompts, stop ids,
-    ``rollout.max_new_tokens`` and verifier); returns the :class:`~grpolab.train.evaluate.EvalResult`.
+    (:func:`grpolab.measure.evaluate.evaluate` through the run's collector: same prompts, stop ids,
+    ``rollout.max_new_tokens`` and verifier); returns the :class:`~grpolab.measure.evaluate.EvalResult`.
     The model is put in eval mode for the call and back in training mode after if it was."""
     import torch
 
     from grpolab.models import stop_token_ids
-    from grpolab.train.collector import collector_for
-    from grpolab.train.evaluate import evaluate
+    from grpolab.rollout.collector import collector_for
+    from grpolab.measure.evaluate import evaluate
 
     was_training = model.training
     model.eval()

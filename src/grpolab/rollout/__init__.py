@@ -6,13 +6,17 @@
 - :func:`run_episodes` -- multi-turn episodes against environments (:mod:`grpolab.envs`) ->
   :class:`EpisodeBatch` (a Rollout whose observation tokens have mask 0, plus rewards and
   per-turn counts).
+- :class:`Collector` (:func:`make_collector`) -- a model and task items in, a scored
+  :class:`Experience` out: how a run samples and scores (training, evaluation, the preflight).
 - :func:`teacher_logprobs` -- the privileged self-teacher forward (RLSD/GEAR/OPSD): teacher
   log-probs of the sampled tokens and, optionally, the full-vocabulary KL to the student. Its
   prompt text and the credit token masks are :mod:`grpolab.teacher_text`.
 """
 
 from .batch import Rollout
+from .collector import Collector, EpisodeCollector, SingleTurnCollector, make_collector
 from .episodes import EpisodeBatch, run_episodes
+from .experience import Experience
 from .logprobs import LogprobResult, response_logprobs
 from .prompts import encode_prompt, encode_prompts
 from .sampler import SamplingSpec, left_pad, sample
@@ -31,5 +35,6 @@ __all__ = [
     "Rollout", "LogprobResult", "SamplingSpec", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
     "DEFAULT_TEACHER_TEMPLATE", "TeacherResult", "build_teacher_prompts", "check_template",
     "encode_teacher_prompts", "teacher_logprobs", "credit_logprobs", "encode_prompt", "encode_prompts",
-    "teacher_messages", "CreditTokens",
+    "teacher_messages", "CreditTokens", "Collector", "EpisodeCollector", "SingleTurnCollector", "make_collector",
+    "Experience",
 ]

@@ -24,7 +24,7 @@ def completion_rows(items: Sequence, prompts: Sequence[str], completions: Sequen
 
     Args:
         items: the prompt items; row ``i`` of ``completions`` answers ``items[prompt_index[i]]``
-            (:attr:`grpolab.train.experience.Experience.prompt_index`).
+            (:attr:`grpolab.rollout.experience.Experience.prompt_index`).
         prompts: the prompt text each item was shown (chat-rendered when a template is used).
         completions, rewards: one per row.
     """

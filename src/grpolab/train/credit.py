@@ -38,7 +38,7 @@ from grpolab.rollout import credit_logprobs, left_pad
 from grpolab.teacher_text import CreditTokens
 
 if TYPE_CHECKING:
-    from grpolab.train.experience import Experience
+    from grpolab.rollout.experience import Experience
 
 
 @dataclass
@@ -151,7 +151,7 @@ class CreditStep:
         Args:
             step: 0-based training step (drives the ``lam`` schedule and the teacher sync).
             policy: the current policy (the live teacher, and the student of the KL).
-            exp: the step's :class:`grpolab.train.experience.Experience`; reads its items, the
+            exp: the step's :class:`grpolab.rollout.experience.Experience`; reads its items, the
                 row -> item index, the rollout, the texts (for the leakage counter) and the
                 ``[B]`` sequence advantages ``exp.advantages``.
             student_logp: ``[B,T]`` the current policy's log-probs of the sampled tokens, if known

@@ -5,8 +5,8 @@
 - :class:`~grpolab.train.rundir.RunDir` owns the run directory (config, warm-start cache,
   checkpoints, final model);
 - :class:`~grpolab.train.state.TrainState` holds everything a checkpoint must hold;
-- a :class:`~grpolab.train.collector.Collector` (single-turn or multi-turn episodes) turns the
-  sampler and a step's prompts into a scored :class:`~grpolab.train.experience.Experience`;
+- a :class:`~grpolab.rollout.collector.Collector` (single-turn or multi-turn episodes) turns the
+  sampler and a step's prompts into a scored :class:`~grpolab.rollout.experience.Experience`;
 - :func:`~grpolab.train.policy_update.update` makes ``trainer.epochs x trainer.mini_batches`` exact
   optimizer steps over it.
 
@@ -33,11 +33,11 @@ from grpolab.config import Config
 from grpolab.models import stop_token_ids
 from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import save_checkpoint
-from grpolab.train.collector import Collector, collector_for
+from grpolab.rollout.collector import Collector, collector_for
 from grpolab.train.step_batch import collect_step, without_truncated
 from grpolab.train.watch import TrainingWatch, memory_metrics
-from grpolab.train.evaluate import evaluate, per_family
-from grpolab.train.experience import Experience
+from grpolab.measure.evaluate import evaluate, per_family
+from grpolab.rollout.experience import Experience
 from grpolab.train.metrics_log import MetricsLog
 from grpolab.train.report import write_report
 from grpolab.train.rundir import RunDir
@@ -274,7 +274,7 @@ def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Con
     state.record_eval(0, start.accuracy, start.mean_reward, per_family(eval_items, start.scores))
     log(f"step 0  held-out greedy accuracy {start.accuracy:.3f}")
     if cfg.trainer.headroom:  # own generator: the training RNG streams are untouched
-        from grpolab.train.headroom import run_headroom_check
+        from grpolab.measure.headroom import run_headroom_check
 
         run_headroom_check(state.policy, state.tokenizer, eval_items, cfg, run_dir.path, log=log,
                            collector=collector)
@@ -364,7 +364,7 @@ def _warner(cfg: Config, log: Callable[[str], None]) -> Callable[[str], None]:
 def _progress(cfg: Config, initial: int, log: Callable[[str], None] = print):
     """A tqdm bar on a terminal; in a log file one line every ``log.progress_every`` steps with an ETA."""
     if cfg.log.progress:
-        from grpolab.train.progress import progress_bar
+        from grpolab.utils.progress import progress_bar
 
         return progress_bar(cfg.trainer.steps, initial=initial, desc="grpo", every=cfg.log.progress_every, log=log)
 

@@ -33,7 +33,7 @@ from grpolab.config import Config, ObjectiveConfig
 from grpolab.rollout import response_logprobs
 
 if TYPE_CHECKING:
-    from grpolab.train.experience import Experience
+    from grpolab.rollout.experience import Experience
 
 __all__ = ["LossSpec", "MetricMeans", "UpdateSpec", "auto_micro_batch_tokens", "micro_batches", "nonzero_rows",
            "update"]

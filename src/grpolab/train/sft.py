@@ -33,9 +33,9 @@ import torch
 
 from grpolab.teacher_text import TeacherPrompt, check_template
 from grpolab.train.checkpoint import rng_state, set_rng_state
-from grpolab.train.evaluate import evaluate
+from grpolab.measure.evaluate import evaluate
 from grpolab.train.optim import build_scheduler
-from grpolab.train.text import assistant_turn_end, encode_completion, encode_prompts
+from grpolab.rollout.text import assistant_turn_end, encode_completion, encode_prompts
 
 
 @dataclass
@@ -132,7 +132,7 @@ def sft_batch(tokenizer, items, device, *, teacher_rows: int = 0, teacher: Teach
     prompt instead (``teacher``, :class:`grpolab.teacher_text.TeacherPrompt`, in the same
     format, as the credit step's teacher sees it); the completion (and so the loss) is the same
     demonstration either way, followed by EOS (on a chat template: the template's end of an
-    assistant turn, :func:`grpolab.train.text.assistant_turn_end`).
+    assistant turn, :func:`grpolab.rollout.text.assistant_turn_end`).
     """
     teacher = TeacherPrompt() if teacher is None else teacher
     if not 0 <= teacher_rows <= len(items):
@@ -240,7 +240,7 @@ def run_sft(model, tokenizer, train_items, eval_items, spec: SFTSpec, *, log=pri
     model of every ``snapshot_every``-th step through ``snapshot(step, model, tokenizer, info)``.
 
     ``collector``: how the accuracy checks sample and score (the run's collector, with its prompt
-    format and stop tokens: :func:`grpolab.train.collector.collector_for`); None: plain-text
+    format and stop tokens: :func:`grpolab.rollout.collector.collector_for`); None: plain-text
     prompts, the tokenizer's EOS and ``spec.env``.
     """
     demos = [it for it in train_items if it.demonstration]
@@ -268,7 +268,7 @@ def run_sft(model, tokenizer, train_items, eval_items, spec: SFTSpec, *, log=pri
 
     def _eta(step: int) -> str:
         """The rate and the time left if the warm start runs to ``max_steps`` (it may stop earlier)."""
-        from grpolab.train.progress import format_seconds
+        from grpolab.utils.progress import format_seconds
 
         done = step - resumed_from
         if done <= 0:

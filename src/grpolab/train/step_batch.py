@@ -36,7 +36,7 @@ from grpolab import step_row as K
 from grpolab.config import Config
 from grpolab.objectives.shaping import group_has_signal, overlong_penalty, truncation_mask
 from grpolab.rollout import Rollout
-from grpolab.train.experience import Experience, concat_experiences, select_groups
+from grpolab.rollout.experience import Experience, concat_experiences, select_groups
 
 __all__ = ["collect_step", "overlong_buffer_tokens", "without_truncated"]
 
@@ -59,7 +59,7 @@ def collect_step(collector, model, next_prompts: Callable[[int], list], cfg: Con
     """One step's scored experience and the ``dynamic_sampling/...`` metrics (empty when off).
 
     Args:
-        collector: the run's :class:`grpolab.train.collector.Collector`.
+        collector: the run's :class:`grpolab.rollout.collector.Collector`.
         model: the model rollouts come from.
         next_prompts: ``n -> n`` task items (the run's data stream).
         cfg: the run config (``rollout.*`` sampling and dynamic-sampling settings,

@@ -1,6 +1,6 @@
 """A training step's metrics row: rewards, accuracy, lengths (pooled and within groups), advantages,
 groups without signal, and the update's ``update/...`` statistics; :func:`metric_schema` lists the
-keys every row carries. Pure functions over an :class:`~grpolab.train.experience.Experience`
+keys every row carries. Pure functions over an :class:`~grpolab.rollout.experience.Experience`
 (benchmarks and studies compute the same quantities with them).
 """
 
@@ -12,8 +12,8 @@ import torch
 
 from grpolab import objectives as obj
 from grpolab.config import Config
-from grpolab.train.evaluate import SOLVED
-from grpolab.train.experience import Experience
+from grpolab.measure.evaluate import SOLVED
+from grpolab.rollout.experience import Experience
 from grpolab import step_row as K
 from grpolab.step_row import with_verl_names
 

@@ -108,7 +108,7 @@ class TrainingWatch:
 
     def observe(self, step: int, row: dict[str, Any], reward_error: dict[str, Any] | None = None) -> list[str]:
         """The warning lines of step ``step`` (its metrics ``row``); usually none. ``reward_error``:
-        the step's first failing row (:attr:`grpolab.train.experience.Experience.reward_error_example`),
+        the step's first failing row (:attr:`grpolab.rollout.experience.Experience.reward_error_example`),
         whose exception text and completion the reward warning shows. The warning names
         ``run_dir/completions.jsonl``: the trainer writes the step's completions there when it warns
         (:meth:`warned`)."""

@@ -28,7 +28,7 @@ __all__ = ["measure_readability", "measure_run_readability", "readability_row", 
 
 
 def sample_responses(collector, model, items: Sequence, *, group_size: int, temperature: float, seed: int = 0):
-    """``group_size`` sampled responses to each of ``items`` (an :class:`~grpolab.train.experience.Experience`,
+    """``group_size`` sampled responses to each of ``items`` (an :class:`~grpolab.rollout.experience.Experience`,
     ``B = len(items) * group_size`` group-contiguous rows, rewards scored)."""
     return collector.collect(model, list(items), group_size=group_size, temperature=temperature,
                              generator=torch.Generator().manual_seed(seed))
@@ -42,7 +42,7 @@ def teacher_delta(model, tokenizer, prompt_format, credit, exp, *, temperature: 
         model: the student (the policy that sampled ``exp``).
         tokenizer, prompt_format: the run's (:class:`grpolab.runs.OpenedRun`).
         credit: a :class:`grpolab.config.CreditConfig` (template, placement).
-        exp: the sampled :class:`~grpolab.train.experience.Experience`.
+        exp: the sampled :class:`~grpolab.rollout.experience.Experience`.
         temperature: the sampling temperature (log-probs of the sampling distribution).
         teacher: the teacher model; None = ``model`` shown the privileged prompt.
         items: the items whose privileged context the teacher reads (default ``exp.items``; the

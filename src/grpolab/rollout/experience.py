@@ -1,4 +1,4 @@
-"""One step's batch, born in one place (:mod:`grpolab.train.collector`): :class:`Experience`.
+"""One step's batch, born in one place (:mod:`grpolab.rollout.collector`): :class:`Experience`.
 
 Every consumer -- the update, the credit step, the step metrics, the ``grpolab credit`` page,
 evaluation -- reads rows and their task items from here; nobody joins rows back to items by
@@ -13,8 +13,7 @@ from typing import Any
 
 import torch
 
-from grpolab.rollout import Rollout
-from grpolab.rollout.batch import concat_rollouts
+from grpolab.rollout.batch import Rollout, concat_rollouts
 
 __all__ = ["Experience", "concat_experiences", "select_groups"]
 

@@ -19,7 +19,7 @@ from typing import Protocol
 
 import torch
 
-from grpolab.train.experience import Experience
+from grpolab.rollout.experience import Experience
 
 __all__ = ["Collector", "EpisodeCollector", "SingleTurnCollector", "make_collector"]
 
@@ -65,8 +65,8 @@ class SingleTurnCollector:
     def collect(self, model, items, *, group_size, greedy=False, temperature=1.0, top_p=1.0, generator=None,
                 top_k=0, min_p=0.0, repetition_penalty=1.0):
         from grpolab.rewards import score_batch
-        from grpolab.rollout import SamplingSpec, sample
-        from grpolab.train.text import decode_responses
+        from grpolab.rollout.sampler import SamplingSpec, sample
+        from grpolab.rollout.text import decode_responses
 
         tok = self.tokenizer
         spec = SamplingSpec(temperature=temperature, top_p=top_p, top_k=top_k, min_p=min_p,
@@ -106,7 +106,7 @@ class EpisodeCollector:
         if top_k or min_p or repetition_penalty != 1.0:
             raise ValueError("top_k / min_p / repetition_penalty are not supported for multi-turn episodes")
         from grpolab.envs import make_env
-        from grpolab.rollout import run_episodes
+        from grpolab.rollout.episodes import run_episodes
 
         env = self.env
         t0 = time.time()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from grpolab.commands.credit import _color, render_html, render_png
+from grpolab.credit_page import _color, render_html, render_png
 
 DATA = {
     "method": "gear", "lam": 1.0, "eps_w": 0.2, "teacher": "frozen", "template": "{prompt}{privileged}",
@@ -119,7 +119,7 @@ def test_opsd_page_is_coloured_by_the_per_token_advantage(tmp_path, monkeypatch)
     # on, A_t = teacher - student. Gaps [-2, -1, 0, 0.5, 2]: |A_t| sorted [0, .5, 1, 2, 2], the 95th
     # percentile (element round(0.95 * 4) = 4) is 2 -> -2 saturated red, -1 half red, 0 white,
     # 0.5 a quarter blue, 2 saturated blue
-    from grpolab.commands.credit import opsd_scale
+    from grpolab.credit_page import opsd_scale
 
     gaps = [-2.0, -1.0, 0.0, 0.5, 2.0]
     opsd = {**DATA, "method": "opsd", "rows": [{**DATA["rows"][0], "tokens": list("abcde"), "multiplier": [1.0] * 5,

@@ -1,7 +1,7 @@
 """Measure headroom (greedy vs sampled success) of a model on task items; write it to a run dir.
 
 ``grpolab headroom`` still uses :func:`measure_headroom`; the check ``grpolab train`` runs before RL
-is the preflight now (:mod:`grpolab.train.preflight`, ``run_headroom_check`` delegates to it).
+is the preflight now (:mod:`grpolab.measure.preflight`, ``run_headroom_check`` delegates to it).
 
 The statistics and the verdict are pure functions in :mod:`grpolab.diagnostics.headroom`; this
 module runs the model. Sampling uses its own ``torch.Generator``, so calling it (e.g. at the start
@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from grpolab.diagnostics.headroom import HeadroomResult, family_of, headroom_from_outcomes, headroom_markdown
-from grpolab.train.evaluate import SOLVED, evaluate
+from grpolab.measure.evaluate import SOLVED, evaluate
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
 __all__ = ["measure_headroom", "write_headroom"]
@@ -26,11 +26,11 @@ def measure_headroom(model, tokenizer, items, *, k: int = 8, temperature: float 
                      batch_size: int = 256, env=None, collector=None, progress=None) -> HeadroomResult:
     """Greedy success, sampled success (k samples per item at ``temperature``) and pass@k, with CIs.
 
-    ``progress``: ``desc -> callback`` (e.g. a :class:`grpolab.train.progress.LineProgress`'s
+    ``progress``: ``desc -> callback`` (e.g. a :class:`grpolab.utils.progress.LineProgress`'s
     ``update``) for each of the two passes, called with the items done after each batch.
 
     ``env``: an :class:`grpolab.config.EnvConfig` for multi-turn tasks (episodes instead of single
-    completions), passed to :func:`grpolab.train.evaluate.evaluate`.
+    completions), passed to :func:`grpolab.measure.evaluate.evaluate`.
     """
     if not items:
         raise ValueError("measure_headroom needs at least one item")
@@ -67,13 +67,13 @@ def write_headroom(out_dir: str | Path, res: HeadroomResult, name: str = "headro
 
 def run_headroom_check(policy, tokenizer, eval_items, cfg, run_dir, *, log=print, collector=None, clock=None):
     """The check ``train`` runs before RL (``trainer.headroom``): since issue 43 the budgeted preflight
-    (:func:`grpolab.train.preflight.run_preflight_check`), which writes ``RUN_DIR/preflight.{json,md}``
+    (:func:`grpolab.measure.preflight.run_preflight_check`), which writes ``RUN_DIR/preflight.{json,md}``
     and returns a :class:`grpolab.diagnostics.preflight.PreflightResult`. The old check said "no
     headroom" from 8 items on a task where GRPO then gained 58 points (docs/when-grpo-helps.md)."""
     import time
 
-    from grpolab.train.collector import collector_for
-    from grpolab.train.preflight import run_preflight_check
+    from grpolab.rollout.collector import collector_for
+    from grpolab.measure.preflight import run_preflight_check
 
     if collector is None:
         collector = collector_for(cfg, tokenizer)

@@ -12,9 +12,9 @@ import pytest
 from grpolab.config import ConfigError, load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.tasks import get_task
-from grpolab.train.collector import make_collector
-from grpolab.train.headroom import run_headroom_check
-from grpolab.train.preflight import MARGIN, RESERVE_S, BudgetPlanner, measure_preflight
+from grpolab.rollout.collector import make_collector
+from grpolab.measure.headroom import run_headroom_check
+from grpolab.measure.preflight import MARGIN, RESERVE_S, BudgetPlanner, measure_preflight
 
 
 class Clock:

@@ -69,14 +69,14 @@ def evaluate(
 ) -> EvalResult:
     """Generate for every item (``samples`` times unless greedy), score, and aggregate.
 
-    Collects through ``collector`` (default: :func:`grpolab.train.collector.make_collector` with
+    Collects through ``collector`` (default: :func:`grpolab.rollout.collector.make_collector` with
     ``max_new_tokens`` and ``env``), ``batch_size // samples`` items at a time. With ``env`` (an
     :class:`grpolab.config.EnvConfig` whose ``name`` is set) every item is played as a multi-turn
     episode: the score is the episode's return, the completion its transcript, the length its
     model tokens. ``progress``: called with the number of items done after each batch (e.g.
-    :meth:`grpolab.train.progress.LineProgress.update`).
+    :meth:`grpolab.utils.progress.LineProgress.update`).
     """
-    from grpolab.train.collector import make_collector
+    from grpolab.rollout.collector import make_collector
 
     if greedy:
         samples = 1

@@ -6,7 +6,7 @@ temperature, ``k`` >= the run's group size) through the run's collector -- its p
 tokens, verifier, or environment for multi-turn runs -- and records each response's reward, length,
 whether it ended with a stop token, the verifier's ``info`` (for why it failed) and whether the
 reference answer appears in it. With privileged text on the items it also measures the teacher's
-readability on the first sampled chunk of at least 4 items (:func:`grpolab.train.readability.measure_readability`).
+readability on the first sampled chunk of at least 4 items (:func:`grpolab.measure.readability.measure_readability`).
 
 Sampling uses its own ``torch.Generator``, so running it at the start of ``grpolab train`` leaves
 every training random stream untouched.
@@ -98,7 +98,7 @@ def _rescore_infos(items, texts, group_rows, rewards, workers: int) -> list[dict
 def _outcomes(collector, model, items, *, group_size: int, greedy: bool, temperature: float, top_p: float,
               generator) -> tuple[list[list[dict]], Any]:
     """Per item, per response: reward, length, finished, reason, answer_seen; and the Experience."""
-    from grpolab.train.collector import EpisodeCollector
+    from grpolab.rollout.collector import EpisodeCollector
 
     exp = collector.collect(model, items, group_size=group_size, greedy=greedy, temperature=temperature,
                             top_p=top_p, generator=generator)
@@ -211,7 +211,7 @@ def _result(greedy: list[dict], sampled: list[list[dict]], group_size: int, max_
 
 def _readability(model, tokenizer, prompt_format, credit, exp, temperature: float) -> dict:
     """The teacher-readability row of one sampled chunk (the keys the verdict and the report use)."""
-    from grpolab.train.readability import measure_readability
+    from grpolab.measure.readability import measure_readability
 
     try:
         row = measure_readability(model, tokenizer, prompt_format, credit, exp, temperature=temperature)
@@ -222,7 +222,7 @@ def _readability(model, tokenizer, prompt_format, credit, exp, temperature: floa
 
 
 def _progress_line(done: int, total: int, k: int, elapsed: float, budget: float) -> str:
-    from grpolab.train.progress import format_seconds
+    from grpolab.utils.progress import format_seconds
 
     eta = elapsed / done * (total - done)
     if budget > 0:
