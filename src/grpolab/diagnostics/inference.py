@@ -135,19 +135,20 @@ def _t_two_sided_p(t: float, df: float) -> float:
 _ERF = np.vectorize(math.erf, otypes=[float])
 
 
+_GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(160)
+
+
 def _power_at(ncp: float, crit: float, df: int) -> float:
     """``P(|T| > crit)`` for the noncentral t with ``df`` degrees of freedom and noncentrality ``ncp``:
-    ``T = (Z + ncp) / (W / sqrt(df))`` with ``W = sqrt(chi2_df)``, integrated over ``W`` (Simpson)."""
-    m = 2000  # panels (even)
-    w = np.linspace(0.0, math.sqrt(df) + 12.0, m + 1)
+    ``T = (Z + ncp) / (W / sqrt(df))`` with ``W = sqrt(chi2_df)``, integrated over ``W`` by Gauss-Legendre
+    on ``sqrt(df) -+ 12`` (W's sd is below 0.71; within 1e-8 of scipy's noncentral t, tests)."""
+    lo, hi = max(0.0, math.sqrt(df) - 12.0), math.sqrt(df) + 12.0
+    w = 0.5 * (hi - lo) * _GL_NODES + 0.5 * (hi + lo)
     log_norm = -(df / 2 - 1) * math.log(2) - math.lgamma(df / 2)
-    with np.errstate(divide="ignore"):
-        dens = np.exp(log_norm + (df - 1) * np.log(w) - w * w / 2) if df > 1 else np.exp(log_norm - w * w / 2)
+    dens = np.exp(log_norm + (df - 1) * np.log(w) - w * w / 2)
     s = crit * w / math.sqrt(df)
     rejects = 0.5 * (1 - _ERF((s - ncp) / math.sqrt(2))) + 0.5 * (1 + _ERF((-s - ncp) / math.sqrt(2)))
-    weights = np.where(np.arange(m + 1) % 2 == 1, 4.0, 2.0)
-    weights[0] = weights[-1] = 1.0
-    return min(1.0, float(np.sum(weights * dens * rejects)) * (w[1] - w[0]) / 3)
+    return min(1.0, 0.5 * (hi - lo) * float(np.sum(_GL_WEIGHTS * dens * rejects)))
 
 
 def t_power(effect: float, n: int, alpha: float = 0.05) -> float:
@@ -173,7 +174,7 @@ def mde_paired(n: int, sd: float, *, alpha: float = 0.05, power: float = 0.8) ->
         lo, hi = hi, hi * 2
         if hi > 1e6:
             raise ArithmeticError(f"no effect reaches power {power} with n={n}")
-    for _ in range(45):
+    for _ in range(34):
         mid = 0.5 * (lo + hi)
         lo, hi = (mid, hi) if _power_at(mid * root_n, crit, n - 1) < power else (lo, mid)
     return 0.5 * (lo + hi) * sd
