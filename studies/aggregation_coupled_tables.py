@@ -21,7 +21,7 @@ import math
 import subprocess
 from pathlib import Path
 
-from grpolab.diagnostics import mean_ci
+from grpolab.diagnostics import mean_interval
 from grpolab.sweep.study import collect, fmt_diff, paired
 from grpolab.utils.io import atomic_write_json
 
@@ -65,7 +65,7 @@ def main() -> None:
     print("|---|---|---|---|---|")
     for name, run in runs.items():
         seeds, windows = run["seeds"], run["per_run"]
-        ci = mean_ci(run["final"]).to_dict()
+        ci = mean_interval(run["final"]).to_dict()
         entry = {"seeds": seeds, "final": run["final"], "start": run["start"], "best": run["best"], "final_ci": ci,
                  "lengths_first": {k: _mean([w["first"][k] for w in windows]) for k in KEYS},
                  "lengths_last": {k: _mean([w["last"][k] for w in windows]) for k in KEYS},

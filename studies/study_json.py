@@ -27,7 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from grpolab.diagnostics import mean_ci
+from grpolab.diagnostics import mean_interval
 from grpolab.sweep.study import (collect, curve_auc, eval_curve, first_reach, fmt_diff, max_drop,  # noqa: F401
                                  paired)
 from grpolab.utils.io import atomic_write_json
@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def tables(variants: dict[str, dict], pairs: dict[str, dict], baseline: str, metrics: list[str]) -> str:
     def ci(xs):
-        c = mean_ci(xs).to_dict() if len(xs) > 1 else {"value": xs[0], "low": xs[0], "high": xs[0]}
-        return f"{c['value']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
+        c = mean_interval(xs).to_dict()
+        return f"{c['value']:.3f} [{c['low']:.3f}, {c['high']:.3f}]" if len(xs) > 1 else f"{c['value']:.3f} (1 seed)"
 
     lines = ["| variant | seeds | start | final, per seed | final | auc | final - " + baseline
              + " | auc - " + baseline + " | steps to " + baseline + "'s final | largest drop | collapsed |",

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from grpolab.diagnostics import mean_ci
+from grpolab.diagnostics import mean_interval
 from grpolab.utils.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,7 +108,7 @@ def collect(out: Path, groups_by_warm: dict[str, dict[str, list[str]]]) -> list[
 
 
 def _ci(xs: list[float]) -> dict:
-    return mean_ci(xs).to_dict()
+    return mean_interval(xs).to_dict()
 
 
 def cells(rows: list[dict], a: str, b: str) -> list[dict]:

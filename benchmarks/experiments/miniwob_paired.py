@@ -20,7 +20,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from grpolab.diagnostics import mcnemar_exact
+from grpolab.diagnostics import mcnemar_exact, paired_seed_test
 from grpolab.runs import greedy_episodes, heldout_items
 from grpolab.utils import bench
 
@@ -109,12 +109,15 @@ def main() -> None:
         out["models"].append({"model": m, "rows": rows})
     if len(args.models) > 1:
         out["across_models"] = across_models(out["models"], tasks + ["all"])
-        print(f"\nacross the {len(args.models)} trained models (pooled: gained and lost summed over models)\n")
-        print("| task | start | mean change (points) | models up / down / same | pooled gained / lost | pooled p |")
-        print("|---|---|---|---|---|---|")
+        print(f"\nacross the {len(args.models)} trained models (seed-level test of the per-model changes; "
+              "gained / lost summed for description only)\n")
+        print("| task | start | mean change (points) [95% t] | models up / down / same | gained / lost | seed-level p |"
+              " verdict |")
+        print("|---|---|---|---|---|---|---|")
         for r in out["across_models"]:
-            print(f"| {r['task']} | {r['start']:.3f} | {r['mean_change'] * 100:+.1f} | {r['up']} / {r['down']} / "
-                  f"{r['same']} | {r['gained']} / {r['lost']} | {r['p_mcnemar_pooled']:.3g} |")
+            print(f"| {r['task']} | {r['start']:.3f} | {r['mean_change'] * 100:+.1f} [{r['low'] * 100:+.1f}, "
+                  f"{r['high'] * 100:+.1f}] | {r['up']} / {r['down']} / {r['same']} | {r['gained']} / {r['lost']} | "
+                  f"{r['p_seed_level']:.3g} | {r['verdict']} |")
     if args.by_target:
         its, _ = heldout_items(args.config, n)  # the pages are cached on disk: no browser needed
         targets = [str(it.meta.get("fields", {}).get("target", "-")) for it in its]
@@ -149,23 +152,25 @@ def by_target(tasks: list[str], targets: list[str], models: dict[str, list[bool]
 
 
 def across_models(models: list[dict], tasks: list[str]) -> list[dict]:
-    """Per task over several trained models (e.g. seeds): mean change, how many models went up /
-    down / stayed, and gained / lost summed over models with McNemar's exact test on the sums.
+    """Per task over several trained models (seeds) evaluated on the same items: mean change with the
+    seed-level test (:func:`~grpolab.diagnostics.inference.paired_seed_test` of trained vs start
+    accuracy, one value per model: t interval, exact sign-flip p), how many models went up / down /
+    stayed, and gained / lost summed over models (a description, not a test).
 
-    The pooled test treats every (model, seed) pair as one paired outcome; the models share their
-    start, so it says whether GRPO from this start moves the task, not whether each seed does.
+    The models share their held-out items, so the items are not pooled into one McNemar test: the
+    same item under three seeds is one item, not three independent ones (docs/statistics.md).
     """
     rows = []
     for task in tasks:
         per = [next(r for r in m["rows"] if r["task"] == task) for m in models]
         changes = [r["trained"] - r["start"] for r in per]
-        gained, lost = sum(r["gained"] for r in per), sum(r["lost"] for r in per)
+        c = paired_seed_test([r["trained"] for r in per], [r["start"] for r in per])
         rows.append({"task": task, "start": per[0]["start"], "mean_change": sum(changes) / len(changes),
-                     "up": sum(c > 0 for c in changes), "down": sum(c < 0 for c in changes),
-                     "same": sum(c == 0 for c in changes), "gained": gained, "lost": lost,
-                     "p_mcnemar_pooled": mcnemar_exact(gained, lost)})
+                     "low": c.low, "high": c.high, "p_seed_level": c.p_value, "verdict": c.verdict.value,
+                     "up": sum(x > 0 for x in changes), "down": sum(x < 0 for x in changes),
+                     "same": sum(x == 0 for x in changes),
+                     "gained": sum(r["gained"] for r in per), "lost": sum(r["lost"] for r in per)})
     return rows
-
 
 if __name__ == "__main__":
     main()

@@ -190,12 +190,13 @@ def greedy_items(model: str, cfg: str | None, sets: list[str], n: int | None, ou
 
 
 def paired_gain(base: list[float], final: list[float]) -> dict:
-    from grpolab.diagnostics.stats import paired_bootstrap_ci
+    from grpolab.diagnostics.inference import mcnemar_items
 
     b = [float(x >= 1 - 1e-9) for x in base]
     f = [float(x >= 1 - 1e-9) for x in final]
-    ci = paired_bootstrap_ci(f, b, seed=0)
-    return {"start": sum(b) / len(b), "final": sum(f) / len(f), "gain": ci.value, "gain_ci": [ci.low, ci.high],
+    c = mcnemar_items(f, b)  # one run's items, paired: t interval over items and the exact McNemar p
+    return {"start": sum(b) / len(b), "final": sum(f) / len(f), "gain": c.difference, "gain_ci": [c.low, c.high],
+            "gain_p": c.p_value,
             "fixed": sum(1 for x, y in zip(b, f) if y > x), "broken": sum(1 for x, y in zip(b, f) if y < x),
             "items": len(b)}
 

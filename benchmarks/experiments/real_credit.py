@@ -113,14 +113,14 @@ def _mean(xs):
 
 
 def table(doc: dict) -> str:
-    from grpolab.diagnostics import mean_ci
+    from grpolab.diagnostics import mean_interval
 
     def ci(xs):
-        c = mean_ci(xs).to_dict() if len(xs) > 1 else {"value": xs[0], "low": xs[0], "high": xs[0]}
-        return f"{c['value']:.3f} [{c['low']:.3f}, {c['high']:.3f}]"
+        c = mean_interval(xs).to_dict()
+        return f"{c['value']:.3f} [{c['low']:.3f}, {c['high']:.3f}]" if len(xs) > 1 else f"{c['value']:.3f} (1 seed)"
 
     f = lambda v, fmt: "-" if v is None else format(v, fmt)  # noqa: E731
-    lines = ["| method | seeds | start | final per seed | final (mean, 95% CI over seeds) | final - grpo (paired) "
+    lines = ["| method | seeds | start | final per seed | final (mean, 95% t interval over seeds) | final - grpo (paired) "
              "| curve area | steps to grpo's final | largest drop | s/step | teacher s/step (share) "
              "| departed tokens |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

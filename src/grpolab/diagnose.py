@@ -15,7 +15,7 @@ else ``model.path``, else ``--base``):
 1. drift per parameter group and per layer (:func:`grpolab.diagnostics.parameter_drift`);
 2. causal localisation: held-out greedy success of the trained model with each group *reverted*
    to base weights, and of the base model with each group *transplanted* from the trained one,
-   with 95% bootstrap CIs over items (the weights are restored exactly after each ablation); the
+   with 95% t intervals over items (the weights are restored exactly after each ablation); the
    five kinds, plus attention+MLP together (the study's localisation of a degraded agent);
 3. effective ranks (Roy & Vetterli) of every weight matrix (base, trained, and the update
    ``W - W0``) and of each layer's hidden states over a probe set of held-out problems;
@@ -33,7 +33,7 @@ import torch
 from grpolab.diagnostics import (
     effective_rank,
     hidden_state_effective_ranks,
-    mean_ci,
+    mean_interval,
     parameter_drift,
     parameter_state,
     swapped,
@@ -96,8 +96,8 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
 
     # ---- causal localisation -------------------------------------------------------------
     s_trained, s_base = _success(trained, run), _success(base_model, run)
-    causal: dict[str, Any] = {"trained": mean_ci(s_trained, seed=seed).to_dict(),
-                              "base": mean_ci(s_base, seed=seed).to_dict(), "groups": {}}
+    causal: dict[str, Any] = {"trained": mean_interval(s_trained).to_dict(),
+                              "base": mean_interval(s_base).to_dict(), "groups": {}}
     ablate = dict(kinds)
     if kinds.get("attention") and kinds.get("mlp"):  # the study's localisation: both blocks at once
         ablate["attention+mlp"] = kinds["attention"] + kinds["mlp"]
@@ -112,9 +112,9 @@ def diagnose_run(run_dir: str | Path, *, base: str | None = None, n: int = 256, 
         with swapped(base_model, W1, names):
             tra = _success(base_model, run)
         causal["groups"][g] = {
-            "revert": mean_ci(rev, seed=seed).to_dict(), "transplant": mean_ci(tra, seed=seed).to_dict(),
-            "revert_minus_trained": mean_ci(rev - s_trained, seed=seed).to_dict(),
-            "transplant_minus_base": mean_ci(tra - s_base, seed=seed).to_dict(),
+            "revert": mean_interval(rev).to_dict(), "transplant": mean_interval(tra).to_dict(),
+            "revert_minus_trained": mean_interval(rev - s_trained).to_dict(),
+            "transplant_minus_base": mean_interval(tra - s_base).to_dict(),
         }
         eta = (time.time() - t0) / i * (len(ablate) - i)  # progress: two evaluations per group
         log(f"  {g:13s} revert {rev.mean():.3f}  transplant {tra.mean():.3f}  [{i}/{len(ablate)} groups, "
@@ -216,7 +216,7 @@ def _markdown(res: dict, figs: list[Path]) -> str:
     change = c["trained"]["value"] - c["base"]["value"]
     lines = [f"# Diagnose: {res['run_dir']}", "",
              f"- trained: `{res['trained']}`; base: `{res['base']}`; {res['items']} held-out items, greedy; "
-             "95% bootstrap CIs over items", "",
+             "95% t intervals over items", "",
              f"Held-out success: base {f(c['base'])}, trained {f(c['trained'])} (change {change:+.3f}).", "",
              "## Drift", "", "| group | parameters | ‖W−W0‖/‖W0‖ | share of squared movement |", "|---|---|---|---|"]
     for d in res["drift"]:

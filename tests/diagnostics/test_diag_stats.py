@@ -1,9 +1,9 @@
-"""pass@k, bootstrap intervals and headroom statistics against hand-computed values."""
+"""pass@k, the item bootstrap and headroom statistics against hand-computed values."""
 
 import numpy as np
 import pytest
 
-from grpolab.diagnostics import bootstrap_ci, headroom_from_outcomes, headroom_markdown, mean_ci, paired_bootstrap_ci, pass_at_k
+from grpolab.diagnostics import bootstrap_ci, headroom_from_outcomes, headroom_markdown, pass_at_k
 from grpolab.measure.evaluate import pass_at_k as pass_at_k_from_train
 
 
@@ -26,11 +26,11 @@ def test_one_pass_at_k_implementation():
 
 
 def test_bootstrap_constant_and_single():
-    ci = mean_ci([0.3] * 20)
+    ci = bootstrap_ci([0.3] * 20)
     assert (ci.value, ci.low, ci.high) == pytest.approx((0.3, 0.3, 0.3))
-    one = mean_ci([0.7])
+    one = bootstrap_ci([0.7])
     assert (one.low, one.high, one.n) == (0.7, 0.7, 1)
-    assert np.isnan(mean_ci([]).value)
+    assert np.isnan(bootstrap_ci([]).value)
 
 
 def test_bootstrap_matches_normal_theory_and_shrinks_with_n():
@@ -43,15 +43,6 @@ def test_bootstrap_matches_normal_theory_and_shrinks_with_n():
     small = bootstrap_ci(x[:25], seed=3)
     assert small.high - small.low > ci.high - ci.low
     assert bootstrap_ci(x, seed=3) == ci  # deterministic per seed
-
-
-def test_paired_bootstrap_difference():
-    a, b = [0.6, 0.6, 0.5], [0.5, 0.4, 0.5]  # differences 0.1, 0.2, 0.0 -> mean 0.1
-    ci = paired_bootstrap_ci(a, b)
-    assert ci.value == pytest.approx(0.1)
-    assert 0.0 <= ci.low <= ci.value <= ci.high <= 0.2
-    with pytest.raises(ValueError, match="equal shapes"):
-        paired_bootstrap_ci([1, 2], [1])
 
 
 def test_headroom_hand_case():

@@ -77,7 +77,7 @@ def test_summary_of_fabricated_sweep(tmp_path):
     assert rows[2].collapse == "success" and rows[2].collapse_step == 20
     assert rows[0].collapse == "-"
     md = write_sweep_summary(out, specs, factors).read_text()
-    assert "| 1e-2 | 1 | 0.000 [0.000, 0.000]" in md  # one finished run at lr=1e-2
+    assert "| 1e-2 | 1 | 0.000 (1 run)" in md  # one finished run at lr=1e-2: no interval
     assert "| 1e-4 | 2 | 0.430" in md  # mean of 0.45 and 0.41
     assert "unfinished" in md and "fell from 0.300" in md
     assert (out / "plots" / "success_vs_lr.png").exists() and (out / "plots" / "curves.png").exists()
@@ -111,7 +111,12 @@ def test_comparison_pairs_by_seed(tmp_path):
     res = json.loads((out / "comparison.json").read_text())
     b = res["variants"]["aggregation=balanced"]
     # paired by seed: (0.6 - 0.5, 0.6 - 0.4) -> mean 0.15
-    assert b["final_minus_baseline"]["value"] == pytest.approx(0.15)
+    d = b["final_minus_baseline"]
+    assert d["value"] == pytest.approx(0.15)
+    # 2 seeds: sd of (0.1, 0.2) = 0.0707, se 0.05, t_{0.975, 1} = 12.706 (t table); sign flips: 2 of 4
+    assert (d["low"], d["high"]) == pytest.approx((0.15 - 12.706 * 0.05, 0.15 + 12.706 * 0.05), abs=1e-3)
+    assert d["sign_flip_p"] == pytest.approx(0.5) and d["verdict"] == "not significant"
+    assert "| +0.150 [-0.485, +0.785] | not significant (p 0.5) |" in md
     assert res["variants"]["aggregation=token"]["statistics"]["length/gap_incorrect_minus_correct"]["value"] == pytest.approx(5.0)
     assert b["statistics"]["update/ratio_spread"]["value"] == pytest.approx(1.0)
     assert "(baseline)" in md and (out / "plots" / "compare_curves.png").exists()

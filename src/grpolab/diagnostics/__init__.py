@@ -1,7 +1,10 @@
 """grpolab.diagnostics: when does GRPO help? Pure functions plus small report writers.
 
-* statistics -- :func:`pass_at_k` (unbiased), :func:`bootstrap_ci`, :func:`paired_bootstrap_ci`,
-  :func:`mcnemar_exact`
+* statistics -- :func:`pass_at_k` (unbiased), :func:`bootstrap_ci` (items only), :func:`mcnemar_exact`
+* inference -- comparisons of runs (:mod:`grpolab.diagnostics.inference`, docs/statistics.md):
+  :func:`paired_seed_test` (t interval + exact sign-flip test, TOST, MDE), :func:`compare_family`
+  (Holm), :func:`mcnemar_items`, :func:`shared_items_test`, :func:`mean_interval`,
+  :func:`bootstrap_interval` (>= 20 units)
 * headroom -- :func:`headroom_from_outcomes` (greedy vs sampled vs pass@k, per family, verdict)
 * parameters -- :func:`parameter_drift` per group/layer, :func:`swap_in` / :func:`swapped` for
   revert / transplant ablations, :func:`parameter_state`
@@ -27,15 +30,21 @@ from grpolab.diagnostics.headroom import (
 from grpolab.diagnostics.params import GroupDrift, parameter_drift, parameter_state, swap_in, swapped
 from grpolab.diagnostics.rank import effective_rank, hidden_state_effective_ranks
 from grpolab.diagnostics.readability import READABLE_AUC, first_wrong_token, localisation, readability
-from grpolab.diagnostics.stats import (
-    CI,
-    bootstrap_ci,
-    mcnemar_exact,
-    mean_ci,
-    paired_bootstrap_ci,
-    pass_at_k,
-    wilson_interval,
+from grpolab.diagnostics.inference import (
+    ItemComparison,
+    PairedComparison,
+    SharedItemsComparison,
+    Verdict,
+    bootstrap_interval,
+    compare_family,
+    holm,
+    mcnemar_items,
+    mde_paired,
+    mean_interval,
+    paired_seed_test,
+    shared_items_test,
 )
+from grpolab.diagnostics.stats import CI, bootstrap_ci, mcnemar_exact, pass_at_k, wilson_interval
 
 __all__ = [
     "CI",
@@ -44,7 +53,16 @@ __all__ = [
     "GroupDrift",
     "HeadroomResult",
     "HeadroomStats",
+    "ItemComparison",
+    "PairedComparison",
+    "SharedItemsComparison",
+    "Verdict",
     "bootstrap_ci",
+    "bootstrap_interval",
+    "compare_family",
+    "holm",
+    "mcnemar_items",
+    "shared_items_test",
     "mcnemar_exact",
     "detect_collapse",
     "effective_rank",
@@ -54,8 +72,9 @@ __all__ = [
     "headroom_markdown",
     "hidden_state_effective_ranks",
     "localisation",
-    "mean_ci",
-    "paired_bootstrap_ci",
+    "mean_interval",
+    "mde_paired",
+    "paired_seed_test",
     "parameter_drift",
     "parameter_state",
     "pass_at_k",

@@ -9,11 +9,11 @@ per-item outcomes into that comparison:
 * sampled success: mean over items of ``c_i / k`` (``k`` samples per item at the rollout
   temperature, ``c_i`` of them correct);
 * pass@k with the unbiased estimator (:func:`grpolab.diagnostics.pass_at_k`);
-* the gap ``sampled - greedy`` paired by item, with a bootstrap CI over items;
+* the gap ``sampled - greedy`` paired by item, with a t interval over items;
 * all of it overall and per task family (``item.meta["family"]`` or ``["difficulty"]``), each
   family with its own verdict by the same rule (on its own, wider, intervals).
 
-The verdict, on the overall 95% intervals (bootstrap over items, paired by item):
+The verdict, on the overall 95% intervals (t intervals over items, paired by item):
 
 * ``saturated``: greedy success is already at least ``saturated`` (0.95);
 * ``headroom``: the mean sample beats greedy (the study's criterion);
@@ -33,7 +33,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from grpolab.diagnostics.stats import CI, mean_ci, paired_bootstrap_ci, pass_at_k
+from grpolab.diagnostics.inference import mean_interval
+from grpolab.diagnostics.stats import CI, pass_at_k
 
 __all__ = ["HeadroomResult", "HeadroomStats", "family_of", "headroom_from_outcomes", "headroom_markdown"]
 
@@ -87,12 +88,12 @@ class HeadroomResult:
 def _stats(greedy: np.ndarray, correct: np.ndarray, k: int, seed: int) -> HeadroomStats:
     sampled = correct / k
     ks = sorted({j for j in (1, 2, 4, 8, 16, 32, k) if j <= k})
-    pk = {j: mean_ci([pass_at_k(k, int(c), j) for c in correct], seed=seed) for j in ks}
+    pk = {j: mean_interval([pass_at_k(k, int(c), j) for c in correct]) for j in ks}
     pk_items = [pass_at_k(k, int(c), k) for c in correct]
     return HeadroomStats(
-        n_items=len(greedy), k=k, greedy=mean_ci(greedy, seed=seed), sampled=mean_ci(sampled, seed=seed),
-        pass_at_k=pk, gap=paired_bootstrap_ci(sampled, greedy, seed=seed),
-        pass_gap=paired_bootstrap_ci(pk_items, greedy, seed=seed),
+        n_items=len(greedy), k=k, greedy=mean_interval(greedy), sampled=mean_interval(sampled),
+        pass_at_k=pk, gap=mean_interval(np.subtract(sampled, greedy)),
+        pass_gap=mean_interval(np.subtract(pk_items, greedy)),
     )
 
 
@@ -174,7 +175,7 @@ def headroom_markdown(res: HeadroomResult) -> str:
     if res.source:
         lines += [f"- model: `{res.source}`"]
     if res.temperature is not None:
-        lines += [f"- sampling temperature: {res.temperature:g}; intervals: 95% bootstrap over items"]
+        lines += [f"- sampling temperature: {res.temperature:g}; intervals: 95% t over items"]
     lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     rows = list(res.families.items()) + [("overall", res.overall)]
     for name, s in rows:

@@ -36,7 +36,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from grpolab.diagnostics.readability import READABLE_AUC
-from grpolab.diagnostics.stats import CI, bootstrap_ci, mean_ci, pass_at_k, wilson_interval
+from grpolab.diagnostics.inference import mean_interval
+from grpolab.diagnostics.stats import CI, bootstrap_ci, pass_at_k, wilson_interval
 
 __all__ = [
     "FAILURE_REASONS", "INDICATED", "MIN_ITEMS", "NOT_INDICATED", "CANT_TELL", "MethodVerdict", "PreflightResult",
@@ -323,7 +324,7 @@ def _headroom_stats(greedy_ok: np.ndarray, counts: np.ndarray, k: int, near: np.
     return {
         "n_items": n, "k": k,
         "greedy": _ci_dict(wilson(int(greedy_ok.sum()), n)),
-        "sampled": _ci_dict(mean_ci(counts / k, seed=seed)),
+        "sampled": _ci_dict(mean_interval(counts / k)),
         "pass_at_k": _ci_dict(wilson(int((counts > 0).sum()), n)),
         "sample_solves": _ci_dict(wilson(int(solves.sum()), n)),
         "answer_in_failure": _ci_dict(wilson(int(answer.sum()), n)),
@@ -435,7 +436,7 @@ def preflight_from_outcomes(
     stats["greedy_failures"] = {reason: sum(x == reason for x in gfail) for reason in FAILURE_REASONS}
     if sampled_lengths is not None:
         L = [list(map(float, r)) for r in sampled_lengths]
-        stats["response_tokens"] = _ci_dict(mean_ci([sum(r) / len(r) for r in L], seed=seed))
+        stats["response_tokens"] = _ci_dict(mean_interval([sum(r) / len(r) for r in L]))
         stats["length_coupling"] = length_coupling(L, [[x >= SOLVED for x in r] for r in S], seed=seed)
     else:
         stats["response_tokens"] = None
@@ -678,7 +679,7 @@ def pilot_from_outcomes(before: PreflightResult, after: PreflightResult, *, step
     ``before``/``after``: the preflight of the starting model and of the pilot's final model on the
     same items (in the same order, same ``k``; ``after`` may cover a prefix of ``before``'s items).
     Returns ``sampled`` (mean over items of the share of ``k`` samples that solve it) and ``greedy``
-    before, after and their paired change with a bootstrap 95% interval over items, the pilot's GRPO
+    before, after and their paired change with a 95% t interval over items, the pilot's GRPO
     verdict (:func:`pilot_verdict`) and the start's. Pure: no model.
     """
     b, a = before.per_item, after.per_item
@@ -711,10 +712,10 @@ def pilot_from_outcomes(before: PreflightResult, after: PreflightResult, *, step
 
 
 def _paired_changes(sb, sa, gb, ga, seed: int) -> dict[str, Any]:
-    """``sampled``/``greedy``: before, after and the paired change (bootstrap 95% interval over items)."""
+    """``sampled``/``greedy``: before, after and the paired change (95% t interval over items)."""
     out = {}
     for key, x0, x1 in (("sampled", sb, sa), ("greedy", gb, ga)):
-        c = mean_ci(x1 - x0, seed=seed)
+        c = mean_interval(x1 - x0)
         out[key] = {"before": float(x0.mean()), "after": float(x1.mean()), "change": c.to_dict()}
     return out
 
@@ -830,7 +831,7 @@ def preflight_markdown(res: PreflightResult) -> str:
                   ""]
     lines += [f"Measured on {s['n_items']} held-out items: 1 greedy and {s['k']} sampled responses each "
               f"(the run's temperature; group size {s['group_size']}, {s['max_new_tokens']} new tokens). "
-              f"Intervals: 95% Wilson for shares of items or responses, bootstrap over items for means, "
+              f"Intervals: 95% Wilson for shares of items or responses, t over items for means, "
               f"Hanley-McNeil for the AUC.", ""]
     lines += ["| method | verdict | rests on | threshold (source) | use | where the precondition held |",
               "|---|---|---|---|---|---|"]
@@ -843,7 +844,7 @@ def preflight_markdown(res: PreflightResult) -> str:
         p = res.pilot
         seed = f", trainer.seed {p['trainer_seed']}" if p.get("trainer_seed") is not None else ""
         lines += ["", f"## Pilot ({p['steps']} GRPO steps of this config{seed}, `{p.get('run_dir') or '-'}`)", "",
-                  f"The same {p['n_items']} held-out items measured again after the pilot (paired; bootstrap "
+                  f"The same {p['n_items']} held-out items measured again after the pilot (paired; t "
                   f"95% interval over items). Before the pilot GRPO was **{p['start_verdict']}**; after it "
                   f"**{p['verdict']}**.", "", "| measure | before | after | change [95% CI] |", "|---|---|---|---|"]
         for key, label in (("sampled", f"sampled success ({p['k']} per item)"), ("greedy", "greedy success")):

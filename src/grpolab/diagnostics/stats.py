@@ -1,10 +1,11 @@
-"""Small statistics for diagnostics: the unbiased pass@k estimator and bootstrap intervals.
+"""Small statistics for diagnostics: the unbiased pass@k estimator, the percentile bootstrap, Wilson and McNemar.
 
 * :func:`pass_at_k` -- Chen et al. 2021 (arXiv 2107.03374, eq. 1): ``1 - C(n-c, k) / C(n, k)``,
   computed as a product so it never overflows.
 * :func:`bootstrap_ci` -- percentile bootstrap of a statistic of one sample (resampling units with
-  replacement); :func:`paired_bootstrap_ci` for the mean difference of paired units (same item or
-  same seed in two conditions). Deterministic for a given ``seed``.
+  replacement), deterministic for a given ``seed``. Only over many units (items): over a few seeds
+  it under-covers; comparisons go through :mod:`grpolab.diagnostics.inference` (t interval, exact
+  sign-flip test; its :func:`~grpolab.diagnostics.inference.bootstrap_interval` refuses < 20 units).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["CI", "bootstrap_ci", "mcnemar_exact", "mean_ci", "paired_bootstrap_ci", "pass_at_k", "wilson_interval"]
+__all__ = ["CI", "bootstrap_ci", "mcnemar_exact", "pass_at_k", "wilson_interval"]
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -86,19 +87,6 @@ def bootstrap_ci(
     alpha = (1 - level) / 2
     lo, hi = np.quantile(stats, [alpha, 1 - alpha])
     return CI(point, float(lo), float(hi), n, level)
-
-
-def mean_ci(values: Sequence[float], **kw) -> CI:
-    """Bootstrap CI of the mean (alias of :func:`bootstrap_ci` with ``np.mean``)."""
-    return bootstrap_ci(values, np.mean, **kw)
-
-
-def paired_bootstrap_ci(a: Sequence[float], b: Sequence[float], **kw) -> CI:
-    """Bootstrap CI of ``mean(a - b)`` over paired units (``a[i]`` and ``b[i]`` share unit ``i``)."""
-    a_, b_ = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a_.shape != b_.shape:
-        raise ValueError(f"paired samples need equal shapes, got {a_.shape} and {b_.shape}")
-    return bootstrap_ci(a_ - b_, np.mean, **kw)
 
 
 def mcnemar_exact(gained: int, lost: int) -> float:

@@ -1,11 +1,14 @@
-"""``grpolab compare``: variants x seeds, compared with bootstrap CIs and the statistics that explain them.
+"""``grpolab compare``: variants x seeds, compared by :mod:`grpolab.diagnostics.inference` and the
+statistics that explain them (docs/statistics.md).
 
 For each variant (a setting of the ``--vary`` factors) over its seeds:
 
-* final and best held-out success, mean with a 95% bootstrap CI over seeds;
+* final and best held-out success, mean with a 95% t interval over seeds;
 * the paired difference to the baseline variant, paired by seed (same seed = same data order,
-  same initial sampling stream), with a 95% bootstrap CI over seed pairs;
-* learning curves (mean over seeds, band = 95% bootstrap CI over seeds at each evaluation);
+  same initial sampling stream): t interval, exact sign-flip p-value below 20 seeds, Holm's
+  correction across the variants, the minimum detectable effect and a verdict
+  (:func:`~grpolab.diagnostics.inference.compare_family`); the final success is the primary endpoint;
+* learning curves (mean over seeds, band = 95% t interval over seeds at each evaluation);
 * training statistics averaged over steps, then over seeds, that explain a difference:
   aggregation -- response-length spread (``length/std``), the incorrect-minus-correct length
   gap, and right vs wrong lengths within mixed groups (``length/mixed_*``); ratios -- clip fraction (overall and by position bucket) and ratio spread
@@ -24,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from grpolab import step_row as K
-from grpolab.diagnostics import mean_ci, paired_bootstrap_ci
+from grpolab.diagnostics import compare_family, mean_interval
 from grpolab.sweep.grid import RunSpec
 from grpolab.sweep.summary import RunRow, collect_runs
 from grpolab.train.metrics_log import read_metrics
@@ -96,7 +99,7 @@ def _band(curves: list[tuple[list[int], list[float]]]):
     mean, lo, hi = [], [], []
     for st in steps:
         ys = [y[s.index(st)] for s, y in curves]
-        ci = mean_ci(ys)
+        ci = mean_interval(ys)
         mean.append(ci.value); lo.append(ci.low); hi.append(ci.high)
     return steps, mean, lo, hi
 
@@ -116,7 +119,7 @@ def _plots(out: Path, variants: dict[str, list[RunRow]], stats_curves: dict[str,
             line, = ax.plot(steps, mean, label=f"{name} (n={len(runs)})")
             ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.2)
     ax.set_xlabel("RL step"); ax.set_ylabel("held-out success (greedy)")
-    ax.set_title("learning curves: mean over seeds, band = 95% bootstrap CI")
+    ax.set_title("learning curves: mean over seeds, band = 95% t interval")
     ax.grid(alpha=0.3); ax.legend(fontsize=7); fig.tight_layout()
     p = out / "plots" / "compare_curves.png"; fig.savefig(p, dpi=110); plt.close(fig); figs.append(p)
 
@@ -138,6 +141,24 @@ def _plots(out: Path, variants: dict[str, list[RunRow]], stats_curves: dict[str,
         fig.tight_layout()
         p = out / "plots" / "compare_stats.png"; fig.savefig(p, dpi=110); plt.close(fig); figs.append(p)
     return figs
+
+
+def _paired_to_baseline(entries: dict[str, dict], variants: dict[str, list[RunRow]], base: str) -> None:
+    """Each variant's final and best minus the baseline's, paired by seed, Holm-corrected across the
+    variants (one family per endpoint); one shared seed gives the difference alone."""
+    b_by_seed = {r.seed: r for r in variants[base]}
+    for key in ("final", "best"):
+        fam, single = {}, {}
+        for name, runs in variants.items():
+            pairs = [(r, b_by_seed[r.seed]) for r in runs if r.seed in b_by_seed] if name != base else []
+            if len(pairs) >= 2:
+                fam[name] = ([getattr(a, key) for a, _ in pairs], [getattr(b, key) for _, b in pairs])
+            elif pairs:
+                single[name] = {"value": getattr(pairs[0][0], key) - getattr(pairs[0][1], key), "n": 1}
+        for name, c in compare_family(fam).items():
+            entries[name][f"{key}_minus_baseline"] = {**c.to_dict(), "summary": c.summary(what=f"{name} - {base}")}
+        for name, d in single.items():
+            entries[name][f"{key}_minus_baseline"] = d
 
 
 def write_comparison(out: str | Path, specs: list[RunSpec], factors: list[tuple[str, list[str]]], *,
@@ -169,40 +190,43 @@ def write_comparison(out: str | Path, specs: list[RunSpec], factors: list[tuple[
         keys = sorted(set().union(*per_run_stats)) if per_run_stats else []
         entry = {
             "runs": [r.name for r in runs], "seeds": [r.seed for r in runs],
-            "start": mean_ci([r.start for r in runs]).to_dict(),
-            "final": mean_ci([r.final for r in runs]).to_dict(),
-            "best": mean_ci([r.best for r in runs]).to_dict(),
+            "start": mean_interval([r.start for r in runs]).to_dict(),
+            "final": mean_interval([r.final for r in runs]).to_dict(),
+            "best": mean_interval([r.best for r in runs]).to_dict(),
             "collapsed": sum(r.collapse != "-" for r in runs),
-            "statistics": {k: mean_ci([s[k] for s in per_run_stats if k in s]).to_dict() for k in keys},
+            "statistics": {k: mean_interval([s[k] for s in per_run_stats if k in s]).to_dict() for k in keys},
         }
-        if name != base:
-            b_by_seed = {r.seed: r for r in variants[base]}
-            pairs = [(r, b_by_seed[r.seed]) for r in runs if r.seed in b_by_seed]
-            if pairs:
-                entry["final_minus_baseline"] = paired_bootstrap_ci([a.final for a, _ in pairs],
-                                                                    [b.final for _, b in pairs]).to_dict()
-                entry["best_minus_baseline"] = paired_bootstrap_ci([a.best for a, _ in pairs],
-                                                                   [b.best for _, b in pairs]).to_dict()
         result["variants"][name] = entry
+    _paired_to_baseline(result["variants"], variants, base)
     figs = _plots(out, variants, stats_curves) if plots else []
 
     def f(ci, signed=False):
         s = "+" if signed else ""
+        if "low" not in ci:
+            return f"{ci['value']:{s}.3f} (1 seed)"
         return f"{ci['value']:{s}.3f} [{ci['low']:{s}.3f}, {ci['high']:{s}.3f}]"
+
+    def verdict(ci):
+        return f"{ci['verdict']} (p {ci['adjusted_p']:.2g})" if "verdict" in ci else "-"
 
     lines = [f"# Comparison: {out.name}", ""]
     lines += [f"- {k}: {v}" for k, v in (info or {}).items()]
-    lines += [f"- baseline: `{base}`; intervals: 95% bootstrap over seeds; differences paired by seed", "",
-              "| variant | seeds | before RL | final | best | final - baseline | best - baseline | collapsed |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines += [f"- baseline: `{base}`; intervals: 95% t over seeds; differences paired by seed, tested by "
+              "the t test and (below 20 seeds) the exact sign-flip test, both below 0.05 to call a difference "
+              "significant, Holm-corrected across the variants (p shown is the adjusted one; docs/statistics.md)",
+              "", "| variant | seeds | before RL | final | best | final - baseline | verdict (final) | best - baseline "
+              "| collapsed |", "|---|---|---|---|---|---|---|---|---|"]
     for name, e in result["variants"].items():
         d1 = f(e["final_minus_baseline"], True) if "final_minus_baseline" in e else "(baseline)"
         d2 = f(e["best_minus_baseline"], True) if "best_minus_baseline" in e else ""
+        v1 = verdict(e["final_minus_baseline"]) if "final_minus_baseline" in e else ""
         lines.append(f"| {name} | {len(e['seeds'])} | {e['start']['value']:.3f} | {f(e['final'])} | "
-                     f"{f(e['best'])} | {d1} | {d2} | {e['collapsed']}/{len(e['seeds'])} |")
+                     f"{f(e['best'])} | {d1} | {v1} | {d2} | {e['collapsed']}/{len(e['seeds'])} |")
+    lines += [""] + [f"- {e['final_minus_baseline']['summary']}" for e in result["variants"].values()
+                     if "summary" in e.get("final_minus_baseline", {})]
     all_keys = [k for k in EXPLAIN_KEYS if any(k in e["statistics"] for e in result["variants"].values())]
     all_keys += sorted({k for e in result["variants"].values() for k in e["statistics"]} - set(all_keys))
-    lines += ["", "## Training statistics (mean over steps, then over seeds; 95% CI over seeds)", "",
+    lines += ["", "## Training statistics (mean over steps, then over seeds; 95% t interval over seeds)", "",
               "| statistic | " + " | ".join(result["variants"]) + " |", "|---|" + "---|" * len(result["variants"])]
     for k in all_keys:
         cells = []

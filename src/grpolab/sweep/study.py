@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grpolab import step_row as K
-from grpolab.diagnostics import paired_bootstrap_ci
+from grpolab.diagnostics import compare_family
 from grpolab.train.metrics_log import read_metrics
 
 __all__ = ["collect", "curve_auc", "eval_curve", "first_reach", "fmt_diff", "max_drop", "paired"]
@@ -92,11 +92,14 @@ def collect(out: Path, metrics: list[str], per_run: Callable[[list[dict]], Any] 
 
 def paired(variants: dict[str, dict], baseline: str) -> dict[str, dict]:
     """Per variant but the baseline, its paired difference to ``baseline`` (by seed) of the final
-    accuracy, the curve area and the largest drop, with bootstrap CIs and up/down counts; also sets
-    each variant's ``steps_to_baseline_final``."""
+    accuracy (the primary endpoint), the curve area and the largest drop: each a
+    :class:`~grpolab.diagnostics.inference.PairedComparison` dict (t interval, exact sign-flip p below
+    20 seeds, Holm's correction across the variants per endpoint, verdict, MDE) and up/down counts;
+    also sets each variant's ``steps_to_baseline_final``. One shared seed gives the difference alone."""
     base = variants[baseline]
     by_seed = {s: i for i, s in enumerate(base["seeds"])}
-    out = {}
+    out: dict[str, dict] = {}
+    fams: dict[str, dict] = {"final": {}, "auc": {}, "max_drop": {}}
     for name, v in variants.items():
         idx = [(i, by_seed[s]) for i, s in enumerate(v["seeds"]) if s in by_seed]
         steps = v["curve"]["steps"]
@@ -104,16 +107,25 @@ def paired(variants: dict[str, dict], baseline: str) -> dict[str, dict]:
             first_reach(steps, v["curve"]["accuracy"][i], base["final"][j]) for i, j in idx]
         if name == baseline or not idx:
             continue
-        entry = {"seeds": [v["seeds"][i] for i, _ in idx]}
-        for k in ("final", "auc", "max_drop"):
+        entry: dict = {"seeds": [v["seeds"][i] for i, _ in idx]}
+        for k, fam in fams.items():
             a, b = [v[k][i] for i, _ in idx], [base[k][j] for _, j in idx]
-            entry[k] = paired_bootstrap_ci(a, b).to_dict() if len(idx) > 1 else {"value": a[0] - b[0]}
+            if len(idx) > 1:
+                fam[name] = (a, b)
+            else:
+                entry[k] = {"value": a[0] - b[0]}
             entry[f"{k}_above"] = sum(x > y for x, y in zip(a, b))
             entry[f"{k}_below"] = sum(x < y for x, y in zip(a, b))
         out[name] = entry
+    for k, fam in fams.items():
+        for name, c in compare_family(fam).items():
+            out[name][k] = c.to_dict()
     return out
 
 
 def fmt_diff(c: dict) -> str:
-    """A paired difference from :func:`paired`: ``+0.012 [-0.003, +0.027]`` (no interval with one seed)."""
-    return f"{c['value']:+.3f}" + (f" [{c['low']:+.3f}, {c['high']:+.3f}]" if "low" in c else "")
+    """A paired difference from :func:`paired`: ``+0.012 [-0.003, +0.027] (p 0.25, not significant)``,
+    the 95% t interval, the (Holm-adjusted) p-value and the verdict; no interval with one seed."""
+    if "low" not in c:
+        return f"{c['value']:+.3f} (1 seed)"
+    return f"{c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] (p {c['adjusted_p']:.2g}, {c['verdict']})"

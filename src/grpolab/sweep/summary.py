@@ -1,4 +1,4 @@
-"""Summaries of a sweep: one row per run, per-factor effects with bootstrap CIs, plots.
+"""Summaries of a sweep: one row per run, per-factor effects with t intervals over runs, plots.
 
 Held-out success is the greedy accuracy the trainer logs (``eval/accuracy`` in metrics.jsonl,
 step 0 = before RL). Collapse labels come from :func:`grpolab.diagnostics.detect_collapse` on
@@ -19,7 +19,7 @@ import numpy as np
 import yaml
 
 from grpolab import step_row as K
-from grpolab.diagnostics import detect_collapse, mean_ci
+from grpolab.diagnostics import detect_collapse, mean_interval
 from grpolab.sweep.grid import RunSpec
 from grpolab.train.metrics_log import read_metrics
 from grpolab.utils.io import atomic_write_json, atomic_write_text
@@ -95,6 +95,13 @@ def collect_runs(out: str | Path, specs: list[RunSpec]) -> list[RunRow]:
     return rows
 
 
+def _cell(ci: dict, sign: str = "") -> str:
+    """``0.430 [0.180, 0.680]``; one run has no interval: ``0.430 (1 run)``."""
+    if ci["n"] < 2:
+        return f"{ci['value']:{sign}.3f} (1 run)"
+    return f"{ci['value']:{sign}.3f} [{ci['low']:{sign}.3f}, {ci['high']:{sign}.3f}]"
+
+
 def factor_effects(rows: list[RunRow], factors: list[tuple[str, list[str]]]) -> dict[str, list[dict]]:
     """Per factor and level: mean final success, best success and change over runs, with 95% CIs.
 
@@ -105,9 +112,9 @@ def factor_effects(rows: list[RunRow], factors: list[tuple[str, list[str]]]) -> 
 
     def level(value: str, sel: list[RunRow]) -> dict:
         return {"value": value, "runs": len(sel),
-                "final": mean_ci([r.final for r in sel]).to_dict(),
-                "best": mean_ci([r.best for r in sel]).to_dict(),
-                "change": mean_ci([r.change for r in sel]).to_dict(),
+                "final": mean_interval([r.final for r in sel]).to_dict(),
+                "best": mean_interval([r.best for r in sel]).to_dict(),
+                "change": mean_interval([r.change for r in sel]).to_dict(),
                 "collapsed": sum(r.collapse != "-" for r in sel)}
 
     if not factors:
@@ -152,8 +159,10 @@ def plot_sweep(out: Path, rows: list[RunRow], factors: list[tuple[str, list[str]
             for v, x in zip(vals, xs):
                 ys = [r.final for r in sel if r.factors[key] == v]
                 if ys:
-                    ci = mean_ci(ys)
-                    px.append(x); py.append(ci.value); lo.append(ci.value - ci.low); hi.append(ci.high - ci.value)
+                    ci = mean_interval(ys)
+                    one = len(ys) < 2  # no interval from one run
+                    px.append(x); py.append(ci.value)
+                    lo.append(0.0 if one else ci.value - ci.low); hi.append(0.0 if one else ci.high - ci.value)
                     ax.scatter([x] * len(ys), ys, s=10, alpha=0.4, color="gray")
             ax.errorbar(px, py, yerr=[lo, hi], marker="o", capsize=3, label=f"final, {label}")
         start = float(np.mean([r.start for r in done]))
@@ -214,7 +223,7 @@ def write_sweep_summary(out: str | Path, specs: list[RunSpec], factors: list[tup
             str(r.seed), f"{r.start:.3f}", f"{r.final:.3f}", f"{r.best:.3f}", f"{r.change:+.3f}",
             r.collapse + (f" @{r.collapse_step}" if r.collapse_step is not None else ""), f"{r.seconds:.0f}"]) + " |")
     title = "Effects per factor" if factors else "Over seeds"
-    lines += ["", f"## {title} (mean over runs, 95% bootstrap CI over runs)", ""]
+    lines += ["", f"## {title} (mean over runs, 95% t interval over runs)", ""]
     if not any(effects.values()):
         lines += ["No finished runs yet.", ""]
     for key, levels in ((k, lv) for k, lv in effects.items() if lv):
@@ -222,9 +231,8 @@ def write_sweep_summary(out: str | Path, specs: list[RunSpec], factors: list[tup
                   "|---|---|---|---|---|---|"]
         for lv in levels:
             f, b, c = lv["final"], lv["best"], lv["change"]
-            lines.append(f"| {lv['value']} | {lv['runs']} | {f['value']:.3f} [{f['low']:.3f}, {f['high']:.3f}] | "
-                         f"{b['value']:.3f} [{b['low']:.3f}, {b['high']:.3f}] | "
-                         f"{c['value']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] | {lv['collapsed']}/{lv['runs']} |")
+            lines.append(f"| {lv['value']} | {lv['runs']} | {_cell(f)} | {_cell(b)} | {_cell(c, '+')} | "
+                         f"{lv['collapsed']}/{lv['runs']} |")
         lines.append("")
     collapsed = [r for r in rows if r.collapse != "-"]
     if collapsed:
