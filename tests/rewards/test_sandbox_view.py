@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from grpolab.rewards import SandboxLimits
-from grpolab.rewards.sandbox import ForkServer, SandboxError, SandboxPool
+from grpolab.rewards.sandbox import SandboxError, SandboxPool
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 UNPRIVILEGED_UID = 4242  # as tests/rewards/conftest.py's unprivileged_server
@@ -240,7 +240,7 @@ def test_the_view_holds_only_the_interpreter_and_its_libraries(venv_server):
 
 
 def test_trusted_module_resolves_only_in_the_trusted_folders(tmp_path, monkeypatch):
-    import grpolab.rewards._code_harness as h
+    import grpolab.rewards.sandbox.harness as h
 
     (tmp_path / "zz_evil_mod.py").write_text("raise SystemExit('planted code ran')\n")
     (tmp_path / "msvcrt.py").write_text("raise SystemExit('planted code ran')\n")
@@ -255,9 +255,9 @@ def test_trusted_module_resolves_only_in_the_trusted_folders(tmp_path, monkeypat
 
 def test_an_allow_list_with_a_bad_name_is_refused():
     with pytest.raises(ValueError, match="top-level module names"):
-        ForkServer(packages=["numpy; rm -rf /"])
+        SandboxPool(packages=["numpy; rm -rf /"])
     with pytest.raises(ValueError, match="top-level module names"):
-        ForkServer(packages="numpy")
+        SandboxPool(packages="numpy")
 
 
 def test_the_default_pool_hides_the_project_too(isolated, host_dir):

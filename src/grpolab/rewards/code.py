@@ -574,7 +574,7 @@ def code_reward(
     plan = fast_plan(tests, ref["setup"])
     limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb,
                            max_output_bytes=max_output_bytes)
-    if mode not in ("auto", "strict", "forkserver", "fresh"):
+    if mode not in ("auto", "strict"):
         raise ValueError(f"mode must be 'auto' or 'strict', got {mode!r}")
     try:
         loaded, passed, failures, result, stderr = _run(program, ref, plan, limits)

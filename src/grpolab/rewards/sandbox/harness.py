@@ -30,7 +30,13 @@ import sys
 
 import _json
 
-MAX_MESSAGE = 64 << 20
+#: Largest message on the judge<->solver channel, bytes, and the most containers ("[", "{")
+#: and items (",") one may hold: checked on the raw bytes BEFORE decoding, so that no message
+#: can make the judge's decoder recurse or allocate past these (a 20 MB list of ``{}`` would
+#: be ~7 million dicts). Over any of them, the program broke the protocol: its tests fail.
+MAX_MESSAGE = 16 << 20
+MAX_CONTAINERS = 200_000
+MAX_ITEMS = 2_000_000
 MAX_DEPTH = 200
 #: Module-level values of the program up to this encoded size are copied into the judge.
 MAX_GLOBAL_COPY = 1 << 20
@@ -121,11 +127,29 @@ def read_exact(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
+def check_bounds(data: bytes) -> None:
+    """ValueError unless ``data`` (a raw JSON message) is within :data:`MAX_CONTAINERS` and
+    :data:`MAX_ITEMS` (counted on the bytes, brackets and commas inside strings too: an upper
+    bound). Nesting needs no scan: the C scanner raises RecursionError past the recursion
+    limit, which :func:`recv` turns into ValueError like any other malformed message."""
+    if data.count(b"[") + data.count(b"{") > MAX_CONTAINERS:
+        raise ValueError(f"message holds over {MAX_CONTAINERS} lists/objects")
+    if data.count(b",") > MAX_ITEMS:
+        raise ValueError(f"message holds over {MAX_ITEMS} items")
+
+
 def recv(fd: int):
+    """One message: size and structure bounded before it is decoded (:func:`check_bounds`);
+    ValueError for anything malformed or over a bound (RecursionError / MemoryError included)."""
     n = int.from_bytes(read_exact(fd, 4), "big")
     if n > MAX_MESSAGE:
         raise ValueError(f"message of {n} bytes is over the {MAX_MESSAGE}-byte limit")
-    return loads(read_exact(fd, n).decode("ascii"))
+    data = read_exact(fd, n)
+    check_bounds(data)
+    try:
+        return loads(data.decode("ascii"))
+    except (RecursionError, MemoryError, UnicodeDecodeError) as exc:
+        raise ValueError(f"undecodable message ({type(exc).__name__})") from None
 
 
 def _print_exc(exc: BaseException) -> None:
@@ -405,7 +429,7 @@ class _Channel:
         try:
             send(self.wfd, msg)
             reply = recv(self.rfd)
-        except (EOFError, OSError, ValueError) as exc:
+        except (EOFError, OSError, ValueError, RecursionError, MemoryError) as exc:
             self.gone = f"the program's process ended or broke the protocol ({type(exc).__name__})"
             raise ProgramGone(self.gone) from None
         if not isinstance(reply, dict):
@@ -430,7 +454,12 @@ class _Channel:
         raise exc
 
     def value(self, encoded):
-        return decode(encoded, lambda i, t: Remote(self, i, t))
+        try:
+            return decode(encoded, lambda i, t: Remote(self, i, t))
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError,
+                RecursionError, MemoryError) as exc:
+            self.gone = f"the program sent a malformed value ({type(exc).__name__})"
+            raise ProgramGone(self.gone) from None
 
     def plain(self, x):
         return encode(x, lambda r: _ref_of(r))
@@ -442,7 +471,7 @@ class _Channel:
             if b is None or type(a) not in (list, dict, set, bytearray):
                 continue
             new = self.value(b)  # the program changed an argument in place: so does the test's
-            if type(new) is type(a):
+            if type(new) is type(a) and new != a and not _module_owned(a):
                 if type(a) is dict:
                     a.clear()
                     a.update(new)
@@ -456,6 +485,19 @@ class _Channel:
     def op(self, rid, name, *args):
         return self.value(self.request({"op": name, "id": rid,
                                         "args": [self.plain(a) for a in args]}).get("ok"))
+
+
+def _module_owned(obj) -> bool:
+    """Whether ``obj`` is a module's attribute (``keyword.kwlist``, say): in-place changes a
+    program makes to an argument are mirrored only onto objects the test made itself, never
+    into a module the server keeps for later requests."""
+    for mod in list(sys.modules.values()):
+        try:
+            if any(v is obj for v in vars(mod).values()):
+                return True
+        except TypeError:
+            continue
+    return False
 
 
 def _ref_of(x):
@@ -609,7 +651,7 @@ def judge(setup: str, tests: list, rfd: int = FROM_PEER_FD, wfd: int = TO_PEER_F
     chan = _Channel(wfd, rfd)
     try:
         load = recv(rfd)
-    except (EOFError, OSError, ValueError):
+    except (EOFError, OSError, ValueError, RecursionError, MemoryError):
         _verdict({"loaded": False, "what": "the program ended before its tests ran"})
         return
     if not isinstance(load, dict) or load.get("loaded") is not True:
@@ -676,15 +718,31 @@ def judge_server() -> None:
             return
         req, (rfd, wfd) = got
         _verdict({"started": True})
+        _serve_one(req, rfd, wfd)
+        _verdict({"done": True})  # "done" means "ready": nothing of the request is left
+
+
+def _serve_one(req: dict, rfd: int, wfd: int) -> None:
+    """One request, every exception caught inside it (whatever the solver sent, the server
+    lives on); its channel closed and its garbage collected before the server says done."""
+    import gc  # noqa: PLC0415 - built in
+
+    try:
+        judge(req["setup"], req["tests"], rfd, wfd)
+    except BaseException as exc:  # noqa: BLE001 - the request fails, the server does not
         try:
-            judge(req["setup"], req["tests"], rfd, wfd)
-        finally:
-            for fd in (rfd, wfd):
-                try:
-                    posix.close(fd)
-                except OSError:
-                    pass
-            _verdict({"done": True})
+            _verdict({"loaded": False, "what": f"judge: {type(exc).__name__}"})
+        except BaseException:  # noqa: BLE001
+            pass
+    for fd in (rfd, wfd):
+        try:
+            posix.close(fd)
+        except OSError:
+            pass
+    try:
+        gc.collect()
+    except BaseException:  # noqa: BLE001
+        pass
 
 
 # ------------------------------------------------------------------------------ the fast path

@@ -107,6 +107,15 @@ class Launcher:
     def close(self) -> None:
         shutil.rmtree(self.staged["root"], ignore_errors=True)
 
+    def restage(self) -> None:
+        """Stage the view again with every folder mirrored into the staging tree (see
+        :func:`~.view.stage`): a root pool's way to a uid of its own per slot when the
+        interpreter is below a folder other users cannot enter."""
+        old = self.staged["root"]
+        self.staged = view.stage(self.spec, mirror=True)
+        shutil.rmtree(old, ignore_errors=True)
+        self._static = self._static_args()
+
     def _static_args(self) -> list[str]:
         # no nested user namespaces: the seccomp filter refuses unshare/setns and every clone
         # but a thread's (the kernel refuses CLONE_NEWUSER|CLONE_THREAD); without the filter,
@@ -117,7 +126,10 @@ class Launcher:
                 "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
         for src, dst in self.staged["binds"]:
             args += ["--ro-bind", src, dst]
-        args += ["--proc", "/proc", "--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
+        # /proc/sys read-only (bubblewrap covers it only when the folder itself is writable,
+        # and the files in it are checked against the uid alone, not capabilities)
+        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
+                 "--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
         for dev in view.VIEW_DEVICES:  # no ptmx, pts, shm: five device nodes
             args += ["--dev-bind", dev, dev]
         return args + ["--remount-ro", "/dev"]
@@ -209,8 +221,8 @@ class Proc:
         return self
 
     def kill(self, why: str) -> None:
-        if self.returncode is not None:
-            return
+        if self.returncode is not None or self.popen.returncode is not None:
+            return  # reaped: its pid may belong to another process by now
         if not self.killed:
             self.killed = why
         for pid in (self.child_pid,):
