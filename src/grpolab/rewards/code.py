@@ -201,13 +201,18 @@ def fast_plan(tests: list[str], setup: str = "") -> list[dict] | None:
 
 
 #: The report decoder's bounds (fast path, in the verifier): values nested deeper, or holding
-#: more items in all, are refused (the test fails); decoding past the time budget is a
-#: verifier timeout (``info["error"]``), never an ordinary failure.
+#: more items in all, are refused (the test fails); a report that takes longer than the time
+#: budget to decode is the PROGRAM's failure (score 0, a failure line), never a verifier
+#: error: what a program writes is the program's cost.
 MAX_REPORT_DEPTH = 100
 MAX_REPORT_ITEMS = 200_000
 DECODE_BUDGET_S = 2.0
 #: A program's frozenset is hashed (to be looked up in a test's set) only up to this size.
 MAX_HASHED_FROZENSET = 1000
+
+
+class ReportTooSlow(ValueError):
+    """Decoding a program's report ran past :data:`DECODE_BUDGET_S` (the program's failure)."""
 
 
 class _HashIndex:
@@ -392,7 +397,7 @@ def decode_report(v, deadline: float):
     the verifier with bounded work: at most :data:`MAX_REPORT_ITEMS` items and
     :data:`MAX_REPORT_DEPTH` levels (else ValueError: the test fails), sets and dicts as
     :class:`ReportSet` / :class:`ReportDict` (no hash table built from the program's data), and
-    :class:`~grpolab.rewards.base.VerifierTimeout` past ``deadline`` (``time.monotonic()``)."""
+    :class:`ReportTooSlow` past ``deadline`` (``time.monotonic()``)."""
     budget = [MAX_REPORT_ITEMS]
 
     def rec(v, depth):
@@ -402,8 +407,8 @@ def decode_report(v, deadline: float):
         if budget[0] < 0:
             raise ValueError(f"reported value holds more than {MAX_REPORT_ITEMS} items")
         if budget[0] % 4096 == 0 and time.monotonic() > deadline:
-            raise VerifierTimeout("decoding the program's report ran past the verifier's "
-                                  f"budget of {DECODE_BUDGET_S} s")
+            raise ReportTooSlow("decoding the program's report took over "
+                                f"{DECODE_BUDGET_S} s")
         t = type(v)
         if v is None or t in (bool, int, float, str):
             return v
@@ -452,12 +457,13 @@ class _Opaque:
 
 def _fast_check(check, payload, deadline: float) -> str:
     """"" when ``check`` holds for the decoded value (``payload``: the report's parsed JSON),
-    else the failure ("ErrorType: message"). A verifier timeout is not a failure of the
-    program: it propagates (``info["error"]``)."""
+    else the failure ("ErrorType: message"). A verifier timeout raised by ``check`` is not a
+    failure of the program: it propagates (``info["error"]``); :class:`ReportTooSlow` does
+    too (the caller fails the whole program)."""
     try:
         value = decode_report(payload, deadline)
         return "" if check(value) else "AssertionError: "
-    except VerifierTimeout:
+    except (VerifierTimeout, ReportTooSlow):
         raise
     except Exception as exc:  # noqa: BLE001 - a malformed report or an opaque value: failed
         return f"{type(exc).__name__}: {exc}"
@@ -497,7 +503,11 @@ def _fast_verdicts(records: list, plan: list[dict], failures: list[str]) -> tupl
         if len(rs) != 1:
             why = "more than one report for this test"
         elif "value" in rs[0]:
-            why = _fast_check(plan[i]["check"], rs[0]["value"], deadline)
+            try:
+                why = _fast_check(plan[i]["check"], rs[0]["value"], deadline)
+            except ReportTooSlow as exc:  # the program's cost: it fails as a whole
+                failures.append(_clip(f"program: {exc}"))
+                return True, set()
         else:
             why = _clip(rs[0].get("raise", "no value"))
         if not why:
@@ -535,6 +545,9 @@ def _run(program: str, ref: dict, plan, limits: SandboxLimits):
     if plan is not None:
         result, records = pool.run_fast(program, ref["setup"], [p["expr"] for p in plan],
                                         ref["stdin"], limits)
+        if result.reason == "output_limit" and result.detail.startswith("report"):
+            failures.append(_clip(f"program: {result.detail}"))  # its own cost: no test passes
+            return False, set(), failures, result, result.stderr
         loaded, passed = _fast_verdicts(records, plan, failures)
         return loaded, passed, failures, result, result.stderr
     judged = pool.run_judged(program, ref["setup"], ref["tests"], ref["stdin"], limits)
@@ -542,6 +555,9 @@ def _run(program: str, ref: dict, plan, limits: SandboxLimits):
     result = judged.judge
     if judged.solver.reason and judged.solver.reason != "killed":
         result = judged.solver if result.reason in ("", "killed") else result
+    if judged.solver.reason == "output_limit" and judged.solver.detail.startswith("report"):
+        failures[:] = [_clip(f"program: {judged.solver.detail}")]
+        return False, set(), failures, judged.solver, judged.solver.stderr
     return loaded, passed, failures, result, judged.solver.stderr
 
 

@@ -411,6 +411,9 @@ def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxR
             detail = f"killed by {signal.Signals(-rc).name}"
         except ValueError:
             detail = f"killed by signal {-rc}"
+    elif reason == "output_limit":
+        detail = (p.over if p.over.startswith("report") else
+                  f"output over {limits.max_output_bytes} bytes")
     elif reason in ("sandbox_error", "setup_failed"):
         detail = ("the sandbox did not start: " if reason == "sandbox_error" else
                   "the interpreter could not start under these limits: ") + err.strip()[-300:]

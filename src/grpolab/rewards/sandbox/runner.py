@@ -69,8 +69,15 @@ h.boot(q)
 ENV = {"MALLOC_ARENA_MAX": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 #: Seconds past the deadline the supervisor still drains pipes after killing.
 DRAIN_S = 0.3
-#: Cap on a sandbox's report channel (fd 4), bytes.
+#: Cap on a sandbox's report channel (fd 4), bytes: the judge server's (its records are the
+#: judge's own); a program's sandbox gets :data:`REPORT_CAPS` for its role.
 MAX_REPORT_BYTES = 64 << 20
+#: (bytes, items over all frames) a program's own report channel may carry, by role: the
+#: fast path's values, or only the ``started`` frame and an exit label (a solver's and a
+#: plain program's channel: nothing else on it is read). Past them the program is killed
+#: (``output_limit``): what the program writes there is the program's cost, never the host's.
+REPORT_CAPS = {"fast": (8 << 20, 200_000), "solver": (64 << 10, 1000),
+               "program": (64 << 10, 1000)}
 SAMPLE_S = 0.02
 #: Seconds the other sandboxes (the solver) get to exit by themselves after the primary did.
 PEER_GRACE_S = 0.5
@@ -218,6 +225,9 @@ class Proc:
         """Give a started, still unused sandbox its request (written when it is supervised)."""
         self.request = launcher.request(role, limits, **fields) + private
         self.stdin = stdin
+        if role in REPORT_CAPS:
+            cap, items = REPORT_CAPS[role]
+            self.report = FrameReader(cap, 2 + len(fields.get("exprs", ())), items)
         return self
 
     def kill(self, why: str) -> None:
@@ -406,7 +416,7 @@ def _read(p: Proc, name: str, limits: SandboxLimits) -> None:
         _parse_info(p)
     elif name == "report":
         if not p.report.feed(chunk):
-            p.over = p.over or "output_limit"
+            p.over = p.over or p.report.over or "output_limit"
             p.kill("output_limit")
     else:
         buf = p.out[name]
