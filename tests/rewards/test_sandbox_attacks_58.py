@@ -390,3 +390,77 @@ def test_byte_range_locks_leases_and_dnotify_are_refused(pool2):
     r = pool2.run(LOCKS, "", SandboxLimits(timeout_s=20))
     assert r.ok, r.stderr[-500:]
     assert r.stdout == "[]\n", r.stdout
+
+
+# ------------------------------------------------------------------ 3. only plain data
+
+EVERYTHING = textwrap.dedent("""
+    class Yes:
+        def __contains__(self, x): return True
+        def __getattr__(self, name): return lambda *a, **k: True
+        def __len__(self): return 10
+        def __iter__(self): return iter(range(10))
+    def primes_below(n): return Yes()
+    def greet(name): return Yes()
+    class S(str):
+        def startswith(self, *a): return True
+        def endswith(self, *a): return True
+    def hello(name): return S("nope")
+""")
+
+PLAIN_DATA_TESTS = {
+    "judge: membership answered by the program": ["r = primes_below(30)\nassert 29 in r"],
+    "judge: str method on a non-plain result": ["r = greet('a')\nassert r.startswith('a')"],
+    "judge: set method on a non-plain result": ["r = greet('a')\nassert r.issubset({1})"],
+    "judge: float method on a non-plain result": ["r = greet('a')\nassert r.is_integer()"],
+    "fast: str subclass answers startswith": ["assert hello('Bob').startswith('Hello, ')"],
+    "fast: membership on a non-plain result": ["assert 29 in primes_below(30)"],
+    "fast: method of a non-plain result": ["assert greet('a').startswith('a')"],
+    "judge: str subclass answers startswith": ["r = hello('Bob')\nassert r.startswith('Hello, ')"],
+    "judge: len of a non-plain result": ["assert len(primes_below(30)) == 10"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN_DATA_TESTS))
+def test_no_program_object_answers_its_own_test(pool2, name):
+    r = _code(pool2, EVERYTHING, PLAIN_DATA_TESTS[name])
+    assert r.info["harness"] == name.split(":")[0], r.info
+    assert r.score == 0.0 and "error" not in r.info, r.info
+
+
+def test_a_judge_only_setup_never_reaches_the_program(pool2):
+    """A HumanEval ``check(candidate)`` with the expected values belongs to ``judge_setup``:
+    the program's process never runs it, so it cannot read the answers from its globals."""
+    spy = textwrap.dedent("""
+        import sys
+        g = sys._getframe(0).f_globals
+        def add(a, b):
+            if "check" in g:  # it could read the expected values: it shows that it saw them
+                return 99
+            return a + b
+    """)
+    ref = {"judge_setup": "def check(candidate):\n    expected = 3\n    assert candidate(1, 2) == 3\n",
+           "tests": ["check(add)"]}
+    assert _code(pool2, spy, ref).score == 1.0  # the spy found nothing: it computed honestly
+    leaky = {"setup": ref["judge_setup"], "tests": ["check(add)"]}
+    assert _code(pool2, spy, leaky).score == 0.0  # in "setup" the program sees it (documented)
+
+
+def test_the_setups_exception_classes_work_on_the_judge_path(pool2):
+    ref = {"setup": "class BadInput(Exception):\n    pass\n",
+           "tests": ["try:\n    f(-1)\nexcept BadInput:\n    pass\nelse:\n    assert False",
+                     "assert f(2) == 2"]}
+    r = _code(pool2, "def f(x):\n    if x < 0:\n        raise BadInput('no')\n    return x\n", ref)
+    assert r.score == 1.0, r.info
+
+
+def test_in_place_changes_never_reach_a_module_of_the_judge_server(pool2):
+    program = "def f(xs):\n    xs.append('planted')\n    return len(xs)\n"
+    tests = ["import keyword\nf(keyword.kwlist)\nassert 'planted' not in keyword.kwlist"]
+    r = _code(pool2, program, tests)
+    assert r.score == 1.0, r.info
+    honest = _code(pool2, "def g():\n    return 1\n",
+                   ["import keyword\nassert 'planted' not in keyword.kwlist and g() == 1"])
+    assert honest.score == 1.0, honest.info
+    mine = _code(pool2, program, ["xs = [1]\nf(xs)\nassert xs == [1, 'planted']"])
+    assert mine.score == 1.0, mine.info  # onto the test's own objects it is still mirrored

@@ -326,15 +326,17 @@ class SandboxPool:
     JUDGE_RETRIES = 2
 
     def run_judged(self, program: str, setup: str, tests: list[str], stdin: str,
-                   limits: SandboxLimits) -> Judged:
+                   limits: SandboxLimits, judge_setup: str = "") -> Judged:
         """A fresh solver sandbox runs ``program``; the slot's judge server runs ``tests``
         against it over two fresh pipes (see :mod:`.judge_server`). A server that turns out
         dead before it starts the request (it never wrote the request's ``started`` frame) is
-        replaced and the whole item re-run with a fresh solver."""
+        replaced and the whole item re-run with a fresh solver. ``judge_setup`` runs in the
+        judge only, after ``setup`` (the solver never sees it)."""
         slot = self._slots.get()
         try:
             for _ in range(self.JUDGE_RETRIES + 1):
-                judged = self._judged_once(slot, program, setup, tests, stdin, limits)
+                judged = self._judged_once(slot, program, setup, tests, stdin, limits,
+                                           judge_setup)
                 if judged is not None:
                     return judged
             raise SandboxError(f"the judge server died before starting the request "
@@ -343,7 +345,7 @@ class SandboxPool:
             self._slots.put(slot)
 
     def _judged_once(self, slot: int, program: str, setup: str, tests: list[str], stdin: str,
-                     limits: SandboxLimits) -> Judged | None:
+                     limits: SandboxLimits, judge_setup: str = "") -> Judged | None:
         """One try of :meth:`run_judged`; None when the server was gone before the request."""
         procs: list[Proc] = []
         try:
@@ -354,7 +356,8 @@ class SandboxPool:
             server = self._judge_server(slot, limits)
             ends, solver.extra_fds = solver.extra_fds, []
             try:
-                view = server.submit(setup, tests, ends)
+                view = server.submit(setup + ("\n" + judge_setup if judge_setup else ""),
+                                     tests, ends)
             except SandboxError:
                 server.close()
                 return None

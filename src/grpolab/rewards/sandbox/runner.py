@@ -76,7 +76,7 @@ MAX_REPORT_BYTES = 64 << 20
 #: fast path's values, or only the ``started`` frame and an exit label (a solver's and a
 #: plain program's channel: nothing else on it is read). Past them the program is killed
 #: (``output_limit``): what the program writes there is the program's cost, never the host's.
-REPORT_CAPS = {"fast": (8 << 20, 200_000), "solver": (64 << 10, 1000),
+REPORT_CAPS = {"fast": (8 << 20, 500_000), "solver": (64 << 10, 1000),
                "program": (64 << 10, 1000)}
 SAMPLE_S = 0.02
 #: Seconds the other sandboxes (the solver) get to exit by themselves after the primary did.
