@@ -464,3 +464,82 @@ def test_in_place_changes_never_reach_a_module_of_the_judge_server(pool2):
     assert honest.score == 1.0, honest.info
     mine = _code(pool2, program, ["xs = [1]\nf(xs)\nassert xs == [1, 'planted']"])
     assert mine.score == 1.0, mine.info  # onto the test's own objects it is still mirrored
+
+
+# the same test and program get the same verdict on the fast and the judge path
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PREAMBLE = textwrap.dedent("""
+    class Yes:
+        def __eq__(self, o): return True
+        def __ne__(self, o): return False
+        def __lt__(self, o): return True
+        def __contains__(self, x): return True
+        def __bool__(self): return True
+        def __len__(self): return 1
+        def __iter__(self): return iter([1])
+        def __getitem__(self, k): return 1
+        def __getattr__(self, name): return lambda *a, **k: True
+        def __hash__(self): return 0
+    class S(str):
+        def __eq__(self, o): return True
+        def startswith(self, *a): return True
+        def count(self, *a): return 1
+    class I(int):
+        def __eq__(self, o): return True
+        def is_integer(self): return True
+    class L(list):
+        def __contains__(self, x): return True
+        def count(self, x): return 1
+""")
+RETURNS = ["'Hello, Bob'", "S('nope')", "Yes()", "[1, 2, 3]", "{1: 'a'}", "{1, 2}", "(1, 'a')",
+           "None", "True", "3", "2.5", "I(4)", "[Yes()]", "L([7])", "(v for v in range(3))",
+           "{'k': [1, {2}]}", "frozenset({1})", "b'ab'", "'x' * 3", "Yes", "len"]
+LITERALS = ["1", "'Hello, Bob'", "[1, 2, 3]", "{1, 2}", "None", "3", "(1, 'a')", "{1: 'a'}",
+            "True", "2.5", "'He'", "0"]
+SHAPES = ["assert f(1) == {L}", "assert f(1) != {L}", "assert f(1)", "assert not f(1)",
+          "assert f(1) is None", "assert {L} in f(1)", "assert f(1) in [{L}]",
+          "assert f(1).startswith('He')", "assert f(1)[0] == {L}", "assert f(1).count(1) == 1",
+          "assert f(1).is_integer()", "assert f(1).issubset({{1, 2, 3}})",
+          "assert f(1).get(1) == {L}", "assert f(1) < {L}", "assert f(1)() == {L}",
+          "assert f(1).real == {L}", "assert f(1)[1:] == {L}"]
+
+
+def _verdict(pool, program, test, path, monkeypatch):
+    import grpolab.rewards.code as code_mod
+
+    if path == "judge":
+        monkeypatch.setattr(code_mod, "fast_plan", lambda tests, setup="": None)
+    try:
+        r = _code(pool, program, [test])
+    finally:
+        monkeypatch.undo()
+    assert r.info["harness"] == path and "error" not in r.info, r.info
+    return r.score
+
+
+@settings(max_examples=30, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.sampled_from(RETURNS), shape=st.sampled_from(SHAPES),
+       literal=st.sampled_from(LITERALS))
+def test_the_fast_and_the_judge_path_give_the_same_verdict(pool2, monkeypatch, value, shape,
+                                                          literal):
+    import grpolab.rewards.code as code_mod
+
+    test = shape.format(L=literal)
+    if code_mod.fast_plan([test]) is None:
+        return  # a shape only the judge runs: nothing to compare
+    program = PREAMBLE + f"def f(x):\n    return {value}\n"
+    fast = _verdict(pool2, program, test, "fast", monkeypatch)
+    judge = _verdict(pool2, program, test, "judge", monkeypatch)
+    assert fast == judge, (value, test, fast, judge)
+    if value in ("S('nope')", "Yes()", "I(4)", "[Yes()]", "L([7])", "Yes"):
+        # a hostile value passes only where its plain value would pass too
+        plain = {"S('nope')": "'nope'", "I(4)": "4", "L([7])": "[7]"}.get(value)
+        if plain is None:
+            assert fast == 0.0, (value, test)
+        else:
+            honest = PREAMBLE + f"def f(x):\n    return {plain}\n"
+            assert fast <= _verdict(pool2, honest, test, "fast", monkeypatch), (value, test)

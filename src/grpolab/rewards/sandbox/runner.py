@@ -184,13 +184,26 @@ def _view_spec(python: str, packages: tuple[str, ...]) -> dict:
         return _SPECS[key]
 
 
+#: Compiles the harness under another interpreter, once per pool (its marshal format and
+#: bytecode are that interpreter's own): stdin is the source, stdout the marshal'ed code.
+COMPILE = ("import marshal,sys;sys.stdout.buffer.write(marshal.dumps(compile("
+           "sys.stdin.read(),'harness.py','exec')))")
+
+
 def _harness_payload(python: str) -> tuple[bytes, str]:
-    """(marshal'ed code object, "") when ``python`` is this interpreter's version, else
-    (b"", source): the sandbox then compiles the harness itself."""
+    """(marshal'ed code object, ""): compiled here when ``python`` is this interpreter, else
+    once by ``python`` itself (not in every sandbox); (b"", source) only when that fails (the
+    sandbox then compiles the harness itself)."""
     src = HARNESS.read_text()
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         return marshal.dumps(compile(src, "harness.py", "exec")), ""
-    return b"", src
+    try:
+        out = subprocess.run([python, "-I", "-S", "-c", COMPILE], input=src.encode(),
+                             capture_output=True, timeout=60,
+                             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    except (OSError, subprocess.TimeoutExpired):
+        return b"", src
+    return (out.stdout, "") if out.returncode == 0 and out.stdout else (b"", src)
 
 
 # ------------------------------------------------------------------------------ one process
