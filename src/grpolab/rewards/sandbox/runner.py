@@ -84,6 +84,10 @@ PEER_GRACE_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
+#: util-linux's setpriv: how a root pool starts bubblewrap under a slot's uid (see :func:`start`).
+SETPRIV = shutil.which("setpriv")
+
+
 def bwrap_path() -> str | None:
     """The bubblewrap binary, or None when it is not installed."""
     return shutil.which("bwrap") or (os.path.exists("/usr/bin/bwrap") and "/usr/bin/bwrap") or None
@@ -292,7 +296,12 @@ def start(launcher: Launcher, limits: SandboxLimits, peer: tuple[int, int] | Non
     argv = launcher.argv(limits, child_fds, seccomp_fd, info_w)
     user = launcher.user if user is None else user
     kwargs = {}
-    if user is not None:
+    if user is not None and SETPRIV and os.geteuid() == 0:
+        # the uid change in setpriv, not in the child: subprocess cannot vfork a child that
+        # changes its uid, and fork() copies the trainer's page tables (ms per sandbox, more
+        # the bigger the trainer)
+        argv = [SETPRIV, "--reuid", str(user), "--regid", str(user), "--clear-groups", *argv]
+    elif user is not None:
         kwargs = {"user": user, "group": user, "extra_groups": []}
     (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
     theirs = [*keep, in_r, out_w, err_w]
