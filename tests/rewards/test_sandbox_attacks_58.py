@@ -278,8 +278,9 @@ from grpolab.rewards.sandbox import SandboxPool
 pool = SandboxPool(size=2, python=sys.argv[1], user=int(sys.argv[2]))
 code_mod.POOL = pool
 pool.warm_up()
-assert code_mod.code_reward("def f():\n    return 1\n", ["assert f() == 1"]).score == 1.0
-assert code_mod.code_reward("def f():\n    return 1\n", ["x = f()\nassert x == 1"]).score == 1.0
+for tests in (["assert f() == 1"], ["x = f()\nassert x == 1"]):
+    r = code_mod.code_reward("def f():\n    return 1\n", tests, timeout_s=30)
+    assert r.score == 1.0, r.info
 print("ready", flush=True)
 if sys.argv[3] == "close":
     pool.close()
@@ -358,6 +359,29 @@ def test_tens_of_mb_on_a_report_channel_cost_the_program_not_the_trainer(pool2, 
     assert r.info["failures"] and r.info["failures"][0].startswith("program: report over"), r.info
     assert peak < 40 << 20, f"the trainer held {peak >> 20} MB for one report"
     assert cpu < 1.5, cpu
+
+
+# ------------------------------------------------------------------ 5. /tmp inodes
+
+EMPTY_FILES = r"""
+import sys
+for i in range(300_000):
+    open(f"/tmp/f{i}", "w").close()
+    if i % 1000 == 0:
+        sys.stdout.write(f"{i}\n")
+        sys.stdout.flush()
+print("done")
+"""
+
+
+def test_tmp_is_bounded_in_files_not_only_in_bytes(pool2):
+    """Empty files cost kernel memory that the tmpfs's size does not count (+208-252 MB under
+    memory_mb=64 in 4 s before): the host counts /tmp's inodes every 20 ms."""
+    from grpolab.rewards.sandbox.runner import MAX_TMP_FILES
+
+    r = pool2.run(EMPTY_FILES, "", SandboxLimits(timeout_s=30, memory_mb=64))
+    assert r.reason == "file_size" and "/tmp holds over" in r.detail, (r.reason, r.detail)
+    assert int(r.stdout.split()[-1]) <= MAX_TMP_FILES + 20_000, r.stdout[-100:]
 
 
 # ------------------------------------------------------------------ 5. locks, leases, notify

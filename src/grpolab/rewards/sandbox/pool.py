@@ -395,6 +395,8 @@ def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxR
         p.cpu_s = max(p.cpu_s, float(limits.rlimits()["RLIMIT_CPU"]))
     if p.killed == "timeout" or cpu_kill:
         reason = "timeout"
+    elif p.over.startswith("/tmp"):
+        reason = "file_size"
     elif p.over:
         reason = "output_limit"
     elif not started:
@@ -414,6 +416,8 @@ def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxR
             detail = f"killed by {signal.Signals(-rc).name}"
         except ValueError:
             detail = f"killed by signal {-rc}"
+    elif reason == "file_size" and p.over:
+        detail = p.over
     elif reason == "output_limit":
         detail = (p.over if p.over.startswith("report") else
                   f"output over {limits.max_output_bytes} bytes")

@@ -79,6 +79,10 @@ MAX_REPORT_BYTES = 64 << 20
 REPORT_CAPS = {"fast": (8 << 20, 500_000), "solver": (64 << 10, 1000),
                "program": (64 << 10, 1000)}
 SAMPLE_S = 0.02
+#: Inodes a sandbox's /tmp may hold (checked every SAMPLE_S; past it the program is killed:
+#: ``reason="file_size"``). A program creating empty files as fast as it can gets ~1,000 past it
+#: within one sampling interval.
+MAX_TMP_FILES = 10_000
 #: Seconds the other sandboxes (the solver) get to exit by themselves after the primary did.
 PEER_GRACE_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -273,6 +277,18 @@ class Proc:
         except (OSError, IndexError, ValueError):
             pass
 
+    def over_tmp_files(self) -> bool:
+        """Whether the sandbox's /tmp holds more than :data:`MAX_TMP_FILES` inodes (seen from
+        the host through ``/proc/<pid>/root``: bubblewrap's tmpfs has a byte size but no inode
+        count, and every empty file costs kernel memory that size does not count)."""
+        if not self.child_pid or self.returncode is not None or self.persistent:
+            return False
+        try:
+            st = os.statvfs(f"/proc/{self.child_pid}/root/tmp")
+        except OSError:
+            return False
+        return st.f_files - st.f_ffree > MAX_TMP_FILES
+
 
 def start(launcher: Launcher, limits: SandboxLimits, peer: tuple[int, int] | None = None,
           user: int | None = None, extra: tuple[int, ...] = ()) -> Proc:
@@ -361,6 +377,9 @@ def supervise(procs: list[Proc], limits: SandboxLimits, primary: Proc, on_start=
                 next_sample = now + SAMPLE_S
                 for p in procs:
                     p.sample_cpu()
+                    if p.over_tmp_files():
+                        p.over = p.over or f"/tmp holds over {MAX_TMP_FILES} files"
+                        p.kill("output_limit")
                     if p.cpu_s > limits.cpu_limit_s:
                         p.kill("timeout")
             _reap(procs)
