@@ -271,6 +271,29 @@ def test_a_judge_server_that_died_between_requests_is_replaced_and_the_item_re_r
         assert pool2._judges[0] is not server
 
 
+def test_a_retired_judge_servers_descriptors_are_closed_once(pool2, monkeypatch):
+    """A request past its deadline retires the server: its pipes were closed through the
+    request's view and again through the server (EBADF, or, when the prestarting thread had
+    reused the number meanwhile, another sandbox's pipe). Every host descriptor is owned once."""
+    real_close, twice = os.close, []
+
+    def close(fd):
+        try:
+            real_close(fd)
+        except OSError as exc:
+            if exc.errno == 9:
+                twice.append(fd)
+            raise
+    monkeypatch.setattr(os, "close", close)
+    for _ in range(3):
+        r = _code(pool2, "def f():\n    while True:\n        pass\n", ["x = f()\nassert x == 1"],
+                  timeout_s=0.5)
+        assert r.score == 0.0 and r.info["reason"] == "timeout", r.info
+        assert _code(pool2, HONEST, JUDGE_TESTS).score == 1.0
+    monkeypatch.undo()
+    assert twice == [], f"descriptors closed twice: {twice}"
+
+
 TRAINER = r"""
 import sys, time
 import grpolab.rewards.code as code_mod
