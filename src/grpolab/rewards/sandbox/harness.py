@@ -699,9 +699,7 @@ def judge_server() -> None:
 
 def _serve_one(req: dict, rfd: int, wfd: int) -> None:
     """One request, every exception caught inside it (whatever the solver sent, the server
-    lives on); its channel closed and its garbage collected before the server says done."""
-    import gc  # noqa: PLC0415 - built in
-
+    lives on); its channel closed before the server says done."""
     try:
         judge(req["setup"], req["tests"], rfd, wfd)
     except BaseException as exc:  # noqa: BLE001 - the request fails, the server does not
@@ -714,10 +712,6 @@ def _serve_one(req: dict, rfd: int, wfd: int) -> None:
             posix.close(fd)
         except OSError:
             pass
-    try:
-        gc.collect()
-    except BaseException:  # noqa: BLE001
-        pass
 
 
 # ------------------------------------------------------------------------------ the fast path

@@ -118,8 +118,13 @@ class SandboxPool:
             if self.closed:
                 raise SandboxError("the sandbox pool is shut down")
             if self._launcher is None:
-                self._launcher = Launcher(self.python, None, self.packages)
-                self._uids = self._choose_uids(self._launcher)
+                launcher = Launcher(self.python, None, self.packages)
+                try:
+                    uids = self._choose_uids(launcher)
+                except BaseException:
+                    launcher.close()  # no launcher without its uids: every call refuses again
+                    raise
+                self._launcher, self._uids = launcher, uids
                 self._prestart = Prestarter(self._start_key)
             return self._launcher
 
