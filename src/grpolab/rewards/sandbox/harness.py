@@ -479,7 +479,11 @@ class _Channel:
             if b is None or type(a) not in (list, dict, set, bytearray):
                 continue
             new = self.value(b)  # the program changed an argument in place: so does the test's
-            if type(new) is type(a) and new != a and not _module_owned(a):
+            try:
+                changed = type(new) is type(a) and new != a
+            except TypeError:  # a handle inside: it refuses comparison, nothing is mirrored
+                changed = False
+            if changed and not _module_owned(a):
                 if type(a) is dict:
                     a.clear()
                     a.update(new)
