@@ -1,8 +1,7 @@
 """The pool: at most ``size`` sandboxes at once, each a fresh bubblewrap sandbox per process.
 
-There is nothing long-lived to reuse (no fork server, no zygote): a "slot" is only a permit to
-run, plus, as root, the uid its sandboxes run as (``UID_BASE + slot``) when the interpreter and
-packages are readable by other users. Three kinds of run:
+A "slot" is a permit to run, plus, as root, the uid its sandboxes run as (``UID_BASE + slot``;
+never the host's uid 0), plus its long-lived judge server. Three kinds of run:
 
 * :meth:`SandboxPool.run` -- one program (``run_sandboxed``);
 * :meth:`SandboxPool.run_fast` -- the code verifier's fast path: one sandbox reports values;
@@ -26,7 +25,7 @@ from grpolab.rewards.sandbox.runner import DEFAULT_PACKAGES, Launcher, Proc, dis
 
 __all__ = ["FEATURES", "SandboxPool", "UID_BASE", "default_size"]
 
-#: As root, slot k's sandboxes run as uid UID_BASE + k (when the view is world-readable).
+#: As root, slot k's sandboxes run as uid UID_BASE + k (never as the host's uid 0).
 UID_BASE = 1_500_000
 #: Isolation features every sandbox has (see docs/sandbox.md).
 FEATURES = ("bwrap", "userns", "netns", "mountns", "minimal_fs", "readonly_fs", "private_dirs",
