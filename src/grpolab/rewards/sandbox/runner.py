@@ -281,8 +281,9 @@ class Proc:
         """Whether the sandbox's /tmp holds more than :data:`MAX_TMP_FILES` inodes (seen from
         the host through ``/proc/<pid>/root``: bubblewrap's tmpfs has a byte size but no inode
         count, and every empty file costs kernel memory that size does not count)."""
-        if not self.child_pid or self.returncode is not None or self.persistent:
-            return False
+        if (not self.child_pid or self.returncode is not None or self.persistent
+                or not self.report.records):
+            return False  # before its "started" frame /proc/<pid>/root may still be the host's
         try:
             st = os.statvfs(f"/proc/{self.child_pid}/root/tmp")
         except OSError:
