@@ -517,7 +517,7 @@ def test_in_place_changes_never_reach_a_module_of_the_judge_server(pool2):
 
 # the same test and program get the same verdict on the fast and the judge path
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 PREAMBLE = textwrap.dedent("""
@@ -569,10 +569,16 @@ def _verdict(pool, program, test, path, monkeypatch):
     return r.score
 
 
-@settings(max_examples=30, deadline=None, derandomize=True,
+@settings(max_examples=20, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=st.sampled_from(RETURNS), shape=st.sampled_from(SHAPES),
        literal=st.sampled_from(LITERALS))
+@example(value="S('nope')", shape="assert f(1).startswith('He')", literal="1")  # the issue's cases
+@example(value="Yes()", shape="assert f(1).startswith('He')", literal="1")
+@example(value="Yes()", shape="assert f(1).issubset({{1, 2, 3}})", literal="1")
+@example(value="I(4)", shape="assert f(1).is_integer()", literal="1")
+@example(value="L([7])", shape="assert {L} in f(1)", literal="3")
+@example(value="S('nope')", shape="assert f(1).count(1) == 1", literal="1")
 def test_the_fast_and_the_judge_path_give_the_same_verdict(pool2, monkeypatch, value, shape,
                                                           literal):
     import grpolab.rewards.code as code_mod
