@@ -409,6 +409,31 @@ def test_tmp_is_bounded_in_files_not_only_in_bytes(pool2):
     assert int(r.stdout.split()[-1]) <= MAX_TMP_FILES + 20_000, r.stdout[-100:]
 
 
+MOUNTS = "print(open('/proc/self/mountinfo').read())"
+
+
+def test_mountinfo_shows_neither_the_trainers_pid_nor_a_packages_host_path(any_pool):
+    """Before: the staging folder's name carried the trainer's pid, and each allow-listed
+    package's bind showed the virtual environment's path. Packages are now mirrored into the
+    staging tree where hard links work (a package another user owns on another file system is
+    still bound from its host path: docs/sandbox.md)."""
+    mode, pool = any_pool
+    r = pool.run(MOUNTS, "", SandboxLimits(timeout_s=20))
+    assert r.ok, r.stderr[-300:]
+    assert f"-{os.getpid()}-" not in r.stdout, r.stdout
+    launcher = pool.launcher()
+    for src, dst in launcher.spec["binds"]:
+        if dst.startswith("/sandbox/packages/") and _linkable(src, launcher.staged["root"]):
+            assert f" {src} " not in r.stdout, (src, r.stdout)
+
+
+def _linkable(src: str, staging: str) -> bool:
+    """Whether this process may hard-link ``src``'s files into ``staging`` (same file system;
+    as a non-root user, its own files)."""
+    st = os.stat(src)
+    return st.st_dev == os.stat(staging).st_dev and (os.geteuid() == 0 or st.st_uid == os.getuid())
+
+
 # ------------------------------------------------------------------ 5. locks, leases, notify
 
 LOCKS = r"""

@@ -295,23 +295,32 @@ def test_a_dead_processs_staging_dir_is_swept_and_a_live_ones_kept(tmp_path):
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid is free now (reuse within this test is vanishingly unlikely)
-    gone = tmp_path / f"{view.VIEW_PREFIX}{dead.pid}-abc"
+    gone = tmp_path / f"{view.VIEW_PREFIX}abc"
     (gone / "usr").mkdir(parents=True)
-    mine = tmp_path / f"{view.VIEW_PREFIX}{os.getpid()}-def"
+    (gone / view.OWNER_FILE).write_text(str(dead.pid))
+    mine = tmp_path / f"{view.VIEW_PREFIX}def"
     mine.mkdir()
+    (mine / view.OWNER_FILE).write_text(str(os.getpid()))
     other = tmp_path / f"{view.VIEW_PREFIX}notapid"
     other.mkdir()
+    (other / view.OWNER_FILE).write_text("notapid")
+    unowned = tmp_path / f"{view.VIEW_PREFIX}ghi"
+    unowned.mkdir()
     assert view.sweep(str(tmp_path)) == [str(gone)]
-    assert not gone.exists() and mine.exists() and other.exists()
+    assert not gone.exists() and mine.exists() and other.exists() and unowned.exists()
 
 
 def test_a_pool_stages_its_view_under_its_pid_and_removes_it_on_close():
+    from grpolab.rewards.sandbox import view
+
     pool = SandboxPool(size=1)
     try:
         root = pool.launcher().staged["root"]
     except SandboxError as exc:
         pytest.skip(f"no sandbox here: {exc}")
-    assert os.path.basename(root).startswith(f"grpolab-view-{os.getpid()}-")
+    assert os.path.basename(root).startswith("grpolab-view-")
+    assert str(os.getpid()) not in os.path.basename(root)  # the name shows in mountinfo
+    assert open(os.path.join(root, view.OWNER_FILE)).read() == str(os.getpid())
     assert os.path.isdir(root)
     pool.close()
     assert not os.path.exists(root)

@@ -256,13 +256,19 @@ def stage(spec: dict, mirror: bool = False) -> dict:
     lies in the world-readable staging tree: how a root pool runs programs under a uid of
     their own when the interpreter sits below a folder other users cannot enter (``/root``)."""
     sweep()
-    root = tempfile.mkdtemp(prefix=f"{VIEW_PREFIX}{os.getpid()}-")
+    # no pid in the name: the name shows in the programs' /proc/self/mountinfo (the owner's pid
+    # is in OWNER_FILE, outside every folder the view binds)
+    root = tempfile.mkdtemp(prefix=VIEW_PREFIX)
     os.chmod(root, 0o755)
+    with open(os.path.join(root, OWNER_FILE), "w") as f:
+        f.write(str(os.getpid()))
     tops: list[str] = []
     dir_binds: list[tuple[str, str]] = []
     for src, dst in spec["binds"]:
-        if os.path.isdir(src) and mirror:
-            _link_tree(src, root + dst, skip=set(spec.get("hide", ())), at=dst)
+        if os.path.isdir(src) and (mirror or dst.startswith(PACKAGES_DIR + "/")) and _mkdirs(
+                root, os.path.dirname(dst)) is None and _mirrored(
+                src, root + dst, set(spec.get("hide", ())), dst, copy=mirror):
+            # a package's host path (a virtual environment's) stays out of mountinfo too
             top = "/" + dst.strip("/").split("/")[0]
             if top not in tops:
                 tops.append(top)
@@ -293,8 +299,9 @@ def stage(spec: dict, mirror: bool = False) -> dict:
     return {"root": root, "binds": binds, "empty": empty, "mirrored": mirror}
 
 
-#: Staging dirs are ``<tmp>/grpolab-view-<pid>-<random>``.
+#: Staging dirs are ``<tmp>/grpolab-view-<random>``, holding OWNER_FILE (the owner's pid).
 VIEW_PREFIX = "grpolab-view-"
+OWNER_FILE = ".owner"
 
 
 def sweep(tmp: str | None = None) -> list[str]:
@@ -307,12 +314,15 @@ def sweep(tmp: str | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        pid = name[len(VIEW_PREFIX):].split("-", 1)[0]
-        if not name.startswith(VIEW_PREFIX) or not pid.isdigit():
+        if not name.startswith(VIEW_PREFIX):
             continue
         path = os.path.join(tmp, name)
         try:
             if os.lstat(path).st_uid != os.getuid() or os.path.islink(path):
+                continue
+            with open(os.path.join(path, OWNER_FILE)) as f:
+                pid = f.read().strip()
+            if not pid.isdigit():
                 continue
             os.kill(int(pid), 0)
             continue  # its process is alive
@@ -325,10 +335,23 @@ def sweep(tmp: str | None = None) -> list[str]:
     return removed
 
 
-def _link_tree(src: str, dst: str, skip: set, at: str) -> None:
+def _mirrored(src: str, dst: str, skip: set, at: str, copy: bool) -> bool:
+    """:func:`_link_tree`; with ``copy=False`` only hard links, and False (nothing left at
+    ``dst``) when one is refused (another file system, another owner's files)."""
+    try:
+        _link_tree(src, dst, skip, at, copy)
+        return True
+    except OSError:
+        if copy:
+            raise
+        shutil.rmtree(dst, ignore_errors=True)
+        return False
+
+
+def _link_tree(src: str, dst: str, skip: set, at: str, copy: bool = True) -> None:
     """Mirror the folder ``src`` at ``dst``: folders made 0755, files hard-linked (copied when
-    a link is refused); symbolic links kept as they are; ``at`` is ``dst``'s path in the view,
-    and folders whose view path is in ``skip`` are left out."""
+    a link is refused and ``copy``); symbolic links kept as they are; ``at`` is ``dst``'s path
+    in the view, and folders whose view path is in ``skip`` are left out."""
     os.makedirs(dst, exist_ok=True)
     os.chmod(dst, 0o755)
     for base, dirs, files in os.walk(src):
@@ -351,6 +374,8 @@ def _link_tree(src: str, dst: str, skip: set, at: str) -> None:
             try:
                 os.link(path, target)
             except OSError:
+                if not copy:
+                    raise
                 shutil.copy2(path, target)
 
 
