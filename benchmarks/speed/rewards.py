@@ -23,6 +23,7 @@ Run:  python benchmarks/speed/rewards.py [--rounds 3] [--n-code 400] [--out PATH
 Writes runs/bench/rewards.json (atomically; ``--out``).
 
 Before/after:  python benchmarks/speed/rewards.py --before /path/to/old/src [--rounds 3]
+                [--user 4242 --python /usr/bin/python3]   (as root: the unprivileged mode)
 measures the sandbox rows (trivial program, fast path, judge path) for the grpolab under
 ``--before`` and for this one, each round in a fresh subprocess per side, sides alternating, and
 prints the medians and after/before ratios; writes runs/bench/sandbox_throughput.json (``--out``;
@@ -105,8 +106,14 @@ def _measured(n: int, pool, fn) -> tuple[float, float, float]:
     return r, (c1 - c0) / n * 1000, (b1 - b0) / n * 1000
 
 
-def worker(n: int) -> dict:
-    """One round of the sandbox rows in this process (for ``--before``)."""
+def worker(n: int, user: int | None = None, python: str | None = None) -> dict:
+    """One round of the sandbox rows in this process (for ``--before``); ``user``/``python``:
+    as root, a pool of 2 whose programs run as that ordinary uid under that interpreter (the
+    unprivileged mode, ``SandboxPool(python=..., user=...)``)."""
+    if user is not None:
+        from grpolab.rewards import sandbox as sandbox_mod
+
+        sandbox_mod._POOL = sandbox_mod.SandboxPool(size=2, python=python, user=user)
     pool = default_pool()
     pool.warm_up()
     size = pool.size
@@ -153,8 +160,10 @@ def before_after(args) -> None:
     for _ in range(args.rounds):
         for name, src in sides.items():
             env = dict(os.environ, PYTHONPATH=src)
-            out = subprocess.run([sys.executable, __file__, "--worker", "--n-code", str(args.n_code)],
-                                 env=env, capture_output=True, text=True, check=True)
+            cmd = [sys.executable, __file__, "--worker", "--n-code", str(args.n_code)]
+            if args.user is not None:
+                cmd += ["--user", str(args.user), "--python", args.python or "/usr/bin/python3"]
+            out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             runs[name].append(json.loads(out.stdout.strip().splitlines()[-1]))
     load_after = os.getloadavg()
     keys = ("trivial_per_s", "code_per_s", "code_judge_per_s", "trivial_cpu_ms", "code_cpu_ms",
@@ -192,19 +201,23 @@ def before_after(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--n-code", type=int, default=400, help="programs per fork-server round")
+    ap.add_argument("--n-code", type=int, default=400, help="programs per sandbox round")
     ap.add_argument("--out", default=None, help="the JSON (default: runs/bench/rewards.json; with --before "
                                                 "runs/bench/sandbox_throughput.json)")
     ap.add_argument("--n-math", type=int, default=2000)
     ap.add_argument("--threads", type=int, default=None, help="callers (default: pool size)")
     ap.add_argument("--before", default=None,
-                    help="src folder of an older grpolab: before/after fork-server rows only")
+                    help="src folder of an older grpolab: before/after sandbox rows only")
+    ap.add_argument("--user", type=int, default=None,
+                    help="with --before, as root: programs run as this ordinary uid (e.g. 4242)")
+    ap.add_argument("--python", default=None,
+                    help="with --user: the programs' interpreter (default /usr/bin/python3)")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         import json
 
-        print(json.dumps(worker(args.n_code)))
+        print(json.dumps(worker(args.n_code, args.user, args.python)))
         return
     if args.before:
         before_after(args)

@@ -205,14 +205,13 @@ HONEST = [
     ("def f(): return None", ["assert f() is None", "assert f() == None"]),
     ("def f(xs): xs.sort()", ["l = [3, 1, 2]\nf(l)\nassert l == [1, 2, 3]"]),  # in-place on an argument
     ("def f(d): d['k'] = 1", ["d = {}\nf(d)\nassert d == {'k': 1}"]),
-    ("class Stack:\n    def __init__(self): self.items = []\n    def push(self, x): self.items.append(x); return self\n"
-     "    def pop(self): return self.items.pop()\n    def __len__(self): return len(self.items)",
-     ["s = Stack()\ns.push(1).push(2)\nassert s.pop() == 2", "s = Stack()\ns.push(5)\nassert len(s) == 1",
+    ("class Stack:\n    def __init__(self): self.items = []\n    def push(self, x): self.items.append(x)\n"
+     "    def pop(self): return self.items.pop()\n    def size(self): return len(self.items)",
+     ["s = Stack()\ns.push(1)\ns.push(2)\nassert s.pop() == 2", "s = Stack()\ns.push(5)\nassert s.size() == 1",
       "s = Stack()\ns.push(7)\nassert s.items == [7]"]),
     ("class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n        for i, x in enumerate(nums):\n"
      "            if target - x in seen: return [seen[target - x], i]\n            seen[x] = i",
      ["assert Solution().twoSum([2, 7, 11, 15], 9) == [0, 1]"]),
-    ("def gen(n):\n    yield from range(n)", ["assert list(gen(3)) == [0, 1, 2]", "assert sum(gen(4)) == 6"]),
     ("def f(x):\n    if x < 0: raise ValueError('negative')\n    return x",
      ["try:\n    f(-1)\nexcept ValueError as e:\n    assert 'negative' in str(e)\nelse:\n    assert False"]),
     ("class MyError(Exception): pass\ndef f(): raise MyError('x')",
@@ -221,10 +220,7 @@ HONEST = [
     ("import math\ndef f(x): return math.sqrt(x)", ["assert f(16) == 4.0", "assert math.floor(f(17)) == 4"]),
     ("def f(x): return x", ["assert f([1, [2, {3: 'x'}]]) == [1, [2, {3: 'x'}]]"]),
     ("def f(*a, **k): return [a, sorted(k.items())]", ["assert f(1, 2, z=3) == [(1, 2), [('z', 3)]]"]),
-    ("def nat():\n    i = 0\n    while True:\n        yield i\n        i += 1",  # infinite generator
-     ["g = nat()\nassert next(g) == 0 and next(g) == 1",
-      "import itertools\nassert list(itertools.islice(nat(), 5)) == [0, 1, 2, 3, 4]"]),
-    ("MEMO = list(range(300_000))\ndef f(i): return MEMO[i]",  # a big table stays in the solver
+    ("MEMO = list(range(300_000))\ndef f(i): return MEMO[i]",  # a big table is copied as plain data
      ["x = f(7)\nassert x == 7", "assert len(MEMO) == 300_000 and MEMO[5] == 5",
       "assert sum(1 for _ in MEMO) == 300_000"]),
 ]
@@ -244,9 +240,29 @@ def test_plain_values_compared_in_the_judge_not_by_the_program():
 
 def test_objects_of_the_program_refuse_comparison_with_a_clear_message():
     prog = "class P:\n    def __init__(self, x): self.x = x\n    def __eq__(self, o): return True\ndef f(): return P(1)"
-    res = score("code", prog, ["assert f() == f()", "assert f().x == 1"])
-    assert res.score == 0.5  # attributes come back as plain data; the object itself cannot vouch
+    res = score("code", prog, ["assert f() == f()", "assert f().x == 1", "assert P(1).x == 1"])
+    # a function's result must be plain data (issue 58); an instance the test made itself from
+    # the program's class answers attribute reads with plain data
+    assert res.info["passed"] == 1, res.info
     assert "cannot be compared" in res.info["failures"][0]
+    assert "not plain data" in res.info["failures"][1]
+
+
+#: Test shapes that used to run the program's own code on a value that was not plain data
+#: (issue 58): now every one fails, with a message that says why, on both paths.
+REFUSED = [
+    ("def gen(n):\n    yield from range(n)", ["assert list(gen(3)) == [0, 1, 2]", "assert sum(gen(4)) == 6"]),
+    ("class S:\n    def __init__(self): self.items = [1]\n    def __len__(self): return 1\n"
+     "    def __contains__(self, x): return True\n    def __iter__(self): return iter([1])",
+     ["s = S()\nassert len(s) == 1", "s = S()\nassert 1 in s", "s = S()\nassert list(s) == [1]"]),
+]
+
+
+@pytest.mark.parametrize("program, tests", REFUSED, ids=[p.split("\n")[0][:30] for p, _ in REFUSED])
+def test_non_plain_values_fail_the_test_with_a_clear_message(program, tests):
+    res = score("code", program, tests)
+    assert res.score == 0.0 and "error" not in res.info, res.info
+    assert all("not plain data" in f for f in res.info["failures"]), res.info
 
 
 def test_a_program_that_ends_inside_a_call_fails_every_later_test():

@@ -85,12 +85,15 @@ def test_bad_arguments():
     assert SandboxLimits().cpu_limit_s == SandboxLimits().timeout_s
 
 
-def test_the_deprecated_modes_give_the_same_answers():
+def test_the_fork_server_modes_and_names_are_gone():
+    import grpolab.rewards as rewards
+
     for mode in ("fresh", "forkserver"):
-        r = run_sandboxed("print(input() * 2)", stdin="ab\n", mode=mode)
-        assert r.mode == "bwrap" and r.stdout == "abab\n" and r.ok
-    r = run_sandboxed("while True: pass", timeout_s=0.5, mode="fresh")
-    assert r.timed_out and r.reason == "timeout"
+        with pytest.raises(ValueError, match="mode"):
+            run_sandboxed("print(1)", mode=mode)
+    assert not hasattr(rewards, "ForkServerPool") and not hasattr(sandbox_mod, "ForkServer")
+    with pytest.raises(ImportError):
+        import grpolab.rewards._code_harness  # noqa: F401
 
 
 def test_a_machinery_failure_is_a_result_in_auto_mode_and_raises_in_strict():
@@ -168,8 +171,7 @@ def _sleepers(uid):
     return out
 
 
-def test_the_pool_is_exported_under_its_own_name_and_the_old_one_still_works():
+def test_the_pool_is_exported_under_its_own_name():
     import grpolab.rewards as rewards
 
-    assert "SandboxPool" in rewards.__all__
-    assert rewards.SandboxPool is rewards.ForkServerPool  # deprecated alias, one release
+    assert "SandboxPool" in rewards.__all__ and "ForkServerPool" not in rewards.__all__

@@ -32,15 +32,12 @@ def _fail_or_skip(what: str) -> None:
 
 def _make_pool(kind: str):
     if kind == "root":
-        return S.SandboxPool(size=1) if hasattr(S, "SandboxPool") else S.ForkServerPool(size=1)
+        return S.SandboxPool(size=1)
     if os.geteuid() != 0:
-        return S.SandboxPool(size=1) if hasattr(S, "SandboxPool") else S.ForkServer()
+        return S.SandboxPool(size=1)
     if not os.access("/usr/bin/python3", os.X_OK):
         _fail_or_skip("needs /usr/bin/python3 to run programs as another user")
-    if hasattr(S, "SandboxPool"):
-        return S.SandboxPool(size=1, python="/usr/bin/python3", user=UNPRIVILEGED_UID)
-    return S.ForkServer(launcher=["setpriv", "--reuid", str(UNPRIVILEGED_UID), "--regid",
-                                  str(UNPRIVILEGED_UID), "--clear-groups", "/usr/bin/python3"])
+    return S.SandboxPool(size=1, python="/usr/bin/python3", user=UNPRIVILEGED_UID)
 
 
 @pytest.fixture(scope="module", params=["root", "unprivileged"])

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from grpolab.rewards import SandboxLimits
-from grpolab.rewards.sandbox import ForkServer, SandboxError, SandboxPool
+from grpolab.rewards.sandbox import SandboxError, SandboxPool
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 UNPRIVILEGED_UID = 4242  # as tests/rewards/conftest.py's unprivileged_server
@@ -240,7 +240,7 @@ def test_the_view_holds_only_the_interpreter_and_its_libraries(venv_server):
 
 
 def test_trusted_module_resolves_only_in_the_trusted_folders(tmp_path, monkeypatch):
-    import grpolab.rewards._code_harness as h
+    import grpolab.rewards.sandbox.harness as h
 
     (tmp_path / "zz_evil_mod.py").write_text("raise SystemExit('planted code ran')\n")
     (tmp_path / "msvcrt.py").write_text("raise SystemExit('planted code ran')\n")
@@ -255,9 +255,9 @@ def test_trusted_module_resolves_only_in_the_trusted_folders(tmp_path, monkeypat
 
 def test_an_allow_list_with_a_bad_name_is_refused():
     with pytest.raises(ValueError, match="top-level module names"):
-        ForkServer(packages=["numpy; rm -rf /"])
+        SandboxPool(packages=["numpy; rm -rf /"])
     with pytest.raises(ValueError, match="top-level module names"):
-        ForkServer(packages="numpy")
+        SandboxPool(packages="numpy")
 
 
 def test_the_default_pool_hides_the_project_too(isolated, host_dir):
@@ -295,23 +295,32 @@ def test_a_dead_processs_staging_dir_is_swept_and_a_live_ones_kept(tmp_path):
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()  # its pid is free now (reuse within this test is vanishingly unlikely)
-    gone = tmp_path / f"{view.VIEW_PREFIX}{dead.pid}-abc"
+    gone = tmp_path / f"{view.VIEW_PREFIX}abc"
     (gone / "usr").mkdir(parents=True)
-    mine = tmp_path / f"{view.VIEW_PREFIX}{os.getpid()}-def"
+    (gone / view.OWNER_FILE).write_text(str(dead.pid))
+    mine = tmp_path / f"{view.VIEW_PREFIX}def"
     mine.mkdir()
+    (mine / view.OWNER_FILE).write_text(str(os.getpid()))
     other = tmp_path / f"{view.VIEW_PREFIX}notapid"
     other.mkdir()
+    (other / view.OWNER_FILE).write_text("notapid")
+    unowned = tmp_path / f"{view.VIEW_PREFIX}ghi"
+    unowned.mkdir()
     assert view.sweep(str(tmp_path)) == [str(gone)]
-    assert not gone.exists() and mine.exists() and other.exists()
+    assert not gone.exists() and mine.exists() and other.exists() and unowned.exists()
 
 
 def test_a_pool_stages_its_view_under_its_pid_and_removes_it_on_close():
+    from grpolab.rewards.sandbox import view
+
     pool = SandboxPool(size=1)
     try:
         root = pool.launcher().staged["root"]
     except SandboxError as exc:
         pytest.skip(f"no sandbox here: {exc}")
-    assert os.path.basename(root).startswith(f"grpolab-view-{os.getpid()}-")
+    assert os.path.basename(root).startswith("grpolab-view-")
+    assert str(os.getpid()) not in os.path.basename(root)  # the name shows in mountinfo
+    assert open(os.path.join(root, view.OWNER_FILE)).read() == str(os.getpid())
     assert os.path.isdir(root)
     pool.close()
     assert not os.path.exists(root)

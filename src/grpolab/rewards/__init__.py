@@ -52,7 +52,6 @@ from grpolab.rewards.math import (
 from grpolab.rewards.final_line import final_line_reward
 from grpolab.rewards.reasoning_gym import import_reasoning_gym, reasoning_gym_reward
 from grpolab.rewards.sandbox import (
-    ForkServerPool,  # deprecated alias of SandboxPool (kept for one release)
     SandboxError,
     SandboxIsolation,
     SandboxLimits,
@@ -74,7 +73,6 @@ from grpolab.rewards.user import RewardSpecError, WeightedReward, resolve_reward
 
 __all__ = [
     "Extraction",
-    "ForkServerPool",
     "SandboxError",
     "SandboxIsolation",
     "SandboxLimits",

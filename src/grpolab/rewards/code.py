@@ -4,8 +4,10 @@ Reference: the tests, as a list of Python snippets (typically ``assert`` stateme
 after another *after* the program, in the program's global namespace:
 ``["assert add(1, 2) == 3", "assert add(-1, 1) == 0"]``. Also accepted: a JSON string holding
 that list (a dataset column), one snippet as a plain string, or a dict
-``{"tests": [...], "stdin": "...", "setup": "..."}`` (``setup`` runs before the program, e.g.
-imports the tests rely on; ``stdin`` feeds the program).
+``{"tests": [...], "stdin": "...", "setup": "...", "judge_setup": "..."}`` (``setup`` runs
+before the program, e.g. imports the tests rely on, and the program can see it;
+``judge_setup`` runs only in the judge, e.g. a HumanEval ``check(candidate)`` with the
+expected values; ``stdin`` feeds the program).
 
 Program: the last fenced ```` ```python ```` (or ```` ```py ````, or bare ```` ``` ````) block of the
 completion; an unclosed fence takes the rest of the text; no fence -> the whole completion
@@ -75,7 +77,10 @@ def extract_code(completion: str) -> tuple[str, str]:
 
 
 def parse_code_reference(reference: Any) -> dict[str, Any]:
-    """Normalise a code reference to ``{"tests": [str, ...], "stdin": str, "setup": str}``."""
+    """Normalise a code reference to ``{"tests": [str, ...], "stdin": str, "setup": str,
+    "judge_setup": str}``. ``setup`` runs before the program in its own sandbox too (imports,
+    helpers the program may see); ``judge_setup`` runs only in the judge, after ``setup``
+    (a HumanEval ``check(candidate)``, expected values: nothing the program may see)."""
     if isinstance(reference, str):
         text = reference.strip()
         if text.startswith("[") or text.startswith("{"):
@@ -92,18 +97,19 @@ def parse_code_reference(reference: Any) -> dict[str, Any]:
             "the code reward needs a list of test snippets (or a dict with 'tests'), got "
             f"{type(reference).__name__}"
         )
-    unknown = set(reference) - {"tests", "stdin", "setup"}
+    unknown = set(reference) - {"tests", "stdin", "setup", "judge_setup"}
     if unknown:
         raise ValueError(f"unknown keys in the code reference: {sorted(unknown)}; "
-                         "allowed: 'tests', 'stdin', 'setup'")
+                         "allowed: 'tests', 'stdin', 'setup', 'judge_setup'")
     tests = reference.get("tests")
     if not isinstance(tests, list) or not all(isinstance(t, str) for t in tests):
         raise TypeError("the code reference's 'tests' must be a list of str snippets")
     stdin = reference.get("stdin", "") or ""
     setup = reference.get("setup", "") or ""
-    if not isinstance(stdin, str) or not isinstance(setup, str):
-        raise TypeError("the code reference's 'stdin' and 'setup' must be str")
-    return {"tests": tests, "stdin": stdin, "setup": setup}
+    judge_setup = reference.get("judge_setup", "") or ""
+    if not all(isinstance(x, str) for x in (stdin, setup, judge_setup)):
+        raise TypeError("the code reference's 'stdin', 'setup' and 'judge_setup' must be str")
+    return {"tests": tests, "stdin": stdin, "setup": setup, "judge_setup": judge_setup}
 
 
 _OPS = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
@@ -136,32 +142,48 @@ def _bound_names(source: str) -> set[str] | None:
     return names
 
 
-def _program_side(node: ast.AST, foreign: set[str]) -> bool:
-    """Whether ``node`` is computed by the program alone: a name the program defines (not a
-    builtin, not the setup's), with attribute access, indexing by literals and calls with
-    literal arguments on top. No operators: they could carry the expected value into the
-    sandbox (``abs(f(x) - 2.5) < 1e-9`` goes through the judge instead)."""
+def _chain_of(node: ast.AST, foreign: set[str]) -> list | None:
+    """The steps of ``node`` when it is computed from a name the program defines (not a
+    builtin, not the setup's) by attribute access, indexing by literals and calls with literal
+    arguments: ``[("name", n), ("call", args, kwargs) | ("attr", a) | ("index", k)...]``, else
+    None. No operators: they could carry the expected value into the sandbox
+    (``abs(f(x) - 2.5) < 1e-9`` goes through the judge instead)."""
     if isinstance(node, ast.Name):
-        return node.id not in foreign and not node.id.startswith("_")
+        ok = node.id not in foreign and not node.id.startswith("_")
+        return [("name", node.id)] if ok else None
     if isinstance(node, ast.Attribute):
-        return not node.attr.startswith("_") and _program_side(node.value, foreign)
+        inner = None if node.attr.startswith("_") else _chain_of(node.value, foreign)
+        return inner + [("attr", node.attr)] if inner else None
     if isinstance(node, ast.Subscript):
-        return _literal(node.slice) is not _NO_LITERAL and _program_side(node.value, foreign)
+        key = _literal(node.slice)
+        inner = None if key is _NO_LITERAL else _chain_of(node.value, foreign)
+        return inner + [("index", key)] if inner else None
     if isinstance(node, ast.Call):
-        return (_program_side(node.func, foreign)
-                and all(not isinstance(a, ast.Starred) and _literal(a) is not _NO_LITERAL
-                        for a in node.args)
-                and all(k.arg is not None and _literal(k.value) is not _NO_LITERAL
-                        for k in node.keywords))
-    return False
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(
+                k.arg is None for k in node.keywords):
+            return None
+        args = [_literal(a) for a in node.args]
+        kwargs = [(k.arg, _literal(k.value)) for k in node.keywords]
+        if any(x is _NO_LITERAL for x in args) or any(x is _NO_LITERAL for _, x in kwargs):
+            return None
+        inner = _chain_of(node.func, foreign)
+        return inner + [("call", tuple(args), tuple(kwargs))] if inner else None
+    return None
+
+
+def _program_side(node: ast.AST, foreign: set[str]) -> bool:
+    return _chain_of(node, foreign) is not None
 
 
 def fast_plan(tests: list[str], setup: str = "") -> list[dict] | None:
-    """Per test ``{"expr", "check"}`` when EVERY test is ``assert <program side> <op> <literal>``
-    (or ``assert <program side>`` / ``assert not <program side>``); else None (the judge).
+    """Per test ``{"expr", "chain", "check"}`` when EVERY test is ``assert <program side> <op>
+    <literal>`` (or ``assert <program side>`` / ``assert not <program side>``); else None (the
+    judge).
 
-    ``expr`` (the program side, source text) is all that enters the sandbox; ``check(value)``
-    runs here, on the plain data the program's value was decoded into."""
+    ``chain`` (the program side's steps, :func:`_chain_of`) is all that enters the sandbox,
+    which runs it only up to the first plain value (the judge path's rule, see
+    docs/rewards.md); the remaining steps and ``check(value)`` run here, on the plain data the
+    program's value was decoded into. ``expr`` is the program side's source text."""
     setup_names = _bound_names(setup)
     if setup_names is None:
         return None
@@ -196,18 +218,24 @@ def fast_plan(tests: list[str], setup: str = "") -> list[dict] | None:
             expr, check = node, (lambda v: bool(v))
         else:
             return None
-        plan.append({"expr": ast.unparse(expr), "check": check})
+        plan.append({"expr": ast.unparse(expr), "chain": _chain_of(expr, foreign),
+                     "check": check})
     return plan
 
 
 #: The report decoder's bounds (fast path, in the verifier): values nested deeper, or holding
-#: more items in all, are refused (the test fails); decoding past the time budget is a
-#: verifier timeout (``info["error"]``), never an ordinary failure.
+#: more items in all, are refused (the test fails); a report that takes longer than the time
+#: budget to decode is the PROGRAM's failure (score 0, a failure line), never a verifier
+#: error: what a program writes is the program's cost.
 MAX_REPORT_DEPTH = 100
 MAX_REPORT_ITEMS = 200_000
 DECODE_BUDGET_S = 2.0
 #: A program's frozenset is hashed (to be looked up in a test's set) only up to this size.
 MAX_HASHED_FROZENSET = 1000
+
+
+class ReportTooSlow(ValueError):
+    """Decoding a program's report ran past :data:`DECODE_BUDGET_S` (the program's failure)."""
 
 
 class _HashIndex:
@@ -392,7 +420,7 @@ def decode_report(v, deadline: float):
     the verifier with bounded work: at most :data:`MAX_REPORT_ITEMS` items and
     :data:`MAX_REPORT_DEPTH` levels (else ValueError: the test fails), sets and dicts as
     :class:`ReportSet` / :class:`ReportDict` (no hash table built from the program's data), and
-    :class:`~grpolab.rewards.base.VerifierTimeout` past ``deadline`` (``time.monotonic()``)."""
+    :class:`ReportTooSlow` past ``deadline`` (``time.monotonic()``)."""
     budget = [MAX_REPORT_ITEMS]
 
     def rec(v, depth):
@@ -402,8 +430,8 @@ def decode_report(v, deadline: float):
         if budget[0] < 0:
             raise ValueError(f"reported value holds more than {MAX_REPORT_ITEMS} items")
         if budget[0] % 4096 == 0 and time.monotonic() > deadline:
-            raise VerifierTimeout("decoding the program's report ran past the verifier's "
-                                  f"budget of {DECODE_BUDGET_S} s")
+            raise ReportTooSlow("decoding the program's report took over "
+                                f"{DECODE_BUDGET_S} s")
         t = type(v)
         if v is None or t in (bool, int, float, str):
             return v
@@ -447,20 +475,61 @@ class _Opaque:
         raise TypeError(NO_COMPARE.format(self.type_name))
 
     __eq__ = __ne__ = __lt__ = __le__ = __gt__ = __ge__ = __bool__ = __contains__ = _refuse
+    __len__ = __iter__ = __getitem__ = _refuse
     __hash__ = None
 
 
 def _fast_check(check, payload, deadline: float) -> str:
     """"" when ``check`` holds for the decoded value (``payload``: the report's parsed JSON),
-    else the failure ("ErrorType: message"). A verifier timeout is not a failure of the
-    program: it propagates (``info["error"]``)."""
+    else the failure ("ErrorType: message"). A verifier timeout raised by ``check`` is not a
+    failure of the program: it propagates (``info["error"]``); :class:`ReportTooSlow` does
+    too (the caller fails the whole program)."""
     try:
         value = decode_report(payload, deadline)
         return "" if check(value) else "AssertionError: "
-    except VerifierTimeout:
+    except (VerifierTimeout, ReportTooSlow):
         raise
     except Exception as exc:  # noqa: BLE001 - a malformed report or an opaque value: failed
         return f"{type(exc).__name__}: {exc}"
+
+
+def _rest_of(step: dict, at):
+    """``check`` preceded by the chain's steps the sandbox did not run (from ``at``, which the
+    program reports: it may only claim to have run calls and attributes, never an index)."""
+    chain, check = step["chain"], step["check"]
+    if type(at) is not int or not 1 <= at <= len(chain) or any(
+            s[0] == "index" for s in chain[1:at]):
+        def refuse(_value):
+            raise ValueError("malformed report (steps)")
+        return refuse
+    rest = chain[at:]
+
+    def run(value):
+        for s in rest:
+            value = _host_step(value, s)
+        return check(value)
+    return run
+
+
+#: A reported set or dict is rebuilt as a real one for a method call only up to this size.
+MAX_METHOD_CONTAINER = 1000
+
+
+def _host_step(value, step):
+    """One step of a test's chain on a reported plain value, here in the verifier."""
+    if isinstance(value, _Opaque):
+        value._refuse()
+    if isinstance(value, (ReportSet, ReportDict)):
+        if len(value) > MAX_METHOD_CONTAINER:
+            raise TypeError(f"a reported set or dict of over {MAX_METHOD_CONTAINER} items "
+                            "takes no method call or index on the fast path")
+        value = (dict(value.pairs) if isinstance(value, ReportDict) else
+                 (frozenset if value.frozen else set)(value.items))
+    if step[0] == "attr":
+        return getattr(value, step[1])
+    if step[0] == "index":
+        return value[step[1]]
+    return value(*step[1], **dict(step[2]))
 
 
 def _reason_from(failures: list[str]) -> str:
@@ -497,7 +566,11 @@ def _fast_verdicts(records: list, plan: list[dict], failures: list[str]) -> tupl
         if len(rs) != 1:
             why = "more than one report for this test"
         elif "value" in rs[0]:
-            why = _fast_check(plan[i]["check"], rs[0]["value"], deadline)
+            try:
+                why = _fast_check(_rest_of(plan[i], rs[0].get("at")), rs[0]["value"], deadline)
+            except ReportTooSlow as exc:  # the program's cost: it fails as a whole
+                failures.append(_clip(f"program: {exc}"))
+                return True, set()
         else:
             why = _clip(rs[0].get("raise", "no value"))
         if not why:
@@ -533,15 +606,22 @@ def _run(program: str, ref: dict, plan, limits: SandboxLimits):
     pool = POOL or default_pool()
     failures: list[str] = []
     if plan is not None:
-        result, records = pool.run_fast(program, ref["setup"], [p["expr"] for p in plan],
+        result, records = pool.run_fast(program, ref["setup"], [p["chain"] for p in plan],
                                         ref["stdin"], limits)
+        if result.reason == "output_limit" and result.detail.startswith("report"):
+            failures.append(_clip(f"program: {result.detail}"))  # its own cost: no test passes
+            return False, set(), failures, result, result.stderr
         loaded, passed = _fast_verdicts(records, plan, failures)
         return loaded, passed, failures, result, result.stderr
-    judged = pool.run_judged(program, ref["setup"], ref["tests"], ref["stdin"], limits)
+    judged = pool.run_judged(program, ref["setup"], ref["tests"], ref["stdin"], limits,
+                             judge_setup=ref["judge_setup"])
     loaded, passed = _judge_verdicts(judged.records, len(ref["tests"]), failures)
     result = judged.judge
     if judged.solver.reason and judged.solver.reason != "killed":
         result = judged.solver if result.reason in ("", "killed") else result
+    if judged.solver.reason == "output_limit" and judged.solver.detail.startswith("report"):
+        failures[:] = [_clip(f"program: {judged.solver.detail}")]
+        return False, set(), failures, judged.solver, judged.solver.stderr
     return loaded, passed, failures, result, judged.solver.stderr
 
 
@@ -571,10 +651,10 @@ def code_reward(
     tests = ref["tests"]
     if not tests:
         raise ValueError("the code reference has no tests; give at least one assert snippet")
-    plan = fast_plan(tests, ref["setup"])
+    plan = None if ref["judge_setup"] else fast_plan(tests, ref["setup"])
     limits = SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb,
                            max_output_bytes=max_output_bytes)
-    if mode not in ("auto", "strict", "forkserver", "fresh"):
+    if mode not in ("auto", "strict"):
         raise ValueError(f"mode must be 'auto' or 'strict', got {mode!r}")
     try:
         loaded, passed, failures, result, stderr = _run(program, ref, plan, limits)

@@ -20,8 +20,7 @@ Requires bubblewrap (``apt-get install bubblewrap``). Without it every run is a
 ``sandbox_error`` result (or :class:`SandboxError` with ``mode="strict"``) naming the fix, and
 :func:`sandbox_isolation` reports the sandbox as DEGRADED (the trainer records it in
 ``RUN_DIR/sandbox.json`` and fails under ``GRPOLAB_REQUIRE_SANDBOX=1``): never a silent
-weaker mode. ``ForkServer`` / ``ForkServerPool`` are deprecated aliases of :class:`SandboxPool`
-(the fork server is gone).
+weaker mode.
 """
 
 from __future__ import annotations
@@ -39,8 +38,6 @@ from grpolab.rewards.sandbox.runner import DEFAULT_PACKAGES, bwrap_path
 __all__ = [
     "DEFAULT_PACKAGES",
     "FEATURES",
-    "ForkServer",
-    "ForkServerPool",
     "Judged",
     "PRIVATE_FD",
     "REASONS",
@@ -63,9 +60,6 @@ __all__ = [
 
 #: File descriptor on which a program reads its ``private_input``.
 PRIVATE_FD = 3
-#: Deprecated names (the fork server is gone; every program gets a fresh sandbox).
-ForkServerPool = SandboxPool
-ForkServer = SandboxPool
 
 _POOL: SandboxPool | None = None
 _POOL_LOCK = threading.Lock()
@@ -129,12 +123,14 @@ class SandboxIsolation:
         degraded: ``missing`` is not empty.
         description: one line for a log, e.g. ``"sandbox isolation: full (...)"`` or
             ``"sandbox isolation DEGRADED: missing seccomp, nocaps (...)"``.
-        notes: the server's own reasons (``ForkServer.notes``).
+        notes: the pool's own reasons (``SandboxPool.notes``).
         limits: how the per-program limits over all processes are enforced: ``"cgroup2"``
             (kernel-enforced memory.max / pids.max, CPU from cpu.stat) or ``"sampled"`` (the
             server measures the process tree in /proc; see docs/sandbox.md), "" when unknown.
         limits_detail: one line on it (the cgroup's path, or why there is none).
         packages: the allow-listed third-party packages in the programs' view.
+        uids: the host uids programs run as (one per pool slot as root; this process's uid
+            otherwise); never 0.
     """
 
     features: tuple[str, ...]
@@ -145,17 +141,20 @@ class SandboxIsolation:
     limits: str = ""
     limits_detail: str = ""
     packages: tuple[str, ...] = ()
+    uids: tuple[int, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
         return {"features": list(self.features), "missing": list(self.missing),
                 "degraded": self.degraded, "description": self.description,
                 "notes": list(self.notes), "limits": self.limits,
-                "limits_detail": self.limits_detail, "packages": list(self.packages)}
+                "limits_detail": self.limits_detail, "packages": list(self.packages),
+                "uids": list(self.uids)}
 
 
-def isolation_of(features, notes=(), limits=None, packages=()) -> SandboxIsolation:
-    """The :class:`SandboxIsolation` for a server's ``features`` (pure; see
-    :func:`sandbox_isolation`); ``limits`` is ``SandboxPool.limits``."""
+def isolation_of(features, notes=(), limits=None, packages=(), uids=()) -> SandboxIsolation:
+    """The :class:`SandboxIsolation` for a pool's ``features`` (pure; see
+    :func:`sandbox_isolation`); ``limits`` is ``SandboxPool.limits``, ``uids`` the host uids
+    programs run as."""
     limits = dict(limits or {})
     features = tuple(features)
     missing = [f for f in REQUIRED_FEATURES if f not in features]
@@ -168,13 +167,18 @@ def isolation_of(features, notes=(), limits=None, packages=()) -> SandboxIsolati
                 "untrusted code is less contained, see docs/sandbox.md")
     else:
         desc = f"sandbox isolation: full ({mode}; {', '.join(features)})"
+    uids = tuple(sorted(set(uids)))
+    if uids:
+        desc += "; programs run as host uid " + (f"{uids[0]}" if len(uids) == 1
+                                                  else f"{uids[0]}..{uids[-1]}")
     if limits.get("kind"):
         desc += f"; per-program limits: {limits['kind']}"
     return SandboxIsolation(features, tuple(missing), bool(missing), desc, tuple(notes),
-                            limits.get("kind", ""), limits.get("detail", ""), tuple(packages))
+                            limits.get("kind", ""), limits.get("detail", ""), tuple(packages),
+                            uids)
 
 
-def sandbox_isolation(pool: ForkServerPool | None = None) -> SandboxIsolation:
+def sandbox_isolation(pool: SandboxPool | None = None) -> SandboxIsolation:
     """The isolation of ``pool``'s servers (default: the process-wide pool; starts one server).
 
     For the trainer: call once at start when a reward uses the sandbox, write ``as_dict()``
@@ -188,7 +192,8 @@ def sandbox_isolation(pool: ForkServerPool | None = None) -> SandboxIsolation:
     notes = list(pool.notes)
     if not feats and not notes:
         notes.append("no sandbox could run")
-    return isolation_of(feats, notes, pool.limits, packages)
+    uids = pool.host_uids() if feats else ()
+    return isolation_of(feats, notes, pool.limits, packages, uids)
 
 
 
@@ -220,8 +225,7 @@ def run_sandboxed(
         timeout_s, memory_mb, cpu_s, file_size_mb, max_processes, max_open_files,
         max_output_bytes: limits, see :class:`SandboxLimits`.
         mode: "auto" (default): a failure of the sandbox machinery is a result with
-            ``reason="sandbox_error"`` (so verifiers score 0 and go on); "strict" (and the
-            deprecated "forkserver" / "fresh", which now mean the same): it raises
+            ``reason="sandbox_error"`` (so verifiers score 0 and go on); "strict": it raises
             :class:`SandboxError`. Every run is a fresh bubblewrap sandbox.
         pool: a specific :class:`SandboxPool` (default: the process-wide one).
 
@@ -236,7 +240,7 @@ def run_sandboxed(
         raise TypeError(f"stdin must be a str, got {type(stdin).__name__}")
     if not isinstance(private_input, str):
         raise TypeError(f"private_input must be a str, got {type(private_input).__name__}")
-    if mode not in ("auto", "strict", "forkserver", "fresh"):
+    if mode not in ("auto", "strict"):
         raise ValueError(f"mode must be 'auto' or 'strict', got {mode!r}")
     limits = SandboxLimits(
         timeout_s=timeout_s, cpu_s=cpu_s, memory_mb=memory_mb, file_size_mb=file_size_mb,

@@ -152,7 +152,13 @@ class JudgeServer:
             raise SandboxError("the judge server did not start")
 
     def alive(self) -> bool:
-        return not self.dead and self.proc.popen.poll() is None
+        """Not retired and its process still running (checked before every reuse; a server
+        that dies anyway before it starts a request makes the pool re-run that request on a
+        new one, see ``SandboxPool.run_judged``)."""
+        if self.dead or self.proc.popen.poll() is not None:
+            self.dead = True
+            return False
+        return True
 
     def submit(self, setup: str, tests: list, peer_ends: list[int]) -> ServerRequest:
         """Send one request with the judge's ends of a fresh solver's channel (then closed
@@ -173,7 +179,10 @@ class JudgeServer:
         p = self.proc
         view = ServerRequest(p.popen, b"", b"", FrameReader(0))
         view.report = _DoneReader(MAX_REPORT_BYTES, view)
-        view.fds = {k: v for k, v in p.fds.items() if k in ("report", "stdout", "stderr")}
+        # the SAME dict as the server's: each descriptor is owned once (whoever closes one
+        # pops it, so nothing is closed twice -- a second close could hit a descriptor number
+        # the prestarting thread has reused for another sandbox's pipe)
+        view.fds = p.fds
         view.child_pid = p.child_pid
         view.persistent = True
         view.seen = True
@@ -182,7 +191,11 @@ class JudgeServer:
         return view
 
     def after(self, view: ServerRequest) -> None:
-        """Retire the server when its request did not end cleanly or it has served enough."""
+        """Retire the server when its request did not end cleanly (it was killed, died, or
+        did not say "done", which it says only once ready for the next request) or it has
+        served enough."""
+        if view.popen.returncode is not None:  # reaped through the view: the server is gone
+            self.proc.returncode = view.popen.returncode
         if view.killed or view.returncode != 0 or view.over or self.served >= MAX_REQUESTS:
             self.close()
 
@@ -193,6 +206,7 @@ class JudgeServer:
         except OSError:
             pass
         self.proc.persistent = False
+        self.proc.killed = self.proc.killed or "retired"
         discard([self.proc])
 
 

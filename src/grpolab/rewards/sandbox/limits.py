@@ -93,7 +93,8 @@ class SandboxResult:
         timed_out: the wall-clock or CPU-time limit stopped it.
         reason: why it was stopped: "" (it exited by itself), "timeout" (wall or CPU limit),
             "memory" (MemoryError under the address-space limit), "output_limit",
-            "file_size" (an uncaught "File too large"), "killed" (another signal),
+            "file_size" (an uncaught "File too large", or /tmp holding more files than
+            ``runner.MAX_TMP_FILES``: then ``detail`` says so), "killed" (another signal),
             "setup_failed" (the limits could not be applied; the code did not run), or
             "sandbox_error" (the sandbox machinery failed before the program started; see
             ``detail``; a program cannot produce this one). "memory" and "file_size" come from

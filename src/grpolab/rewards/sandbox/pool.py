@@ -1,8 +1,7 @@
 """The pool: at most ``size`` sandboxes at once, each a fresh bubblewrap sandbox per process.
 
-There is nothing long-lived to reuse (no fork server, no zygote): a "slot" is only a permit to
-run, plus, as root, the uid its sandboxes run as (``UID_BASE + slot``) when the interpreter and
-packages are readable by other users. Three kinds of run:
+A "slot" is a permit to run, plus, as root, the uid its sandboxes run as (``UID_BASE + slot``;
+never the host's uid 0), plus its long-lived judge server. Three kinds of run:
 
 * :meth:`SandboxPool.run` -- one program (``run_sandboxed``);
 * :meth:`SandboxPool.run_fast` -- the code verifier's fast path: one sandbox reports values;
@@ -26,7 +25,7 @@ from grpolab.rewards.sandbox.runner import DEFAULT_PACKAGES, Launcher, Proc, dis
 
 __all__ = ["FEATURES", "SandboxPool", "UID_BASE", "default_size"]
 
-#: As root, slot k's sandboxes run as uid UID_BASE + k (when the view is world-readable).
+#: As root, slot k's sandboxes run as uid UID_BASE + k (never as the host's uid 0).
 UID_BASE = 1_500_000
 #: Isolation features every sandbox has (see docs/sandbox.md).
 FEATURES = ("bwrap", "userns", "netns", "mountns", "minimal_fs", "readonly_fs", "private_dirs",
@@ -68,9 +67,10 @@ class Judged:
 class SandboxPool:
     """Runs sandboxed processes, at most ``size`` runs at once (thread-safe).
 
-    ``python``: interpreter of the programs (default: this one). ``user``: "auto" (as root, a
-    uid per slot when the view allows it; else this uid), None (this uid) or a uid (root only,
-    e.g. 4242 to test the unprivileged path). ``packages``: the import allow-list.
+    ``python``: interpreter of the programs (default: this one). ``user``: "auto" or None (as
+    root, a uid of its own per slot, ``UID_BASE + slot``; else this process's uid) or a uid > 0
+    (root only, e.g. 4242 to test the unprivileged path). Programs never run as the host's uid
+    0 (:meth:`_choose_uids`). ``packages``: the import allow-list.
     """
 
     def __init__(self, size: int | None = None, python: str | None = None, user="auto",
@@ -89,6 +89,10 @@ class SandboxPool:
                 isinstance(p, str) and p.isidentifier() for p in packages):
             raise ValueError("sandbox packages must be a list of top-level module names "
                              f"(identifiers, e.g. ['numpy']), got {packages!r}")
+        if not (user in ("auto", None) or (isinstance(user, int) and not isinstance(user, bool)
+                                           and user > 0)):
+            raise ValueError(f"SandboxPool user must be 'auto', None or a uid > 0, got {user!r} "
+                             "(programs never run as the host's root)")
         self.size, self.python, self.packages = size, python, tuple(packages)
         self.user = user
         self.owner_pid = os.getpid()
@@ -113,23 +117,46 @@ class SandboxPool:
             if self.closed:
                 raise SandboxError("the sandbox pool is shut down")
             if self._launcher is None:
-                self._launcher = Launcher(self.python, None, self.packages)
-                self._uids = self._choose_uids(self._launcher)
+                launcher = Launcher(self.python, None, self.packages)
+                try:
+                    uids = self._choose_uids(launcher)
+                except BaseException:
+                    launcher.close()  # no launcher without its uids: every call refuses again
+                    raise
+                self._launcher, self._uids = launcher, uids
                 self._prestart = Prestarter(self._start_key)
             return self._launcher
 
     def _choose_uids(self, launcher: Launcher) -> list[int | None]:
-        if isinstance(self.user, int) and not isinstance(self.user, bool):
-            return [self.user] * self.size
-        if self.user != "auto" or os.geteuid() != 0:
+        """The host uid of each slot's sandboxes: never 0. As root, ``UID_BASE + slot`` (or the
+        ``user`` asked for); the view is restaged (folders mirrored into the staging tree) when
+        that uid could not read it, and refused when even that does not help. Not root: this
+        process's uid (None), mapped to 65534 in each sandbox's user namespace."""
+        if os.geteuid() != 0:
+            if isinstance(self.user, int) and not isinstance(self.user, bool):
+                raise SandboxError(f"SandboxPool(user={self.user}): only root can run the "
+                                   "sandboxes as another user; leave user='auto'")
             return [None] * self.size
+        uids = ([self.user] * self.size if isinstance(self.user, int)
+                else [UID_BASE + k for k in range(self.size)])
         srcs = [s for s, _ in launcher.staged["binds"]] + [launcher.bwrap]
-        if _world_readable(srcs):
-            return [UID_BASE + k for k in range(self.size)]
-        self.notes.append("running as root with an interpreter other users cannot read "
-                          f"({launcher.spec['executable']}): programs run as uid 0 of the "
-                          "host without capabilities, inside their user namespace")
-        return [None] * self.size
+        if not _world_readable(srcs):
+            launcher.restage()
+            srcs = [s for s, _ in launcher.staged["binds"]] + [launcher.bwrap]
+        if not _world_readable(srcs):
+            bad = [s for s in srcs if not _world_readable([s])]
+            raise SandboxError(
+                "the code sandbox never runs programs as the host's root, and the uid it runs "
+                f"them as cannot read {bad[:3]} (nor a copy staged under "
+                f"{os.path.dirname(launcher.staged['root'])}): make the interpreter, its "
+                "standard library and bubblewrap readable by other users (chmod o+rx on each "
+                "folder above them), or point TMPDIR at a folder other users can enter")
+        self.notes.append(f"programs run as host uid {uids[0]}"
+                          + (f"..{uids[-1]}" if uids[-1] != uids[0] else "")
+                          + (" (view mirrored into the staging tree: the interpreter's "
+                             "folders are not readable by other users)"
+                             if launcher.staged.get("mirrored") else ""))
+        return uids
 
     def idle_sandbox_pids(self) -> list[int]:
         """bubblewrap pids of the sandboxes that hold no program: prestarted ones no program has
@@ -144,6 +171,10 @@ class SandboxPool:
         """Host uids programs run as (empty when they run as this process's uid)."""
         self.launcher()
         return sorted({u for u in (self._uids or ()) if u is not None})
+
+    def host_uids(self) -> list[int]:
+        """The host uids programs run as: a uid per slot as root, else this process's uid."""
+        return self.sandbox_uids() or [os.getuid()]
 
     def features(self) -> tuple[str, ...]:
         """Isolation features in force (runs one probe program; () when none can run)."""
@@ -294,11 +325,32 @@ class SandboxPool:
             discard(procs)
             self._slots.put(slot)
 
+    #: Times a judge-path item is re-run when its judge server was gone before the request
+    #: started (another program's damage must never cost an honest program its score).
+    JUDGE_RETRIES = 2
+
     def run_judged(self, program: str, setup: str, tests: list[str], stdin: str,
-                   limits: SandboxLimits) -> Judged:
+                   limits: SandboxLimits, judge_setup: str = "") -> Judged:
         """A fresh solver sandbox runs ``program``; the slot's judge server runs ``tests``
-        against it over two fresh pipes (see :mod:`.judge_server`)."""
+        against it over two fresh pipes (see :mod:`.judge_server`). A server that turns out
+        dead before it starts the request (it never wrote the request's ``started`` frame) is
+        replaced and the whole item re-run with a fresh solver. ``judge_setup`` runs in the
+        judge only, after ``setup`` (the solver never sees it)."""
         slot = self._slots.get()
+        try:
+            for _ in range(self.JUDGE_RETRIES + 1):
+                judged = self._judged_once(slot, program, setup, tests, stdin, limits,
+                                           judge_setup)
+                if judged is not None:
+                    return judged
+            raise SandboxError(f"the judge server died before starting the request "
+                               f"{self.JUDGE_RETRIES + 1} times in a row")
+        finally:
+            self._slots.put(slot)
+
+    def _judged_once(self, slot: int, program: str, setup: str, tests: list[str], stdin: str,
+                     limits: SandboxLimits, judge_setup: str = "") -> Judged | None:
+        """One try of :meth:`run_judged`; None when the server was gone before the request."""
         procs: list[Proc] = []
         try:
             procs = self._sandboxes(slot, "solver", limits)
@@ -307,17 +359,24 @@ class SandboxPool:
                         setup=setup)
             server = self._judge_server(slot, limits)
             ends, solver.extra_fds = solver.extra_fds, []
-            view = server.submit(setup, tests, ends)
+            try:
+                view = server.submit(setup + ("\n" + judge_setup if judge_setup else ""),
+                                     tests, ends)
+            except SandboxError:
+                server.close()
+                return None
             try:
                 wall = self._go([solver, view], limits, view)
             finally:
                 server.after(view)
+            if not view.report.records:
+                server.close()
+                return None  # it never started this request: not this program's doing
             feats = self.isolation_features()
             return Judged(view.report.records, result_of(view, limits, wall, feats),
                           result_of(solver, limits, wall, feats))
         finally:
             discard(procs)  # no-op for sandboxes supervise already reaped and closed
-            self._slots.put(slot)
 
     def isolation_features(self) -> tuple[str, ...]:
         return FEATURES + (("uid",) if any(u is not None for u in (self._uids or ())) else ())
@@ -340,6 +399,8 @@ def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxR
         p.cpu_s = max(p.cpu_s, float(limits.rlimits()["RLIMIT_CPU"]))
     if p.killed == "timeout" or cpu_kill:
         reason = "timeout"
+    elif p.over.startswith("/tmp"):
+        reason = "file_size"
     elif p.over:
         reason = "output_limit"
     elif not started:
@@ -359,6 +420,11 @@ def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxR
             detail = f"killed by {signal.Signals(-rc).name}"
         except ValueError:
             detail = f"killed by signal {-rc}"
+    elif reason == "file_size" and p.over:
+        detail = p.over
+    elif reason == "output_limit":
+        detail = (p.over if p.over.startswith("report") else
+                  f"output over {limits.max_output_bytes} bytes")
     elif reason in ("sandbox_error", "setup_failed"):
         detail = ("the sandbox did not start: " if reason == "sandbox_error" else
                   "the interpreter could not start under these limits: ") + err.strip()[-300:]

@@ -69,12 +69,27 @@ h.boot(q)
 ENV = {"MALLOC_ARENA_MAX": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 #: Seconds past the deadline the supervisor still drains pipes after killing.
 DRAIN_S = 0.3
-#: Cap on a sandbox's report channel (fd 4), bytes.
+#: Cap on a sandbox's report channel (fd 4), bytes: the judge server's (its records are the
+#: judge's own); a program's sandbox gets :data:`REPORT_CAPS` for its role.
 MAX_REPORT_BYTES = 64 << 20
+#: (bytes, items over all frames) a program's own report channel may carry, by role: the
+#: fast path's values, or only the ``started`` frame and an exit label (a solver's and a
+#: plain program's channel: nothing else on it is read). Past them the program is killed
+#: (``output_limit``): what the program writes there is the program's cost, never the host's.
+REPORT_CAPS = {"fast": (8 << 20, 500_000), "solver": (64 << 10, 1000),
+               "program": (64 << 10, 1000)}
 SAMPLE_S = 0.02
+#: Inodes a sandbox's /tmp may hold (checked every SAMPLE_S; past it the program is killed:
+#: ``reason="file_size"``). A program creating empty files as fast as it can gets ~1,000 past it
+#: within one sampling interval.
+MAX_TMP_FILES = 10_000
 #: Seconds the other sandboxes (the solver) get to exit by themselves after the primary did.
 PEER_GRACE_S = 0.5
 CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+#: util-linux's setpriv: how a root pool starts bubblewrap under a slot's uid (see :func:`start`).
+SETPRIV = shutil.which("setpriv")
 
 
 def bwrap_path() -> str | None:
@@ -107,6 +122,15 @@ class Launcher:
     def close(self) -> None:
         shutil.rmtree(self.staged["root"], ignore_errors=True)
 
+    def restage(self) -> None:
+        """Stage the view again with every folder mirrored into the staging tree (see
+        :func:`~.view.stage`): a root pool's way to a uid of its own per slot when the
+        interpreter is below a folder other users cannot enter."""
+        old = self.staged["root"]
+        self.staged = view.stage(self.spec, mirror=True)
+        shutil.rmtree(old, ignore_errors=True)
+        self._static = self._static_args()
+
     def _static_args(self) -> list[str]:
         # no nested user namespaces: the seccomp filter refuses unshare/setns and every clone
         # but a thread's (the kernel refuses CLONE_NEWUSER|CLONE_THREAD); without the filter,
@@ -117,7 +141,10 @@ class Launcher:
                 "--uid", "65534", "--gid", "65534", "--hostname", "sandbox"]
         for src, dst in self.staged["binds"]:
             args += ["--ro-bind", src, dst]
-        args += ["--proc", "/proc", "--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
+        # /proc/sys read-only (bubblewrap covers it only when the folder itself is writable,
+        # and the files in it are checked against the uid alone, not capabilities)
+        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
+                 "--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
         for dev in view.VIEW_DEVICES:  # no ptmx, pts, shm: five device nodes
             args += ["--dev-bind", dev, dev]
         return args + ["--remount-ro", "/dev"]
@@ -165,13 +192,26 @@ def _view_spec(python: str, packages: tuple[str, ...]) -> dict:
         return _SPECS[key]
 
 
+#: Compiles the harness under another interpreter, once per pool (its marshal format and
+#: bytecode are that interpreter's own): stdin is the source, stdout the marshal'ed code.
+COMPILE = ("import marshal,sys;sys.stdout.buffer.write(marshal.dumps(compile("
+           "sys.stdin.read(),'harness.py','exec')))")
+
+
 def _harness_payload(python: str) -> tuple[bytes, str]:
-    """(marshal'ed code object, "") when ``python`` is this interpreter's version, else
-    (b"", source): the sandbox then compiles the harness itself."""
+    """(marshal'ed code object, ""): compiled here when ``python`` is this interpreter, else
+    once by ``python`` itself (not in every sandbox); (b"", source) only when that fails (the
+    sandbox then compiles the harness itself)."""
     src = HARNESS.read_text()
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         return marshal.dumps(compile(src, "harness.py", "exec")), ""
-    return b"", src
+    try:
+        out = subprocess.run([python, "-I", "-S", "-c", COMPILE], input=src.encode(),
+                             capture_output=True, timeout=60,
+                             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"})
+    except (OSError, subprocess.TimeoutExpired):
+        return b"", src
+    return (out.stdout, "") if out.returncode == 0 and out.stdout else (b"", src)
 
 
 # ------------------------------------------------------------------------------ one process
@@ -206,11 +246,14 @@ class Proc:
         """Give a started, still unused sandbox its request (written when it is supervised)."""
         self.request = launcher.request(role, limits, **fields) + private
         self.stdin = stdin
+        if role in REPORT_CAPS:
+            cap, items = REPORT_CAPS[role]
+            self.report = FrameReader(cap, 2 + len(fields.get("exprs", ())), items)
         return self
 
     def kill(self, why: str) -> None:
-        if self.returncode is not None:
-            return
+        if self.returncode is not None or self.popen.returncode is not None:
+            return  # reaped: its pid may belong to another process by now
         if not self.killed:
             self.killed = why
         for pid in (self.child_pid,):
@@ -233,6 +276,19 @@ class Proc:
             self.cpu_s = max(self.cpu_s, (int(fields[11]) + int(fields[12])) / CLK_TCK)
         except (OSError, IndexError, ValueError):
             pass
+
+    def over_tmp_files(self) -> bool:
+        """Whether the sandbox's /tmp holds more than :data:`MAX_TMP_FILES` inodes (seen from
+        the host through ``/proc/<pid>/root``: bubblewrap's tmpfs has a byte size but no inode
+        count, and every empty file costs kernel memory that size does not count)."""
+        if (not self.child_pid or self.returncode is not None or self.persistent
+                or not self.report.records):
+            return False  # before its "started" frame /proc/<pid>/root may still be the host's
+        try:
+            st = os.statvfs(f"/proc/{self.child_pid}/root/tmp")
+        except OSError:
+            return False
+        return st.f_files - st.f_ffree > MAX_TMP_FILES
 
 
 def start(launcher: Launcher, limits: SandboxLimits, peer: tuple[int, int] | None = None,
@@ -257,7 +313,12 @@ def start(launcher: Launcher, limits: SandboxLimits, peer: tuple[int, int] | Non
     argv = launcher.argv(limits, child_fds, seccomp_fd, info_w)
     user = launcher.user if user is None else user
     kwargs = {}
-    if user is not None:
+    if user is not None and SETPRIV and os.geteuid() == 0:
+        # the uid change in setpriv, not in the child: subprocess cannot vfork a child that
+        # changes its uid, and fork() copies the trainer's page tables (ms per sandbox, more
+        # the bigger the trainer)
+        argv = [SETPRIV, "--reuid", str(user), "--regid", str(user), "--clear-groups", *argv]
+    elif user is not None:
         kwargs = {"user": user, "group": user, "extra_groups": []}
     (in_r, in_w), (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe(), os.pipe()
     theirs = [*keep, in_r, out_w, err_w]
@@ -317,6 +378,9 @@ def supervise(procs: list[Proc], limits: SandboxLimits, primary: Proc, on_start=
                 next_sample = now + SAMPLE_S
                 for p in procs:
                     p.sample_cpu()
+                    if p.over_tmp_files():
+                        p.over = p.over or f"/tmp holds over {MAX_TMP_FILES} files"
+                        p.kill("output_limit")
                     if p.cpu_s > limits.cpu_limit_s:
                         p.kill("timeout")
             _reap(procs)
@@ -394,7 +458,7 @@ def _read(p: Proc, name: str, limits: SandboxLimits) -> None:
         _parse_info(p)
     elif name == "report":
         if not p.report.feed(chunk):
-            p.over = p.over or "output_limit"
+            p.over = p.over or p.report.over or "output_limit"
             p.kill("output_limit")
     else:
         buf = p.out[name]

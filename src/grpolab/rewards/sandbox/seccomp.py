@@ -18,6 +18,8 @@ What it refuses and why (docs/sandbox.md has the threat model):
 * **changing the view**: ``mount`` and the new mount API, ``umount2``, ``pivot_root``,
   ``chroot``, ``unshare``, ``setns``, ``listmount``/``statmount`` (host mount sources).
 * ``prctl(PR_SET_PDEATHSIG)``: the parent-death signal bubblewrap set stays; ``personality``.
+* ``fcntl`` byte-range locks, leases and ``F_NOTIFY`` (:data:`DENIED_FCNTL`; ``flock`` too): a
+  lock on a read-only host file of the view would block the host's writers.
 
 Denied calls return EPERM; another architecture's calls (i386, x32) kill the process.
 """
@@ -27,7 +29,7 @@ from __future__ import annotations
 import platform
 import struct
 
-__all__ = ["DENIED", "filter_bytes", "supported"]
+__all__ = ["DENIED", "DENIED_FCNTL", "filter_bytes", "supported"]
 
 AUDIT_ARCH_X86_64 = 0xC000003E
 #: x86_64 numbers (arch/x86/entry/syscalls/syscall_64.tbl) of the calls refused outright.
@@ -61,7 +63,12 @@ DENIED: dict[str, int] = {
     # flock(2) on a read-only host file of the view would hold the host's lock
     "flock": 73,
 }
-NR_CLONE, NR_CLONE3, NR_PRCTL = 56, 435, 157
+NR_CLONE, NR_CLONE3, NR_PRCTL, NR_FCNTL = 56, 435, 157, 72
+#: fcntl commands refused: byte-range locks (classic and open-file-description) and leases on
+#: the view's read-only host files would block the host's writers; F_NOTIFY (dnotify) would
+#: hold kernel state outside every limit. F_GETLK / F_OFD_GETLK stay (they only ask).
+DENIED_FCNTL = {"F_SETLK": 6, "F_SETLKW": 7, "F_OFD_SETLK": 37, "F_OFD_SETLKW": 38,
+                "F_SETLEASE": 1024, "F_NOTIFY": 1026}
 CLONE_THREAD = 0x00010000
 PR_SET_PDEATHSIG = 1
 RET_KILL_PROCESS = 0x80000000
@@ -92,8 +99,14 @@ def filter_bytes() -> bytes:
     ins(JEQ, NR_CLONE3, "nosys", 0)
     ins(JEQ, NR_CLONE, "clone", 0)
     ins(JEQ, NR_PRCTL, "prctl", 0)
+    ins(JEQ, NR_FCNTL, "fcntl", 0)
     ins(RET, RET_ALLOW)
-    labels = {"clone": len(prog)}
+    labels = {"fcntl": len(prog)}
+    ins(LD, 24)  # args[1] low half: the fcntl command
+    for cmd in sorted(DENIED_FCNTL.values()):
+        ins(JEQ, cmd, "deny", 0)
+    ins(RET, RET_ALLOW)
+    labels["clone"] = len(prog)
     ins(LD, 16)  # args[0] low half: clone flags (x86_64)
     ins(JSET, CLONE_THREAD, "allow", "deny")
     labels["prctl"] = len(prog)

@@ -245,17 +245,34 @@ def view_spec(packages=()) -> dict:
             "executable": exe, "packages": sorted(n for _, n in pkgs if not n.endswith(".libs"))}
 
 
-def stage(spec: dict) -> dict:
+def stage(spec: dict, mirror: bool = False) -> dict:
     """``{"root": staging dir, "binds": [(src, dst)], "empty": empty dir}`` for ``spec``:
     single files linked into the staging tree (binds of its top-level folders first), then the
     directory binds on top. The staging dir is private to this process (removed by the caller;
-    one left by a process that died without removing it is removed here, see :func:`sweep`)."""
+    one left by a process that died without removing it is removed here, see :func:`sweep`).
+
+    ``mirror``: directories too are mirrored into the staging tree (hard links, copies across
+    file systems; the hidden site-packages folders left out), so that every bind's source
+    lies in the world-readable staging tree: how a root pool runs programs under a uid of
+    their own when the interpreter sits below a folder other users cannot enter (``/root``)."""
     sweep()
-    root = tempfile.mkdtemp(prefix=f"{VIEW_PREFIX}{os.getpid()}-")
+    # no pid in the name: the name shows in the programs' /proc/self/mountinfo (the owner's pid
+    # is in OWNER_FILE, outside every folder the view binds)
+    root = tempfile.mkdtemp(prefix=VIEW_PREFIX)
     os.chmod(root, 0o755)
+    with open(os.path.join(root, OWNER_FILE), "w") as f:
+        f.write(str(os.getpid()))
     tops: list[str] = []
     dir_binds: list[tuple[str, str]] = []
     for src, dst in spec["binds"]:
+        if os.path.isdir(src) and (mirror or dst.startswith(PACKAGES_DIR + "/")) and _mkdirs(
+                root, os.path.dirname(dst)) is None and _mirrored(
+                src, root + dst, set(spec.get("hide", ())), dst, copy=mirror):
+            # a package's host path (a virtual environment's) stays out of mountinfo too
+            top = "/" + dst.strip("/").split("/")[0]
+            if top not in tops:
+                tops.append(top)
+            continue
         if os.path.isdir(src):
             dir_binds.append((src, dst))
             _mkdirs(root, dst)  # the mount point exists inside the staged tree
@@ -270,20 +287,21 @@ def stage(spec: dict) -> dict:
         top = "/" + dst.strip("/").split("/")[0]
         if top not in tops:
             tops.append(top)
-    for d in spec.get("hide", ()):
+    for d in spec.get("hide", ()) if not mirror else ():
         _mkdirs(root, d)
     empty = os.path.join(root, ".empty")
     os.mkdir(empty)
     os.chmod(empty, 0o555)
     binds = [(root + t, t) for t in tops] + [(s, d) for s, d in dir_binds
                                              if not d.startswith(PACKAGES_DIR + "/")]
-    binds += [(empty, d) for d in spec.get("hide", ())]
+    binds += [(empty, d) for d in spec.get("hide", ()) if not mirror]
     binds += [(s, d) for s, d in dir_binds if d.startswith(PACKAGES_DIR + "/")]
-    return {"root": root, "binds": binds, "empty": empty}
+    return {"root": root, "binds": binds, "empty": empty, "mirrored": mirror}
 
 
-#: Staging dirs are ``<tmp>/grpolab-view-<pid>-<random>``.
+#: Staging dirs are ``<tmp>/grpolab-view-<random>``, holding OWNER_FILE (the owner's pid).
 VIEW_PREFIX = "grpolab-view-"
+OWNER_FILE = ".owner"
 
 
 def sweep(tmp: str | None = None) -> list[str]:
@@ -296,12 +314,15 @@ def sweep(tmp: str | None = None) -> list[str]:
     except OSError:
         return removed
     for name in names:
-        pid = name[len(VIEW_PREFIX):].split("-", 1)[0]
-        if not name.startswith(VIEW_PREFIX) or not pid.isdigit():
+        if not name.startswith(VIEW_PREFIX):
             continue
         path = os.path.join(tmp, name)
         try:
             if os.lstat(path).st_uid != os.getuid() or os.path.islink(path):
+                continue
+            with open(os.path.join(path, OWNER_FILE)) as f:
+                pid = f.read().strip()
+            if not pid.isdigit():
                 continue
             os.kill(int(pid), 0)
             continue  # its process is alive
@@ -312,6 +333,50 @@ def sweep(tmp: str | None = None) -> list[str]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+def _mirrored(src: str, dst: str, skip: set, at: str, copy: bool) -> bool:
+    """:func:`_link_tree`; with ``copy=False`` only hard links, and False (nothing left at
+    ``dst``) when one is refused (another file system, another owner's files)."""
+    try:
+        _link_tree(src, dst, skip, at, copy)
+        return True
+    except OSError:
+        if copy:
+            raise
+        shutil.rmtree(dst, ignore_errors=True)
+        return False
+
+
+def _link_tree(src: str, dst: str, skip: set, at: str, copy: bool = True) -> None:
+    """Mirror the folder ``src`` at ``dst``: folders made 0755, files hard-linked (copied when
+    a link is refused and ``copy``); symbolic links kept as they are; ``at`` is ``dst``'s path
+    in the view, and folders whose view path is in ``skip`` are left out."""
+    os.makedirs(dst, exist_ok=True)
+    os.chmod(dst, 0o755)
+    for base, dirs, files in os.walk(src):
+        rel = os.path.relpath(base, src)
+        view_base = at if rel == "." else os.path.join(at, rel)
+        dirs[:] = [d for d in dirs if os.path.join(view_base, d) not in skip]
+        out = dst if rel == "." else os.path.join(dst, rel)
+        for d in dirs:
+            target = os.path.join(out, d)
+            if os.path.islink(os.path.join(base, d)):
+                os.symlink(os.readlink(os.path.join(base, d)), target)
+            else:
+                os.mkdir(target)
+                os.chmod(target, 0o755)
+        for name in files:
+            path, target = os.path.join(base, name), os.path.join(out, name)
+            if os.path.islink(path):
+                os.symlink(os.readlink(path), target)
+                continue
+            try:
+                os.link(path, target)
+            except OSError:
+                if not copy:
+                    raise
+                shutil.copy2(path, target)
 
 
 def _mkdirs(root: str, path: str) -> None:
