@@ -20,11 +20,11 @@ from grpolab.utils.bench import results_path
 from grpolab.utils.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[2]
-RESULTS = ROOT / "docs" / "results"
+RECORDS = ROOT / "docs" / "results"  # read only: the committed records re-tested
 
 
 def _load(name: str) -> dict[str, Any]:
-    return json.loads((RESULTS / name).read_text())
+    return json.loads((RECORDS / name).read_text())
 
 
 def _family(record: str, variants: dict[str, dict], base: str, names: list[str], field: str, *,

@@ -7,6 +7,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 spec = importlib.util.spec_from_file_location(
     "aggregation_coupled_tables", Path(__file__).parents[2] / "studies" / "aggregation_coupled_tables.py")
 act = importlib.util.module_from_spec(spec)
@@ -73,6 +75,13 @@ def test_tables_on_a_hand_computed_comparison(tmp_path, monkeypatch, capsys):
     # balanced seed 0: incorrect (30+40)/2 = 35, (40+50)/2 = 45; ratio 3.5, 4.5; truncated 0, 0.5; length 22.5, 27.5
     b0 = {"first": _by_key(10, 35, 3.5, 0.0, 22.5, 0.5), "last": _by_key(10, 45, 4.5, 0.5, 27.5, 0.5)}
     b1 = {"first": _by_key(6, 12, 2.0, 0.0, 9, 0.25), "last": _by_key(6, 12, 2.0, 0.0, 9, 0.25)}
+    diff = doc["variants"]["balanced"].pop("diff_vs_token")
+    # paired by seed: 0.5 - 0.625 = -0.125, 0.5 - 0.375 = +0.125 -> mean 0, sd 0.125 * sqrt(2), se 0.125;
+    # t_{0.975, 1} = 12.706 (t table); sign flips of (-0.125, +0.125): |sum| >= 0 in 4 of 4
+    assert (diff["value"], diff["n"]) == (0.0, 2)
+    assert (diff["low"], diff["high"]) == pytest.approx((-12.706 * 0.125, 12.706 * 0.125), abs=1e-3)
+    assert diff["t_p"] == pytest.approx(1.0) and diff["sign_flip_p"] == pytest.approx(1.0)
+    assert diff["verdict"] == "not significant" and diff["differences"] == [-0.125, 0.125]
     assert doc == {
         "name": "aggregation_coupled",
         "status": "precondition met on pairsum; 4 variants x 5 seeds run",  # 1.5 >= 1.25
@@ -87,8 +96,9 @@ def test_tables_on_a_hand_computed_comparison(tmp_path, monkeypatch, capsys):
         "variants": {
             "token": {
                 "seeds": [0, 1], "final": [0.625, 0.375], "start": [0.5, 0.5], "best": [0.625, 0.5],
-                # two seeds: the bootstrap means are 0.375, 0.5 or 0.625, each end drawn ~500 of 2000 times
-                "final_ci": {"value": 0.5, "low": 0.375, "high": 0.625, "n": 2, "level": 0.95},
+                # two seeds: t interval 0.5 +- 12.706 * 0.125 (sd 0.125 * sqrt(2), se 0.125)
+                "final_ci": {"value": 0.5, "low": pytest.approx(0.5 - 1.58828, abs=1e-4),
+                             "high": pytest.approx(0.5 + 1.58828, abs=1e-4), "n": 2, "level": 0.95},
                 # seed means: mixed_correct (11+8)/2, incorrect (21+16)/2, ratio (2+2)/2, truncated 0.25/2,
                 # length (17+12)/2, accuracy (0.5+0.25)/2; last: (13+8)/2, (23+16)/2, (1.5+2)/2, 0.375/2, ...
                 "lengths_first": _by_key(9.5, 18.5, 2.0, 0.125, 14.5, 0.375),
@@ -101,8 +111,6 @@ def test_tables_on_a_hand_computed_comparison(tmp_path, monkeypatch, capsys):
                 "lengths_first": _by_key(8, 23.5, 2.75, 0.0, 15.75, 0.375),
                 "lengths_last": _by_key(8, 28.5, 3.25, 0.25, 18.25, 0.375),
                 "per_seed": {"0": b0, "1": b1},
-                # paired by seed: 0.5 - 0.625 = -0.125, 0.5 - 0.375 = +0.125 -> mean 0, ends -0.125 / +0.125
-                "diff_vs_token": {"value": 0.0, "low": -0.125, "high": 0.125, "n": 2, "level": 0.95},
             },
         },
         "window_steps": 2,
@@ -112,8 +120,8 @@ def test_tables_on_a_hand_computed_comparison(tmp_path, monkeypatch, capsys):
     assert printed.split("\nwrote ")[0] == "\n".join([
         "| variant | seeds | before RL | final (95% CI) | final - token (paired) |",
         "|---|---|---|---|---|",
-        "| token | 2 | 0.500 | 0.500 [0.375, 0.625] | (baseline) |",
-        "| balanced | 2 | 0.500 | 0.500 [0.500, 0.500] | +0.000 [-0.125, +0.125] |",
+        "| token | 2 | 0.500 | 0.500 [-1.088, 2.088] | (baseline) |",
+        "| balanced | 2 | 0.500 | 0.500 [0.500, 0.500] | +0.000 [-1.588, +1.588] (p 1, not significant) |",
         "",
         "| variant | seed 0 | seed 1 |",
         "|---|---|---|",
