@@ -18,7 +18,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "chat_gsm8k.yaml"
 CHAT_LINE = "prompts: the tokenizer's chat template"
 ASSISTANT = "<|im_start|>assistant\n"
 FAST = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4", "trainer.steps=1",
-        "trainer.eval_every=1", "trainer.save_every=1", "trainer.headroom=false", "log.progress=false",
+        "trainer.eval_every=1", "trainer.save_every=1", "trainer.preflight=false", "log.progress=false",
         "log.plots=false", "log.tensorboard=false", "model.device=cpu", "model.lora={}", "credit.name=grpo",
         "task.n_eval=4"]
 

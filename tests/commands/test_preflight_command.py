@@ -92,7 +92,7 @@ def test_pilot_from_a_run_directory_trains_the_model_it_holds(tmp_path, capsys):
     run = tmp_path / "run"
     sets = ["--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=4", "--set", "task.n_eval=10",
             "--set", "log.plots=false", "--set", "log.tensorboard=false", "--set", "sft.enabled=no",
-            "--set", "trainer.headroom=false"]
+            "--set", "trainer.preflight=false"]
     assert main(["train", *TINY, *sets, "--set", "trainer.steps=1", "--set", f"trainer.run_dir={run}"]) == 0
     capsys.readouterr()
     start, _ = load_model(run / "final")
@@ -123,7 +123,7 @@ def test_pilot_from_a_lora_run_trains_the_model_its_adapter_gives(tmp_path, caps
     base, run = make_chat_model_dir(tmp_path / "base"), tmp_path / "run"
     sets = [x for s in (f"model.path={base}", "model.lora={r: 4}", "model.lora_save=adapter", "task.n_eval=10",
                         "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
-                        "trainer.steps=1", "trainer.headroom=false", "sft.enabled=no", "log.plots=false",
+                        "trainer.steps=1", "trainer.preflight=false", "sft.enabled=no", "log.plots=false",
                         "log.tensorboard=false", f"trainer.run_dir={run}") for x in ("--set", s)]
     assert main(["train", *sets]) == 0
     adapter = str(run / "final" / "adapter_model.safetensors")
@@ -131,7 +131,7 @@ def test_pilot_from_a_lora_run_trains_the_model_its_adapter_gives(tmp_path, caps
     capsys.readouterr()
     out = tmp_path / "pf"
     assert main(["preflight", str(run), "--n", "10", "--pilot", "1", "--out", str(out)]) == 0
-    assert "pilot of 1 step:" in capsys.readouterr().out
+    assert "pilot of 1 step (" in capsys.readouterr().out
     assert json.loads((out / "preflight.json").read_text())["pilot"]["n_items"] == 10
     start, bare = load_model(run / "final")[0].state_dict(), load_model(base)[0].state_dict()
     trained = load_model(out / "pilot" / "final")[0].state_dict()

@@ -25,7 +25,7 @@ model: {hidden_size: 32, num_layers: 2, num_heads: 2, intermediate_size: 64}
 task: {options: {max_digits: 1, max_terms: 3}, n_train: 64, n_eval: 8}
 sft: {max_steps: 4, eval_every: 2, batch_size: 16, n_eval: 8}
 rollout: {prompts_per_step: 4, group_size: 4, max_new_tokens: 16}
-trainer: {steps: 2, eval_every: 1, save_every: 1, headroom: false}
+trainer: {steps: 2, eval_every: 1, save_every: 1, preflight: false}
 log: {progress: false, plots: false, tensorboard: false}
 """
 
@@ -77,7 +77,7 @@ def test_sweep_resumes_an_interrupted_run(tmp_path, kill_during_step):
 def test_headroom_check_leaves_training_unchanged(tmp_path, capsys):
     steps = ["trainer.steps=3"]
     on = train(load_config(overrides=SMALL + steps + [f"trainer.run_dir={tmp_path / 'on'}"]), log=lambda *_: None)
-    off = train(load_config(overrides=SMALL + steps + ["trainer.headroom=false", f"trainer.run_dir={tmp_path / 'off'}"]),
+    off = train(load_config(overrides=SMALL + steps + ["trainer.preflight=false", f"trainer.run_dir={tmp_path / 'off'}"]),
                 log=lambda *_: None)
     assert _stable(read_metrics(tmp_path / "on")) == _stable(read_metrics(tmp_path / "off"))
     assert on.final_accuracy == off.final_accuracy

@@ -37,7 +37,7 @@ env:
   options: {{browsers: 1}}
 sft: {{max_steps: 4, eval_every: 2, batch_size: 8, n_eval: 4}}
 rollout: {{prompts_per_step: 4, group_size: 4}}
-trainer: {{steps: 2, eval_every: 1, save_every: 1, headroom: true}}
+trainer: {{steps: 2, eval_every: 1, save_every: 1, preflight: true}}
 log: {{progress: false, plots: false, tensorboard: false}}
 """
 
@@ -92,7 +92,7 @@ def test_headroom_and_diagnose_on_a_miniwob_run(miniwob_run):
 
 def test_sweep_and_compare_on_miniwob(miniwob_run):
     cfg, _, root = miniwob_run
-    fast = ["--set", "trainer.steps=1", "--set", "trainer.headroom=false"]
+    fast = ["--set", "trainer.steps=1", "--set", "trainer.preflight=false"]
     sweep = root / "sweep"
     assert cli_main(["sweep", str(cfg), *fast, "--grid", "optim.lr=1e-4,1e-3", "--seeds", "1", "--jobs", "1",
                      "--out", str(sweep)]) == 0

@@ -82,7 +82,7 @@ def test_training_in_a_log_file_prints_progress_lines(tmp_path):
         "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
         "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=64", "task.n_eval=8",
         "sft.enabled=no", "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=8",
-        "trainer.steps=4", "trainer.eval_every=2", "trainer.save_every=4", "trainer.headroom=false",
+        "trainer.steps=4", "trainer.eval_every=2", "trainer.save_every=4", "trainer.preflight=false",
         "log.progress=true", "log.progress_every=2", "log.plots=false", "log.tensorboard=false",
         f"trainer.run_dir={tmp_path / 'run'}"])
     train(cfg, log=lines.append)  # pytest's stderr is not a terminal

@@ -213,7 +213,7 @@ def test_a_run_that_cannot_learn_says_so(tmp_path, monkeypatch):
         "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=64", "task.n_eval=8",
         "task.options.reward=failing_reward:broken", "sft.enabled=no", "rollout.prompts_per_step=4",
         "rollout.group_size=4", "rollout.max_new_tokens=2", "trainer.steps=3", "trainer.eval_every=3",
-        "trainer.save_every=3", "trainer.headroom=false", "log.progress=false", "log.plots=false",
+        "trainer.save_every=3", "trainer.preflight=false", "log.progress=false", "log.plots=false",
         "log.tensorboard=false", "log.warn_no_signal_steps=2", "log.warn_truncated_frac=0.1", f"trainer.run_dir={run}"])
     lines: list[str] = []
     train(cfg, log=lines.append)
