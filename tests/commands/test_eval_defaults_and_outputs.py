@@ -1,5 +1,5 @@
 """Issue 46: `grpolab eval RUN_DIR` samples as the run did (its group size, temperature and top_p,
-printed), and outputs are checked for writability before any work (eval --completions, headroom
+printed), and outputs are checked for writability before any work (eval --completions, preflight
 --out, credit --out and models import --out failed after the evaluation or a 30 s load)."""
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def test_outputs_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
     _one_error(capsys, ["eval", str(tmp_path), "--completions", str(blocker / "c.jsonl")], "--completions",
                "is a file")
     _one_error(capsys, ["eval", str(tmp_path), "--completions", str(tmp_path)], "--completions", "is a directory")
-    _one_error(capsys, ["headroom", str(tmp_path), "--out", str(blocker)], "--out", "is a file")
-    _one_error(capsys, ["headroom", str(tmp_path), "--out", str(blocker / "sub")], "--out", "is a file")
+    _one_error(capsys, ["preflight", str(tmp_path), "--out", str(blocker)], "--out", "is a file")
+    _one_error(capsys, ["preflight", str(tmp_path), "--out", str(blocker / "sub")], "--out", "is a file")
     _one_error(capsys, ["credit", str(tmp_path), "--out", str(blocker)], "--out", "is a file")
     _one_error(capsys, ["credit", str(tmp_path), "--out", str(blocker / "sub")], "--out", "is a file")
     _one_error(capsys, ["models", "import", str(tmp_path / "m.gguf"), "--out", str(blocker / "m")], "--out",

@@ -60,6 +60,10 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
         raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
     if pilot < 0:
         raise ConfigError(f"--pilot {pilot}: must be >= 0 GRPO steps (0 = no pilot)")
+    if out is not None:  # before the model loads and the measurement runs, not after
+        from grpolab.train.checks import check_writable
+
+        check_writable(out, "--out", directory=True)
     t0 = clock()
     run = _open(model, config, overrides, n, log)
     cfg = run.config

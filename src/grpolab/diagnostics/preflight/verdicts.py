@@ -252,7 +252,7 @@ def grpo_verdict(s: HeadroomStats) -> MethodVerdict:
         exact = 1 - 0.05 ** (1 / n)
         what = "nothing solved: no item" if s.solves_nothing else "no item"
         return no("zero_reach", f"no headroom: {what} of {n} is within reach of a sample or a failed response; "
-                                f"the exact one-sided 95% bound is {exact * 100:.1f}% < {t * 100:.0f}% (no pilot needed)")
+                                f"the exact one-sided 95% bound is {exact * 100:.2f}% < {t * 100:.0f}% (no pilot needed)")
     if mixed is not None and mixed.high < sig:
         return no("no_signal", f"no signal: at most {mixed.high * 100:.1f}% of items give a group with mixed "
                                f"rewards at this group size; fix the prompt/format, or raise rollout.group_size or "
@@ -279,6 +279,18 @@ def _grpo(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict:
 
 #: GRPO's causes that leave nothing for a method built on its advantages to work with.
 _NOTHING_TO_LEARN = ("saturated", "no_headroom", "zero_reach")
+
+
+def _within_grpo(v: MethodVerdict, grpo: MethodVerdict, why: str) -> MethodVerdict:
+    """A method that changes how GRPO learns is indicated only where GRPO is: its "indicated" becomes
+    "not indicated" where GRPO is not, and "can't tell" where GRPO's own verdict is not decided."""
+    if v.verdict != INDICATED or grpo.verdict == INDICATED:
+        return v
+    if grpo.verdict == NOT_INDICATED:
+        return dataclasses.replace(v, verdict=NOT_INDICATED, set_lines=[], note=f"its precondition holds, but GRPO "
+                                   f"is not indicated: {why}")
+    return dataclasses.replace(v, verdict=CANT_TELL, set_lines=[], note=f"its precondition holds, but GRPO's own "
+                               f"verdict is not decided: {why}")
 
 
 @register_verdict("dynamic_sampling", "dynamic sampling", depends=("grpo",),
@@ -346,8 +358,9 @@ def _overlong(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdi
             f"are still working, or a graded overlong penalty; not truncation masking "
             f"(objective.mask_truncated=true), which hides exactly these failures from the loss -- on SmolLM2 "
             f"sums they were what GRPO learned from")
-    return MethodVerdict(INDICATED, rests, thr, src, [longer, f"objective.overlong_buffer={max(1, s.max_new_tokens // 4)}"],
-                         note)
+    v = MethodVerdict(INDICATED, rests, thr, src, [longer, f"objective.overlong_buffer={max(1, s.max_new_tokens // 4)}"],
+                      note)
+    return _within_grpo(v, prior["grpo"], "a longer cap or overlong shaping only changes what GRPO learns from")
 
 
 @register_verdict("credit", "RLSD / GEAR", depends=("grpo",),
@@ -384,7 +397,7 @@ def _credit(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict
                          "precondition only: where it held, RLSD and GEAR did not beat GRPO" if v == INDICATED else "")
 
 
-@register_verdict("balanced", "Balanced Aggregation",
+@register_verdict("balanced", "Balanced Aggregation", depends=("grpo",),
                   evidence="where the ratio was 1.354: balanced -7.0 [-12.6, -1.3] points vs token "
                            "(docs/results/aggregation_coupled.md)")
 def _balanced(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict:
@@ -397,12 +410,13 @@ def _balanced(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdi
     rests = (f"ratio {lc['fail_success_length_ratio']:.3f} [{lo:.3f}, {hi:.3f}] over {lc['mixed_groups']} mixed "
              f"groups ({lc['responses']} responses)")
     v = INDICATED if lo >= t else (NOT_INDICATED if hi < t else CANT_TELL)
-    return MethodVerdict(v, rests, thr, src, ["objective.aggregation=balanced"] if v == INDICATED else [],
-                         "precondition only: where it held, balanced lost to token aggregation" if v == INDICATED
-                         else "")
+    row = MethodVerdict(v, rests, thr, src, ["objective.aggregation=balanced"] if v == INDICATED else [],
+                        "precondition only: where it held, balanced lost to token aggregation" if v == INDICATED
+                        else "")
+    return _within_grpo(row, prior["grpo"], "the aggregation only weighs GRPO's per-token losses")
 
 
-@register_verdict("ratio", "CTPO / GSPO",
+@register_verdict("ratio", "CTPO / GSPO", depends=("grpo",),
                   evidence="where responses drifted: GSPO +2.8 [+1.1, +4.5], CTPO -0.3 points vs the token ratio "
                            "(docs/results/ratio_long.md)")
 def _ratio(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict:
@@ -415,8 +429,9 @@ def _ratio(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict:
         "off-policy (several optimizer steps per batch or a policy lag)" if s.off_policy
         else "on-policy (one optimizer step per batch: the ratio is 1)")
     v = NOT_INDICATED if (not s.off_policy or rt.high < t / 2) else INDICATED if rt.low >= t else CANT_TELL
-    return MethodVerdict(v, rests, thr, src, ["preset=gspo"] if v == INDICATED else [],
-                         "GSPO is the lead; CTPO was a null result" if v == INDICATED else "")
+    row = MethodVerdict(v, rests, thr, src, ["preset=gspo"] if v == INDICATED else [],
+                        "GSPO is the lead; CTPO was a null result" if v == INDICATED else "")
+    return _within_grpo(row, prior["grpo"], "the sequence-level ratio only changes GRPO's update")
 
 
 def verdicts_from_counts(n_items: int, greedy_solved: int, some_sample_solved: int, *, k: int,
