@@ -130,3 +130,24 @@ def test_a_cut_check_equals_an_unbounded_check_of_its_prefix(policy):
 def test_bad_budget_is_refused(bad, tmp_path):
     with pytest.raises(ConfigError, match="trainer.preflight_budget"):
         load_config(None, [f"trainer.preflight_budget={bad}"])
+
+
+def test_the_old_headroom_keys_get_one_error_naming_the_new_ones(tmp_path):
+    for old, new in (("trainer.headroom=false", "trainer.preflight=false"),
+                     ("trainer.headroom_budget=5", "trainer.preflight_budget=5")):
+        with pytest.raises(ConfigError, match=f"{old.split('=')[0]} is now {new.split('=')[0]} .*write {new}"):
+            load_config(None, [old])
+    f = tmp_path / "c.yaml"
+    f.write_text("trainer: {headroom: false}\n")
+    with pytest.raises(ConfigError, match="trainer.headroom is now trainer.preflight"):
+        load_config(str(f))
+    assert load_config(None, ["trainer.preflight=false"]).trainer.preflight is False
+
+
+def test_answer_of_a_response():
+    from grpolab.measure.preflight import answer_of
+
+    assert answer_of("3 + 4 = 7", {"extracted": "7"}) == "7"           # the verifier's answer first
+    assert answer_of("work\n\n  so 7  \n", {}) == "so 7"                # else the last non-empty line
+    assert answer_of("", {"extracted": None}) is None
+    assert answer_of("x" * 100, {}) == "x" * 64
