@@ -101,3 +101,16 @@ def test_pinned_pilot_change():
     assert (p["sampled"]["before"], p["sampled"]["after"]) == A((0.303125, 0.46875))
     assert _ci(p["sampled"]["change"]) == A((0.165625, 0.12787553438801366, 0.20337446561198633, 40))
     assert _ci(p["greedy"]["change"]) == A((0.125, 0.017883529447526123, 0.23211647055247386, 40))
+
+
+def test_verdicts_recomputed_from_a_stored_preflight_json_are_the_same():
+    # the calibration recomputes verdicts from preflight.json's stats (method_table on a dict)
+    import json
+
+    from grpolab.diagnostics.preflight import method_table
+
+    res = preflight_from_outcomes(**_case())
+    stored = json.loads(json.dumps(res.to_dict()))["stats"]
+    again = method_table(stored)
+    assert [(m.id, m.verdict, m.rests_on, m.set_lines, m.note) for m in again] == \
+        [(m.id, m.verdict, m.rests_on, m.set_lines, m.note) for m in res.methods]
