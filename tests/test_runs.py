@@ -87,11 +87,12 @@ def test_eval_of_a_bare_model_takes_the_training_config(chat, spy, capsys):
     assert spy and not any(p.endswith(ASSISTANT) for texts, _ in spy for p in texts)
 
 
-def test_headroom_reports_and_uses_the_template(chat, spy, capsys):
+def test_preflight_reports_and_uses_the_template(chat, spy, capsys):
     tmp, *_ = chat
-    assert main(["headroom", str(tmp / "run"), "--k", "2", "--out", str(tmp / "hr")]) == 0
+    assert main(["preflight", str(tmp / "run"), "--n", "4", "--k", "2", "--no-readability", "--out",
+                 str(tmp / "hr")]) == 0
     assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
-    assert json.loads((tmp / "hr" / "headroom.json").read_text())["overall"]["n_items"] == 4
+    assert json.loads((tmp / "hr" / "preflight.json").read_text())["stats"]["n_items"] == 4
 
 
 def _chat_rows(ids, att, labels=None):

@@ -76,12 +76,12 @@ def test_train_summary_has_the_per_task_table(miniwob_run):
     assert all(f"| {t} | 4 | " in md for t in TASKS)
 
 
-def test_headroom_and_diagnose_on_a_miniwob_run(miniwob_run):
+def test_preflight_and_diagnose_on_a_miniwob_run(miniwob_run):
     _, run, root = miniwob_run
-    out = root / "headroom"
-    assert cli_main(["headroom", str(run), "--n", "4", "--k", "2", "--out", str(out)]) == 0
-    h = json.loads((out / "headroom.json").read_text())
-    assert h["overall"]["n_items"] == 4 and set(h["overall"]["pass_at_k"]) == {"1", "2"}
+    out = root / "preflight"
+    assert cli_main(["preflight", str(run), "--n", "4", "--k", "2", "--no-readability", "--out", str(out)]) == 0
+    h = json.loads((out / "preflight.json").read_text())
+    assert h["stats"]["n_items"] == 4 and set(h["stats"]["pass_at_k_unbiased"]) == {"1", "2"}
     assert set(h["families"]) == {f"family={t}" for t in TASKS}  # measured as episodes, per task
     assert all(f["verdict"] for f in h["families"].values())
     assert cli_main(["diagnose", str(run), "--n", "4", "--probe", "4"]) == 0
