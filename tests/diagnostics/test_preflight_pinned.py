@@ -1,5 +1,5 @@
 """The preflight's numbers on a fixed synthetic input, pinned from the code before the refactor of issue 56
-item 2 (commit "pin the preflight's numbers"): the split into stats / verdicts / pilot / report must leave
+item 2 (commit 665d1ec, before the split): the split into stats / verdicts / pilot / report must leave
 every number, verdict and ``--set`` line identical. A change here is a change of the preflight's output,
 and must say why in its commit."""
 

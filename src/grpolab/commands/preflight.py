@@ -180,6 +180,6 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, spe
         log(f"pilot: its re-measurement reached --budget after {after.stats.n_items} item(s), fewer than the "
             f"{MIN_ITEMS} it compares; the pilot decides nothing (raise --budget)")
         return res
-    p = pilot_from_outcomes(res, after, steps=steps, seed=spec.seed, run_dir=str(out_dir), training=training)
+    p = pilot_from_outcomes(res, after, steps=steps, run_dir=str(out_dir), training=training)
     p["trainer_seed"] = tcfg.trainer.seed
     return apply_pilot(res, p)

@@ -131,8 +131,8 @@ def degenerate_gain(greedy_before: Sequence[bool], greedy_after: Sequence[bool],
             "newly_solved": len(new), "newly_solved_with_it": from_top, "flag": flag}
 
 
-def pilot_from_outcomes(before: PreflightResult, after: PreflightResult, *, steps: int, seed: int = 0,
-                        run_dir: str | None = None, training: PilotTraining | None = None) -> dict[str, Any]:
+def pilot_from_outcomes(before: PreflightResult, after: PreflightResult, *, steps: int, run_dir: str | None = None,
+                        training: PilotTraining | None = None) -> dict[str, Any]:
     """The change a pilot of ``steps`` GRPO steps made on the same held-out items, paired per item.
 
     ``before``/``after``: the preflight of the starting model and of the pilot's final model on the
