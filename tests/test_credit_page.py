@@ -99,7 +99,7 @@ def test_cli_writes_the_page(tmp_path, capsys):
     small = ["model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
              "task.n_train=64", "task.n_eval=8", "sft.max_steps=4", "sft.n_eval=8", "rollout.prompts_per_step=2",
              "rollout.group_size=4", "rollout.max_new_tokens=12", "trainer.steps=1", "log.progress=false",
-             "log.plots=false", "log.tensorboard=false", "trainer.headroom=false", "credit.name=rlsd",
+             "log.plots=false", "log.tensorboard=false", "trainer.preflight=false", "credit.name=rlsd",
              f"trainer.run_dir={tmp_path / 'run'}"]
     train(load_config(overrides=small), log=lambda *_: None)
     assert main(["credit", str(tmp_path / "run"), "--sample", "3"]) == 0

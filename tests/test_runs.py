@@ -18,7 +18,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "chat_gsm8k.yaml"
 CHAT_LINE = "prompts: the tokenizer's chat template"
 ASSISTANT = "<|im_start|>assistant\n"
 FAST = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4", "trainer.steps=1",
-        "trainer.eval_every=1", "trainer.save_every=1", "trainer.headroom=false", "log.progress=false",
+        "trainer.eval_every=1", "trainer.save_every=1", "trainer.preflight=false", "log.progress=false",
         "log.plots=false", "log.tensorboard=false", "model.device=cpu", "model.lora={}", "credit.name=grpo",
         "task.n_eval=4"]
 
@@ -87,11 +87,12 @@ def test_eval_of_a_bare_model_takes_the_training_config(chat, spy, capsys):
     assert spy and not any(p.endswith(ASSISTANT) for texts, _ in spy for p in texts)
 
 
-def test_headroom_reports_and_uses_the_template(chat, spy, capsys):
+def test_preflight_reports_and_uses_the_template(chat, spy, capsys):
     tmp, *_ = chat
-    assert main(["headroom", str(tmp / "run"), "--k", "2", "--out", str(tmp / "hr")]) == 0
+    assert main(["preflight", str(tmp / "run"), "--n", "4", "--k", "2", "--no-readability", "--out",
+                 str(tmp / "hr")]) == 0
     assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
-    assert json.loads((tmp / "hr" / "headroom.json").read_text())["overall"]["n_items"] == 4
+    assert json.loads((tmp / "hr" / "preflight.json").read_text())["stats"]["n_items"] == 4
 
 
 def _chat_rows(ids, att, labels=None):

@@ -22,7 +22,7 @@ SMALL = [
     "task.n_train=64", "task.n_eval=8", "sft.max_steps=4", "sft.eval_every=2", "sft.batch_size=16", "sft.n_eval=8",
     "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=16", "trainer.steps=2",
     "trainer.eval_every=2", "trainer.save_every=2", "log.progress=false", "log.plots=false",
-    "log.tensorboard=false", "trainer.headroom=false",
+    "log.tensorboard=false", "trainer.preflight=false",
 ]
 ARITH = ["task.options.max_digits=1", "task.options.max_terms=3"]
 #: the modules where a step-row number is born: no key string of their own

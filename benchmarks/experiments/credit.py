@@ -53,7 +53,7 @@ QUALITY_METHODS = {
     "gear": ["credit.name=gear"],
     "opsd": ["credit.name=opsd"],
 }
-COMMON = ["log.progress=false", "log.plots=false", "log.tensorboard=false", "trainer.headroom=false"]
+COMMON = ["log.progress=false", "log.plots=false", "log.tensorboard=false", "trainer.preflight=false"]
 
 
 def worker(args) -> None:

@@ -35,7 +35,7 @@ VARIANTS = {"grpo": [], "dynamic": ["rollout.dynamic_sampling=true"]}
 def run(ws: Path, root: Path, seed: int, prompts: int, variant: str, steps: int) -> dict:
     run_dir = root / f"p{prompts}_{variant}_s{seed}"
     overrides = [f"model.path={ws}", "sft.enabled=no", f"trainer.steps={steps}", "trainer.eval_every=10",
-                 "trainer.save_every=1000", "trainer.headroom=false", "log.progress=false", "log.plots=false",
+                 "trainer.save_every=1000", "trainer.preflight=false", "log.progress=false", "log.plots=false",
                  "log.tensorboard=false", "log.completions_every=0", f"trainer.seed={seed}",
                  f"rollout.prompts_per_step={prompts}", f"trainer.run_dir={run_dir}", *VARIANTS[variant]]
     t0 = time.time()

@@ -1372,7 +1372,7 @@ def main() -> None:
                 if not (run_dir / "final" / "config.json").exists():
                     _run([sys.executable, "-m", "grpolab.cli", "train", *_cfg_args(cfg, sets), "--set",
                           f"trainer.seed={seed}", "--set", f"trainer.run_dir={run_dir}", "--set",
-                          "trainer.headroom=false", "--overwrite"], d / f"train_s{seed}.log")
+                          "trainer.preflight=false", "--overwrite"], d / f"train_s{seed}.log")
                 f = greedy_items(str(run_dir / "final"), cfg, sets, args.gain_items, d / f"final_s{seed}.jsonl",
                                  d / "eval.log")
                 rec["gain"]["seeds"][str(seed)] = paired_gain(b, f)

@@ -7,7 +7,7 @@ the solution can point at the first wrong step. Subcommands:
 
     # 1. the precondition: teacher readability per template on >= 256 responses of the warm start
     python benchmarks/experiments/real_credit_reads.py precondition --out docs/results/real_credit_reads.json --warm-start runs/reads_ws --prompts 32
-    # 2. headroom of the warm start (greedy vs sampled vs pass@k)
+    # 2. headroom of the warm start (greedy vs sampled vs pass@k: grpolab preflight's headroom section)
     python benchmarks/experiments/real_credit_reads.py headroom --out docs/results/real_credit_reads.json --warm-start runs/reads_ws
     # 3. the study: GRPO, RLSD, GEAR, OPSD from the warm start, one seed at a time (1 thread)
     python benchmarks/experiments/real_credit_reads.py study --out docs/results/real_credit_reads.json --warm-start runs/reads_ws_ps50 --seeds 0 1 2 3 4 --jobs 2
@@ -147,33 +147,34 @@ def precondition(args) -> None:
 
 
 def headroom_of_batch(opened, items, exp, group_size: int) -> dict:
-    """:func:`grpolab.diagnostics.headroom_from_outcomes` of the sampled batch ``exp`` (``group_size``
-    samples per item) and one greedy response per item: greedy vs sampled vs pass@k with CIs."""
-    from grpolab.diagnostics import headroom_from_outcomes
+    """The headroom section of :func:`grpolab.diagnostics.preflight.preflight_from_outcomes` on the sampled
+    batch ``exp`` (``group_size`` samples per item) and one greedy response per item: greedy vs sampled
+    (one paired interval) vs pass@k, the GRPO verdict, per family."""
+    from grpolab.diagnostics.preflight import preflight_from_outcomes
 
     greedy = opened.collector.collect(opened.model, list(items), group_size=1, greedy=True)
-    solved = [float(x) >= 1.0 for x in greedy.rewards]
-    ok = (exp.rewards >= 1.0).view(len(items), group_size).sum(-1).tolist()
-    fams = [str((it.meta or {}).get("family", "all")) for it in items]
-    res = headroom_from_outcomes(solved, ok, group_size, fams)
-    res.temperature = opened.config.rollout.temperature
-    res.source = "benchmarks/experiments/real_credit_reads.py precondition"
-    return res.to_dict()
+    sampled = exp.rewards.view(len(items), group_size).tolist()
+    fams = [f"family={(it.meta or {}).get('family', 'all')}" for it in items]
+    res = preflight_from_outcomes([float(x) for x in greedy.rewards], sampled, group_size=group_size,
+                                  max_new_tokens=opened.config.rollout.max_new_tokens, families=fams)
+    return {"verdict": res.verdict().value, "overall": res.stats.to_dict(), "families": res.families,
+            "temperature": opened.config.rollout.temperature,
+            "source": "benchmarks/experiments/real_credit_reads.py precondition"}
 
 
 # --------------------------------------------------------------------------------------- headroom
 def headroom(args) -> None:
-    """``grpolab headroom``'s measurement of the warm start, with the run's prompt format."""
+    """``grpolab preflight``'s measurement of the warm start (its headroom section), with the run's prompt format."""
     import tempfile
 
     out = Path(tempfile.mkdtemp(prefix="reads_headroom_"))
-    cmd = ["grpolab", "headroom", str(args.warm_start), "--config", str(args.config), "--n", str(args.n),
-           "--k", str(args.k), "--out", str(out)] + sum((["--set", s] for s in args.set), [])
+    cmd = ["grpolab", "preflight", str(args.warm_start), "--config", str(args.config), "--n", str(args.n),
+           "--k", str(args.k), "--no-readability", "--out", str(out)] + sum((["--set", s] for s in args.set), [])
     print(" ".join(cmd), flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": str(args.threads)})
     print(proc.stdout[-3000:], proc.stderr[-3000:])
     if proc.returncode != 0:
-        raise SystemExit(f"error: grpolab headroom failed ({proc.returncode}); see above")
+        raise SystemExit(f"error: grpolab preflight failed ({proc.returncode}); see above")
     found = sorted(out.rglob("*.json"))
     res = json.loads(found[0].read_text()) if found else {"stdout": proc.stdout[-2000:]}
     doc = load(args.out)

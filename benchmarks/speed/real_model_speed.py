@@ -335,7 +335,7 @@ def part_rss(model_dir: Path, a) -> dict:
                                  "reward": "math"},
                 "rollout.prompts_per_step": a.prompts, "rollout.group_size": a.group_size,
                 "rollout.max_new_tokens": a.max_new_tokens, "trainer.save_every": 1, "trainer.eval_every": 1000,
-                "trainer.headroom": False, "trainer.skip_zero_advantage": False, "log.progress": False}
+                "trainer.preflight": False, "trainer.skip_zero_advantage": False, "log.progress": False}
         runs = {"lora_rlsd": {"credit.name": "rlsd", "model.lora": {"r": 16, "alpha": 32}, "optim.lr": 1e-5},
                 "full_grpo": {"credit.name": "grpo", "optim.lr": 1e-6}}
 

@@ -248,7 +248,7 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
 
         run_dir = work / f"grpolab_s{seed}"
         cfg = load_config(config, over + [f"trainer.run_dir={run_dir}", f"trainer.eval_every={eval_every}",
-                                          "trainer.headroom=false", "log.completions_every=0", "log.plots=false",
+                                          "trainer.preflight=false", "log.completions_every=0", "log.plots=false",
                                           "log.progress=false", f"trainer.save_every=1000000"])
         # the training CPU seconds before each held-out evaluation: the process's CPU time since the
         # step-0 evaluation ended, less the evaluations' own (train() looks these functions up at call time)

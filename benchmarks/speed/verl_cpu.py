@@ -63,7 +63,7 @@ def grpolab_run(work: Path, sft: Path, variant: str, steps: int, eval_every: int
     shutil.rmtree(run_dir, ignore_errors=True)
     sets = [f"model.path={sft}", "sft.enabled=no", "task.chat_template=off", f"trainer.steps={steps}",
             f"trainer.eval_every={eval_every}", f"trainer.seed={seed}", f"trainer.run_dir={run_dir}",
-            "trainer.headroom=false", "log.progress=false", f"task.n_eval={N_EVAL}"]
+            "trainer.preflight=false", "log.progress=false", f"task.n_eval={N_EVAL}"]
     if variant == "rlsd":
         sets += ["credit.name=rlsd"]
     cmd = [sys.executable, "-m", "grpolab.cli", "train"] + [a for s in sets for a in ("--set", s)]

@@ -115,14 +115,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
                         overrides=args.overrides)
 
 
-def cmd_headroom(args: argparse.Namespace) -> int:
-    from grpolab.commands import headroom_command
-
-    return headroom_command(args.model, task=args.task, task_option=args.task_option, n=args.n, k=args.k,
-                            temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
-                            out=args.out, config=args.config, overrides=args.overrides)
-
-
 def cmd_preflight(args: argparse.Namespace) -> int:
     from grpolab.commands import preflight_command
 
@@ -214,26 +206,6 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--examples", type=COUNT, default=3, help="print a table of this many examples to stderr (0: none)")
     e.set_defaults(func=cmd_eval)
 
-    h = sub.add_parser("headroom", help="greedy vs sampled success, pass@k, verdict (superseded by "
-                       "`grpolab preflight`, which also reads why responses fail)")
-    h.add_argument("model", help="a model directory (HF format) or a grpolab run directory")
-    h.add_argument("--task", default=None, help="task name (default: the run's task, else arith)")
-    h.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
-    h.add_argument("--n", type=POSITIVE_INT, default=None,
-                   help="held-out items (default: the run's or config's task.n_eval, else all rows / 256 generated)")
-    h.add_argument("--config", default=None, help="a training config whose task, env and rollout settings to "
-                   "use for a bare model directory (e.g. a warm start measured for the runs that start from it)")
-    h.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a --config value (repeatable; also works without --config)")
-    h.add_argument("--k", type=POSITIVE_INT, default=8, help="samples per item")
-    h.add_argument("--temperature", type=TEMPERATURE, default=None,
-                   help="sampling temperature (default: the run's rollout.temperature, else 1.0)")
-    h.add_argument("--max-new-tokens", type=NEW_TOKENS, default=None)
-    h.add_argument("--seed", type=int, default=0)
-    h.add_argument("--out", default=None, help="write headroom.json/.md here (default: the run directory, "
-                   "if MODEL is one)")
-    h.set_defaults(func=cmd_headroom)
-
     pf = sub.add_parser("preflight", help="before a run: which method can help here? headroom with failure "
                         "reasons, signal at the group size, length coupling, teacher readability; one verdict per "
                         "method with the --set lines to use")
@@ -247,8 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "task holds fewer)")
     pf.add_argument("--k", type=POSITIVE_INT, default=None, help="samples per item (default: the run's "
                     "rollout.group_size, at least 8)")
-    pf.add_argument("--budget", type=_number(float, low=0), default=0.0, help="seconds the measurement may "
-                    "take (0 = no limit): no chunk of items is started that would end past it")
+    pf.add_argument("--budget", type=_number(float, low=0), default=0.0, help="seconds the whole preflight may "
+                    "take (0 = no limit): no chunk of items is started that would end past it; with --pilot the "
+                    "start gets 30%% and the pilot runs only where its estimate fits in the rest")
     pf.add_argument("--seed", type=int, default=0)
     pf.add_argument("--out", default=None, help="write preflight.json/.md here (default: the run directory, "
                     "else runs/preflight)")

@@ -465,10 +465,10 @@ class TrainerConfig:
     policy_lag: int = _key(0, "rollouts come from the policy this many updates old", form=">= 0")
     skip_zero_advantage: bool = _key(True, "no forward/backward for rows whose loss is exactly 0")
     share_prompts: bool = _key(True, "the update forwards each distinct prompt of a micro-batch once")
-    headroom: bool = _key(
+    preflight: bool = _key(
         True, "run `grpolab preflight` before RL (RUN_DIR/preflight.md)",
         more="run the preflight before RL (RUN_DIR/preflight.md; grpolab.measure.preflight)")
-    headroom_budget: float = _key(
+    preflight_budget: float = _key(
         60.0, "time the preflight before RL may take (never overrun)", form=">= 0 seconds (0 = no limit)",
         more=("seconds the preflight before RL may take (0 = no limit); never overrun: the first chunk is one "
               "item and no chunk is started that would end past it, so a slow model gets fewer items (and more "
@@ -489,10 +489,10 @@ class TrainerConfig:
             _positive(f"trainer.{k}", getattr(self, k))
         for k in ("micro_batch_size", "micro_batch_tokens", "policy_lag"):
             _positive(f"trainer.{k}", getattr(self, k), zero_ok=True)
-        b = self.headroom_budget
+        b = self.preflight_budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not b >= 0 or b == float("inf"):
-            raise ConfigError(f"trainer.headroom_budget={b!r} must be a number of seconds >= 0 (0 = no limit), "
-                              "e.g. --set trainer.headroom_budget=120")
+            raise ConfigError(f"trainer.preflight_budget={b!r} must be a number of seconds >= 0 (0 = no limit), "
+                              "e.g. --set trainer.preflight_budget=120")
 
 
 @dataclass
@@ -910,7 +910,14 @@ def _yaml_bool(value: bool) -> str:
 _BOOLEAN_WORDS = {"sft.enabled": ("yes", "no"), "task.chat_template": ("on", "off")}
 
 
+#: Keys renamed before the first release: an old key is refused with one error naming the new one.
+_RENAMED_KEYS = {"trainer.headroom": "trainer.preflight", "trainer.headroom_budget": "trainer.preflight_budget"}
+
+
 def _set(cfg: Config, dotted: str, value: Any) -> None:
+    if dotted in _RENAMED_KEYS:
+        raise ConfigError(f"{dotted} is now {_RENAMED_KEYS[dotted]} (the headroom check became the preflight); "
+                          f"write {_RENAMED_KEYS[dotted]}={value}")
     parts = dotted.split(".")
     sections = {f.name: f for f in dataclasses.fields(Config)}
     if parts[0] not in sections:

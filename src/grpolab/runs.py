@@ -1,7 +1,7 @@
 """One door into a run: :func:`open_run` turns a run directory, a model directory or a config into
 everything that measures it.
 
-``grpolab eval``, ``headroom``, ``diagnose`` and ``credit`` and ``grpolab sft`` open what they
+``grpolab eval``, ``preflight``, ``diagnose`` and ``credit`` and ``grpolab sft`` open what they
 measure here, and the warm start's accuracy checks collect through the collector built the same
 way; all of it comes from the setup functions :func:`grpolab.train.loop.start_run` uses
 (:func:`~grpolab.train.setup.build_policy`, :func:`~grpolab.train.setup.build_task`,

@@ -27,9 +27,10 @@ def _run_expect_error(capsys, argv, *needles):
     (["eval", "RUN", "--samples", "-1"], ["--samples", "must be >= 0"]),
     (["eval", "RUN", "--max-new-tokens", "0"], ["--max-new-tokens", "must be >= 1"]),
     (["eval", "RUN", "--n", "ten"], ["--n", "'ten' is not a whole number"]),
-    (["headroom", "RUN", "--k", "0"], ["--k", "must be >= 1"]),
-    (["headroom", "RUN", "--n", "0"], ["--n", "must be >= 1"]),
-    (["headroom", "RUN", "--temperature", "-1"], ["--temperature", "must be > 0"]),
+    (["preflight", "RUN", "--k", "0"], ["--k", "must be >= 1"]),
+    (["preflight", "RUN", "--n", "0"], ["--n", "must be >= 1"]),
+    (["preflight", "RUN", "--budget", "-1"], ["--budget"]),
+    (["preflight", "RUN", "--pilot", "-1"], ["--pilot"]),
     (["diagnose", "RUN", "--n", "0"], ["--n", "must be >= 1"]),
     (["diagnose", "RUN", "--probe", "0"], ["--probe", "must be >= 1"]),
     (["sweep", "--jobs", "0"], ["--jobs", "must be >= 1"]),
@@ -140,7 +141,7 @@ def test_eval_of_a_run_without_final_says_which_model(tmp_path, capsys):
         "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
         "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=32", "task.n_eval=4",
         "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4",
-        "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2", "trainer.headroom=false",
+        "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2", "trainer.preflight=false",
         "log.progress=false", "log.plots=false", "log.tensorboard=false", f"trainer.run_dir={run}"]),
         log=lambda *_: None)
     shutil.rmtree(run / "final")

@@ -75,7 +75,7 @@ def test_the_validator_refuses_what_the_listing_does_not_allow(key):
     if key == "env.name":
         pytest.skip("an environment needs its task (checked by test_env_config_train)")
     if key == "credit.name" and value not in ("grpo",):
-        extra += ["trainer.headroom=false"]
+        extra += ["trainer.preflight=false"]
     load_config(overrides=[f"{key}={value}", *extra])
 
 

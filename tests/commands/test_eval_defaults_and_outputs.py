@@ -1,5 +1,5 @@
 """Issue 46: `grpolab eval RUN_DIR` samples as the run did (its group size, temperature and top_p,
-printed), and outputs are checked for writability before any work (eval --completions, headroom
+printed), and outputs are checked for writability before any work (eval --completions, preflight
 --out, credit --out and models import --out failed after the evaluation or a 30 s load)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ SMALL = [
     "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
     "task.options.max_digits=1", "task.options.max_terms=2", "task.n_train=16", "task.n_eval=4",
     "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=3", "rollout.temperature=0.7",
-    "rollout.top_p=0.9", "rollout.max_new_tokens=4", "trainer.steps=1", "trainer.headroom=false",
+    "rollout.top_p=0.9", "rollout.max_new_tokens=4", "trainer.steps=1", "trainer.preflight=false",
     "log.progress=false", "log.plots=false",
 ]
 
@@ -73,8 +73,8 @@ def test_outputs_are_checked_before_any_work(tmp_path, capsys, monkeypatch):
     _one_error(capsys, ["eval", str(tmp_path), "--completions", str(blocker / "c.jsonl")], "--completions",
                "is a file")
     _one_error(capsys, ["eval", str(tmp_path), "--completions", str(tmp_path)], "--completions", "is a directory")
-    _one_error(capsys, ["headroom", str(tmp_path), "--out", str(blocker)], "--out", "is a file")
-    _one_error(capsys, ["headroom", str(tmp_path), "--out", str(blocker / "sub")], "--out", "is a file")
+    _one_error(capsys, ["preflight", str(tmp_path), "--out", str(blocker)], "--out", "is a file")
+    _one_error(capsys, ["preflight", str(tmp_path), "--out", str(blocker / "sub")], "--out", "is a file")
     _one_error(capsys, ["credit", str(tmp_path), "--out", str(blocker)], "--out", "is a file")
     _one_error(capsys, ["credit", str(tmp_path), "--out", str(blocker / "sub")], "--out", "is a file")
     _one_error(capsys, ["models", "import", str(tmp_path / "m.gguf"), "--out", str(blocker / "m")], "--out",

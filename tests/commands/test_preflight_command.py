@@ -26,6 +26,11 @@ def test_preflight_writes_json_and_markdown(tmp_path, capsys):
     md = (out / "preflight.md").read_text()
     assert md.startswith("# Preflight") and "| method | verdict | rests on |" in md and "(n=10)" in md
     stdout = capsys.readouterr().out
+    # the expected cost before any sampling, then the seconds estimated from the first item
+    first = next(x for x in stdout.splitlines() if x.startswith("preflight:"))
+    assert first == "preflight: expected cost 90 sampled responses (10 items x (1 greedy + 8))"
+    assert "preflight: about " in stdout and "s for all 10 items at the first item's" in stdout
+    assert data["settings"]["responses"] == 90 and data["settings"]["stage"] == "start measured"
     assert "preflight: 10/10 items x (1 greedy + 8 sampled)" in stdout and "ETA" in stdout  # progress
     assert "  GRPO " in stdout and f"wrote {out / 'preflight.json'}" in stdout
 
@@ -92,7 +97,7 @@ def test_pilot_from_a_run_directory_trains_the_model_it_holds(tmp_path, capsys):
     run = tmp_path / "run"
     sets = ["--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=4", "--set", "task.n_eval=10",
             "--set", "log.plots=false", "--set", "log.tensorboard=false", "--set", "sft.enabled=no",
-            "--set", "trainer.headroom=false"]
+            "--set", "trainer.preflight=false"]
     assert main(["train", *TINY, *sets, "--set", "trainer.steps=1", "--set", f"trainer.run_dir={run}"]) == 0
     capsys.readouterr()
     start, _ = load_model(run / "final")
@@ -123,7 +128,7 @@ def test_pilot_from_a_lora_run_trains_the_model_its_adapter_gives(tmp_path, caps
     base, run = make_chat_model_dir(tmp_path / "base"), tmp_path / "run"
     sets = [x for s in (f"model.path={base}", "model.lora={r: 4}", "model.lora_save=adapter", "task.n_eval=10",
                         "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
-                        "trainer.steps=1", "trainer.headroom=false", "sft.enabled=no", "log.plots=false",
+                        "trainer.steps=1", "trainer.preflight=false", "sft.enabled=no", "log.plots=false",
                         "log.tensorboard=false", f"trainer.run_dir={run}") for x in ("--set", s)]
     assert main(["train", *sets]) == 0
     adapter = str(run / "final" / "adapter_model.safetensors")
@@ -131,7 +136,7 @@ def test_pilot_from_a_lora_run_trains_the_model_its_adapter_gives(tmp_path, caps
     capsys.readouterr()
     out = tmp_path / "pf"
     assert main(["preflight", str(run), "--n", "10", "--pilot", "1", "--out", str(out)]) == 0
-    assert "pilot of 1 step:" in capsys.readouterr().out
+    assert "pilot of 1 step (" in capsys.readouterr().out
     assert json.loads((out / "preflight.json").read_text())["pilot"]["n_items"] == 10
     start, bare = load_model(run / "final")[0].state_dict(), load_model(base)[0].state_dict()
     trained = load_model(out / "pilot" / "final")[0].state_dict()
@@ -146,3 +151,39 @@ def test_pilot_on_too_few_items_is_skipped_before_training(tmp_path, capsys):
     assert "pilot: skipped, 5 item(s) measured" in capsys.readouterr().out
     data = json.loads((out / "preflight.json").read_text())
     assert data["pilot"] is None and data["verdict"] == "can't tell" and not (out / "pilot").exists()
+
+
+def test_each_stage_is_written_as_it_finishes(tmp_path, monkeypatch):
+    """The start's preflight.json/.md are on disk before the pilot trains: a pilot that fails (or is
+    killed) leaves the start's measurement, marked as such."""
+    import grpolab.train as train_mod
+    from grpolab.commands.preflight import preflight_command
+
+    def boom(*a, **k):
+        raise RuntimeError("the pilot's training failed")
+
+    monkeypatch.setattr(train_mod, "train", boom)
+    out = tmp_path / "pf"
+    sets = ["rollout.prompts_per_step=2", "rollout.group_size=4", "task.n_eval=10", "log.plots=false"]
+    with pytest.raises(RuntimeError, match="pilot's training failed"):
+        preflight_command(None, overrides=[x for x in TINY if x != "--set"] + sets, n=10, pilot=2, out=str(out),
+                          readability=False, log=lambda s: None)
+    data = json.loads((out / "preflight.json").read_text())
+    assert data["settings"]["stage"] == "start measured; pilot pending" and data["pilot"] is None
+    assert data["stats"]["n_items"] == 10 and (out / "preflight.md").read_text().startswith("# Preflight")
+
+
+def test_a_pilot_that_would_pass_the_budget_is_skipped():
+    from grpolab.commands.preflight import TRAIN_COST_FACTOR, _pilot_estimate, _skip_reason
+    from grpolab.config import Config
+    from grpolab.diagnostics.preflight import preflight_from_outcomes
+
+    res = preflight_from_outcomes([0.0] * 10, [[1.0] * 2 + [0.0] * 6] * 10, group_size=8, max_new_tokens=8,
+                                  settings={"seconds": 10.0, "responses": 90})
+    cfg = Config()  # 32 prompts x 8 per step
+    assert (cfg.rollout.prompts_per_step, cfg.rollout.group_size, TRAIN_COST_FACTOR) == (32, 8, 3.0)
+    # 2 steps x 256 responses x 10/90 s x 3, plus the 10 s measurement again: 180.7 s
+    assert _pilot_estimate(res, cfg, 2) == pytest.approx(2 * 256 * 10 / 90 * 3 + 10)
+    assert _skip_reason(res, cfg, 2, 100.0) == ("its estimated 181 s would pass --budget (100 s left); raise "
+                                                "--budget or lower --pilot")
+    assert _skip_reason(res, cfg, 2, 1000.0) is None and _skip_reason(res, cfg, 2, None) is None

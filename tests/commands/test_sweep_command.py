@@ -1,4 +1,4 @@
-"""End to end on a very small model: sweep (resumable), compare, headroom, diagnose; headroom in train.
+"""End to end on a very small model: sweep (resumable), compare, preflight, diagnose; the preflight in train.
 
 Each test trains for a few steps in subprocesses or in-process; on 2 busy cores that is tens of
 seconds, so they are marked slow.
@@ -25,7 +25,7 @@ model: {hidden_size: 32, num_layers: 2, num_heads: 2, intermediate_size: 64}
 task: {options: {max_digits: 1, max_terms: 3}, n_train: 64, n_eval: 8}
 sft: {max_steps: 4, eval_every: 2, batch_size: 16, n_eval: 8}
 rollout: {prompts_per_step: 4, group_size: 4, max_new_tokens: 16}
-trainer: {steps: 2, eval_every: 1, save_every: 1, headroom: false}
+trainer: {steps: 2, eval_every: 1, save_every: 1, preflight: false}
 log: {progress: false, plots: false, tensorboard: false}
 """
 
@@ -74,23 +74,24 @@ def test_sweep_resumes_an_interrupted_run(tmp_path, kill_during_step):
     assert [m["step"] for m in read_metrics(run_dir)] == [1, 2, 3]
 
 
-def test_headroom_check_leaves_training_unchanged(tmp_path, capsys):
+def test_preflight_check_leaves_training_unchanged(tmp_path, capsys):
     steps = ["trainer.steps=3"]
     on = train(load_config(overrides=SMALL + steps + [f"trainer.run_dir={tmp_path / 'on'}"]), log=lambda *_: None)
-    off = train(load_config(overrides=SMALL + steps + ["trainer.headroom=false", f"trainer.run_dir={tmp_path / 'off'}"]),
+    off = train(load_config(overrides=SMALL + steps + ["trainer.preflight=false", f"trainer.run_dir={tmp_path / 'off'}"]),
                 log=lambda *_: None)
     assert _stable(read_metrics(tmp_path / "on")) == _stable(read_metrics(tmp_path / "off"))
     assert on.final_accuracy == off.final_accuracy
     h = json.loads((tmp_path / "on" / "preflight.json").read_text())  # the pre-check is the preflight (issue 43)
     assert h["stats"]["k"] == 8 and h["verdict"] in ("indicated", "not indicated", "can't tell")
     assert not (tmp_path / "off" / "preflight.json").exists()
-    # headroom and diagnose commands on the finished run
+    # preflight and diagnose commands on the finished run
     capsys.readouterr()
-    assert cli_main(["headroom", str(tmp_path / "on"), "--n", "6", "--k", "2", "--out", str(tmp_path / "h")]) == 0
-    out = capsys.readouterr().out  # progress with an ETA for each pass
-    assert "headroom greedy 6/6 items (100%)" in out and "headroom sampled x2 6/6 items (100%)" in out
-    h2 = json.loads((tmp_path / "h" / "headroom.json").read_text())
-    assert h2["overall"]["n_items"] == 6 and set(h2["overall"]["pass_at_k"]) == {"1", "2"}
+    assert cli_main(["preflight", str(tmp_path / "on"), "--n", "6", "--k", "2", "--out", str(tmp_path / "h")]) == 0
+    out = capsys.readouterr().out  # the expected cost first, then progress with an ETA
+    assert "preflight: expected cost 18 sampled responses (6 items x (1 greedy + 2))" in out
+    assert "preflight: 6/6 items x (1 greedy + 2 sampled)" in out
+    h2 = json.loads((tmp_path / "h" / "preflight.json").read_text())
+    assert h2["stats"]["n_items"] == 6 and set(h2["stats"]["pass_at_k_unbiased"]) == {"1", "2"}
     assert cli_main(["diagnose", str(tmp_path / "on"), "--n", "6", "--probe", "4"]) == 0
     out = capsys.readouterr().out
     assert "[1/6 groups, ETA" in out and "[6/6 groups, ETA 0s]" in out

@@ -22,7 +22,7 @@ SMALL = [
     "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=64", "task.n_eval=8",
     "sft.max_steps=2", "sft.eval_every=2", "sft.batch_size=8", "sft.n_eval=8",
     "rollout.prompts_per_step=2", "rollout.group_size=4", "rollout.max_new_tokens=8",
-    "trainer.eval_every=2", "trainer.save_every=1", "trainer.headroom=false", "log.progress=false",
+    "trainer.eval_every=2", "trainer.save_every=1", "trainer.preflight=false", "log.progress=false",
     "log.plots=false", "log.tensorboard=false",
 ]
 
@@ -161,7 +161,7 @@ def test_eval_on_a_run_that_failed_before_its_warm_start(tmp_path, capsys):
     assert main(["eval", str(run), "--n", "4", "--samples", "0"]) == 2
     line = _one_error_line(capsys, "holds no model yet", "--resume")
     assert "does not exist" not in line
-    for cmd in (["headroom", str(run), "--n", "4"], ["credit", str(run)], ["diagnose", str(run)]):
+    for cmd in (["preflight", str(run), "--n", "4"], ["credit", str(run)], ["diagnose", str(run)]):
         assert main(cmd) == 2, cmd
         _one_error_line(capsys)
 
@@ -172,13 +172,6 @@ def test_stale_temporary_checkpoints_are_removed_at_start(run):
     assert main(["train", "--resume", str(run), "--set", "trainer.steps=3"]) == 0
     assert not stale.exists()
     assert not list((run / "checkpoints").glob(".tmp-*"))
-
-
-def test_headroom_measures_as_many_items_as_the_run_evaluates(run):
-    # the run was trained with task.n_eval=8: `grpolab headroom RUN` uses that, not 256
-    assert main(["headroom", str(run), "--k", "2"]) == 0
-    report = json.loads((run / "headroom.json").read_text())
-    assert report["overall"]["n_items"] == 8
 
 
 VOLATILE = ("time/", "tokens_per_s", "timing_s/", "perf/throughput", "memory/")  # wall-clock metrics (+ verl aliases)
@@ -235,19 +228,18 @@ def test_a_resumed_runs_wall_time_counts_the_earlier_processes(run):
     assert state["step"] == 3 and 5000.0 < state["seconds"] <= resumed
 
 
-def test_headroom_of_a_bare_model_takes_a_training_config(run, tmp_path, capsys):
+def test_preflight_of_a_bare_model_takes_a_training_config(run, tmp_path, capsys):
     # a warm start is measured on the task and settings of the runs that will start from it
     cfg = tmp_path / "c.yaml"
     cfg.write_text("task: {name: arith, n_eval: 5}\nrollout: {temperature: 0.5, max_new_tokens: 20}\n")
     out = tmp_path / "h"
-    assert main(["headroom", str(run / "final"), "--config", str(cfg), "--set", "task.n_eval=6",
-                 "--k", "2", "--out", str(out)]) == 0
-    report = json.loads((out / "headroom.json").read_text())
-    assert report["overall"]["n_items"] == 6
-    assert report["temperature"] == 0.5
-    assert not (run / "final" / "headroom.json").exists()
+    assert main(["preflight", str(run / "final"), "--config", str(cfg), "--set", "task.n_eval=6", "--n", "6",
+                 "--k", "2", "--no-readability", "--out", str(out)]) == 0
+    report = json.loads((out / "preflight.json").read_text())
+    assert report["stats"]["n_items"] == 6 and report["settings"]["temperature"] == 0.5
+    assert not (run / "final" / "preflight.json").exists()
     capsys.readouterr()
-    assert main(["headroom", str(run), "--config", str(cfg)]) == 2  # a run brings its own config
+    assert main(["preflight", str(run), "--config", str(cfg)]) == 2  # a run brings its own config
     _one_error_line(capsys, "drop --config")
 
 

@@ -125,15 +125,15 @@ def _sums_like(n=64, k=8, seed=0):
 def test_the_sums_case_is_indicated_not_no_headroom():
     res = preflight_from_outcomes(**_sums_like(), group_size=8, max_new_tokens=12)
     s = res.stats
-    assert s["pass_at_k"]["value"] - s["greedy"]["value"] < 0.10  # pass@k alone sees a few points
-    assert s["answer_in_failure"]["value"] > 0.5  # the answers already written before the cap
-    assert res.verdict("GRPO") == INDICATED
+    assert s.pass_at_k.value - s.greedy.value < 0.10  # pass@k alone sees a few points
+    assert s.answer_in_failure.value > 0.5  # the answers already written before the cap
+    assert res.verdict() == INDICATED
     grpo = res.methods[0]
     assert "pass@k underestimates" in grpo.note and "n=64" in grpo.rests_on
-    over = next(m for m in res.methods if m.method.startswith("overlong"))
+    over = next(m for m in res.methods if m.id == "overlong")
     assert over.verdict == INDICATED and "objective.overlong_buffer=3" in over.set_lines
     assert not any("mask_truncated" in x for x in over.set_lines) and "not truncation masking" in over.note
-    assert res.stats["gain_ceiling"] == s["reachable"]["high"]
+    assert res.stats.gain_ceiling == s.reachable.high
     md = preflight_markdown(res)
     assert "| GRPO | **indicated**" in md and "docs/results/headroom.md" in md and CUT in md
 
@@ -141,12 +141,12 @@ def test_the_sums_case_is_indicated_not_no_headroom():
 def test_a_handful_of_items_never_says_not_indicated():
     # 8 items, nothing solved, nothing reachable: the interval cannot exclude 5% -> can't tell
     res = preflight_from_outcomes([0.0] * 8, [[0.0] * 8] * 8, group_size=8, max_new_tokens=12)
-    assert res.verdict("GRPO") == CANT_TELL and "can't tell yet on 8 items" in res.methods[0].note
+    assert res.verdict() == CANT_TELL and "undecided on 8 items" in res.methods[0].note
     # the same with 128 items: no headroom is now a finding
     res = preflight_from_outcomes([0.0] * 128, [[0.0] * 8] * 128, group_size=8, max_new_tokens=12,
                                   sampled_reasons=[[WRONG] * 8] * 128, sampled_answer_seen=[[False] * 8] * 128)
-    assert res.verdict("GRPO") == NOT_INDICATED and "no headroom on 128 items" in res.methods[0].note
-    assert next(m for m in res.methods if m.method == "dynamic sampling").verdict == NOT_INDICATED
+    assert res.verdict() == NOT_INDICATED and "no headroom on 128 items" in res.methods[0].note
+    assert next(m for m in res.methods if m.id == "dynamic_sampling").verdict == NOT_INDICATED
 
 
 def test_fewer_than_min_items_decide_nothing():
@@ -158,12 +158,12 @@ def test_fewer_than_min_items_decide_nothing():
 
 def test_saturated_and_no_signal():
     res = preflight_from_outcomes([1.0] * 100, [[1.0] * 8] * 100, group_size=8, max_new_tokens=12)
-    assert res.verdict("GRPO") == NOT_INDICATED and "saturated" in res.methods[0].note
+    assert res.verdict() == NOT_INDICATED and "saturated" in res.methods[0].note
     # the answer appears in failed responses, but no sample ever succeeds: no group has signal
     res = preflight_from_outcomes([0.0] * 128, [[0.0] * 8] * 128, group_size=8, max_new_tokens=12,
                                   greedy_answer_seen=[True] * 128, greedy_reasons=[UNPARSED] * 128)
-    assert res.stats["reachable"]["value"] == 1.0
-    assert res.verdict("GRPO") == NOT_INDICATED and "no signal" in res.methods[0].note
+    assert res.stats.reachable.value == 1.0
+    assert res.verdict() == NOT_INDICATED and "no signal" in res.methods[0].note
 
 
 def test_reach_with_sparse_signal_is_indicated_with_a_note():
@@ -173,12 +173,12 @@ def test_reach_with_sparse_signal_is_indicated_with_a_note():
     rewards = [[1.0] + [0.0] * 7] + [[0.0] * 8] * (n - 1)
     res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=12,
                                   greedy_answer_seen=[i < 12 for i in range(n)])
-    assert res.stats["reachable"]["low"] > 0.05 and res.stats["mixed_items"]["value"] < 0.05
-    assert res.verdict("GRPO") == INDICATED and "sparse signal" in res.methods[0].note
+    assert res.stats.reachable.low > 0.05 and res.stats.mixed_items.value < 0.05
+    assert res.verdict() == INDICATED and "sparse signal" in res.methods[0].note
     # no item with a successful sample at all: nothing to learn from, whatever is within reach
     res = preflight_from_outcomes([0.0] * n, [[0.0] * 8] * n, group_size=8, max_new_tokens=12,
                                   greedy_answer_seen=[i < 12 for i in range(n)])
-    assert res.verdict("GRPO") == CANT_TELL  # 0/47 items with signal: the interval still reaches 7.6%
+    assert res.verdict() == CANT_TELL  # 0/47 items with signal: the interval still reaches 7.6%
 
 
 def test_dynamic_sampling_follows_the_all_equal_share():
@@ -186,12 +186,12 @@ def test_dynamic_sampling_follows_the_all_equal_share():
     n = 64
     rewards = [[1.0] * 8 if i % 2 else [1.0] * 4 + [0.0] * 4 for i in range(n)]
     res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=12)
-    ds = next(m for m in res.methods if m.method == "dynamic sampling")
-    assert res.stats["all_equal"]["value"] == pytest.approx(0.5) and ds.verdict == INDICATED
+    ds = next(m for m in res.methods if m.id == "dynamic_sampling")
+    assert res.stats.all_equal.value == pytest.approx(0.5) and ds.verdict == INDICATED
     assert "rollout.dynamic_sampling=true" in ds.set_lines
     mixed = [[1.0] * 4 + [0.0] * 4] * n  # every group has signal: nothing to drop
     res = preflight_from_outcomes([0.0] * n, mixed, group_size=8, max_new_tokens=12)
-    assert next(m for m in res.methods if m.method == "dynamic sampling").verdict == NOT_INDICATED
+    assert next(m for m in res.methods if m.id == "dynamic_sampling").verdict == NOT_INDICATED
 
 
 def test_readability_length_and_ratio_rows():
@@ -201,18 +201,18 @@ def test_readability_length_and_ratio_rows():
     read = {"teacher_auc": 0.95, "response_auc": 0.9, "wrong_responses_localised": 120, "tokens_before": 600}
     res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=256, sampled_lengths=lengths,
                                   readability=read, has_privileged=True, off_policy=False)
-    rows = {m.method: m for m in res.methods}
-    assert rows["RLSD / GEAR"].verdict == INDICATED and "credit.name=rlsd" in rows["RLSD / GEAR"].set_lines
-    assert rows["Balanced Aggregation"].verdict == INDICATED  # ratio 2.0 over 32 groups
-    assert rows["CTPO / GSPO"].verdict == NOT_INDICATED and "on-policy" in rows["CTPO / GSPO"].rests_on
+    rows = {m.id: m for m in res.methods}
+    assert rows["credit"].verdict == INDICATED and "credit.name=rlsd" in rows["credit"].set_lines
+    assert rows["balanced"].verdict == INDICATED  # ratio 2.0 over 32 groups
+    assert rows["ratio"].verdict == NOT_INDICATED and "on-policy" in rows["ratio"].rests_on
     res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=256, sampled_lengths=[[200] * 8] * n,
                                   readability={**read, "teacher_auc": 0.6}, has_privileged=True, off_policy=True)
-    rows = {m.method: m for m in res.methods}
-    assert rows["RLSD / GEAR"].verdict == NOT_INDICATED
-    assert rows["Balanced Aggregation"].verdict == NOT_INDICATED  # ratio 1.0
-    assert rows["CTPO / GSPO"].verdict == INDICATED and rows["CTPO / GSPO"].set_lines == ["preset=gspo"]
+    rows = {m.id: m for m in res.methods}
+    assert rows["credit"].verdict == NOT_INDICATED
+    assert rows["balanced"].verdict == NOT_INDICATED  # ratio 1.0
+    assert rows["ratio"].verdict == INDICATED and rows["ratio"].set_lines == ["preset=gspo"]
     res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=12)
-    assert {m.method: m.verdict for m in res.methods}["RLSD / GEAR"] == NOT_INDICATED  # no privileged text
+    assert res.verdict("credit") == NOT_INDICATED  # no privileged text
 
 
 def test_families_get_their_own_verdict_with_sample_size():

@@ -66,11 +66,11 @@ def test_verdicts_indicated_not_indicated_cant_tell():
 
 def test_apply_pilot_rewrites_the_grpo_row_and_keeps_the_start():
     before = _res([1] * 32, [0] * 32)
-    start = before.verdict("GRPO")
+    start = before.verdict()
     p = pilot_from_outcomes(before, _res([0] * 32, [0] * 32), steps=5, run_dir="runs/x/pilot")
     apply_pilot(before, p)
     g = before.methods[0]
-    assert before.verdict("GRPO") == NOT_INDICATED and g.rests_on.startswith("pilot of 5 steps")
+    assert before.verdict() == NOT_INDICATED and g.rests_on.startswith("pilot of 5 steps")
     assert f"before the pilot: {start}" in g.note and "lower optim.lr" in g.note
     cal = before.calibration()
     assert cal["grpo"] == NOT_INDICATED and cal["grpo_start"] == start
@@ -107,10 +107,10 @@ def test_per_family_pilot_verdicts():
 def test_the_rows_that_read_grpos_verdict_follow_the_pilot():
     # 16 of 64 items with 1 of 8 samples right, the rest none: 75% all-equal groups, dynamic sampling indicated
     before = _res([1] * 16 + [0] * 48, [0] * 64)
-    ds = lambda r: next(m for m in r.methods if m.method == "dynamic sampling")  # noqa: E731
-    assert before.verdict("GRPO") == INDICATED and ds(before).verdict == INDICATED
+    ds = lambda r: next(m for m in r.methods if m.id == "dynamic_sampling")  # noqa: E731
+    assert before.verdict() == INDICATED and ds(before).verdict == INDICATED
     apply_pilot(before, pilot_from_outcomes(before, _res([1] * 16 + [0] * 48, [0] * 64), steps=3))  # no move
-    assert before.verdict("GRPO") == NOT_INDICATED
+    assert before.verdict() == NOT_INDICATED
     assert ds(before).verdict == NOT_INDICATED and ds(before).note == "GRPO is not indicated"
     assert [m.method for m in before.methods][:2] == ["GRPO", "dynamic sampling"]  # order kept
 
@@ -148,7 +148,7 @@ def test_a_cant_tell_pilot_says_how_many_items_would_decide(available):
     apply_pilot(before, p)
     n, verdict = items_to_decide(p["sampled"]["change"], 64)
     g = before.methods[0]
-    assert before.verdict("GRPO") == CANT_TELL and n > 64
+    assert before.verdict() == CANT_TELL and n > 64
     if available == 64:  # the task holds no more: no --n it cannot honour, a longer pilot instead
         assert f"about {n} items would decide (indicated), more than the 64 the task holds: a longer pilot " \
                f"(e.g. --pilot 4)" in g.note and "--n" not in g.note

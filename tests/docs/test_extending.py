@@ -28,7 +28,7 @@ SMALL = [
     "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
     "task.n_train=64", "task.n_eval=8", "sft.max_steps=2", "sft.eval_every=2", "sft.batch_size=8",
     "sft.n_eval=8", "rollout.prompts_per_step=2", "rollout.group_size=4", "rollout.max_new_tokens=8",
-    "trainer.eval_every=2", "trainer.headroom=false", "log.progress=false", "log.plots=false",
+    "trainer.eval_every=2", "trainer.preflight=false", "log.progress=false", "log.plots=false",
     "log.tensorboard=false", "trainer.steps=2",
 ]
 

@@ -53,7 +53,7 @@ def test_readme_run_directory_table_lists_every_file_a_run_writes(tmp_path):
         "task.options.max_digits=1", "task.options.max_terms=2", "task.n_train=16", "task.n_eval=4",
         "sft.enabled=yes", "sft.max_steps=2", "sft.eval_every=2", "sft.batch_size=4", "sft.n_eval=4",
         "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4", "trainer.steps=1",
-        "trainer.headroom=true", "trainer.headroom_budget=20", "log.completions_every=1", "log.tensorboard=true",
+        "trainer.preflight=true", "trainer.preflight_budget=20", "log.completions_every=1", "log.tensorboard=true",
         "log.plots=true", "log.progress=false", f"trainer.run_dir={run}"])
     train(cfg, log=lambda _line: None)
     written = {p.name for p in run.iterdir()}

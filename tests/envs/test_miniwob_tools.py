@@ -37,7 +37,7 @@ env:
   options: {{browsers: 1}}
 sft: {{max_steps: 4, eval_every: 2, batch_size: 8, n_eval: 4}}
 rollout: {{prompts_per_step: 4, group_size: 4}}
-trainer: {{steps: 2, eval_every: 1, save_every: 1, headroom: true}}
+trainer: {{steps: 2, eval_every: 1, save_every: 1, preflight: true}}
 log: {{progress: false, plots: false, tensorboard: false}}
 """
 
@@ -76,12 +76,12 @@ def test_train_summary_has_the_per_task_table(miniwob_run):
     assert all(f"| {t} | 4 | " in md for t in TASKS)
 
 
-def test_headroom_and_diagnose_on_a_miniwob_run(miniwob_run):
+def test_preflight_and_diagnose_on_a_miniwob_run(miniwob_run):
     _, run, root = miniwob_run
-    out = root / "headroom"
-    assert cli_main(["headroom", str(run), "--n", "4", "--k", "2", "--out", str(out)]) == 0
-    h = json.loads((out / "headroom.json").read_text())
-    assert h["overall"]["n_items"] == 4 and set(h["overall"]["pass_at_k"]) == {"1", "2"}
+    out = root / "preflight"
+    assert cli_main(["preflight", str(run), "--n", "4", "--k", "2", "--no-readability", "--out", str(out)]) == 0
+    h = json.loads((out / "preflight.json").read_text())
+    assert h["stats"]["n_items"] == 4 and set(h["stats"]["pass_at_k_unbiased"]) == {"1", "2"}
     assert set(h["families"]) == {f"family={t}" for t in TASKS}  # measured as episodes, per task
     assert all(f["verdict"] for f in h["families"].values())
     assert cli_main(["diagnose", str(run), "--n", "4", "--probe", "4"]) == 0
@@ -92,7 +92,7 @@ def test_headroom_and_diagnose_on_a_miniwob_run(miniwob_run):
 
 def test_sweep_and_compare_on_miniwob(miniwob_run):
     cfg, _, root = miniwob_run
-    fast = ["--set", "trainer.steps=1", "--set", "trainer.headroom=false"]
+    fast = ["--set", "trainer.steps=1", "--set", "trainer.preflight=false"]
     sweep = root / "sweep"
     assert cli_main(["sweep", str(cfg), *fast, "--grid", "optim.lr=1e-4,1e-3", "--seeds", "1", "--jobs", "1",
                      "--out", str(sweep)]) == 0

@@ -1,4 +1,4 @@
-"""The pre-check before RL (the preflight, issue 43) keeps to trainer.headroom_budget: the first chunk is
+"""The pre-check before RL (the preflight, issue 43) keeps to trainer.preflight_budget: the first chunk is
 one item, each next one is sized from the last chunk's cost to end inside the budget, no chunk is
 started that would end past it -- even when the first chunk carries a warm-up several times an item's
 cost (a 60 s budget had overrun to 68 s on SmolLM2) -- and the measured items give the same outcomes as
@@ -13,8 +13,7 @@ from grpolab.config import ConfigError, load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.tasks import get_task
 from grpolab.rollout.collector import make_collector
-from grpolab.measure.headroom import run_headroom_check
-from grpolab.measure.preflight import MARGIN, RESERVE_S, BudgetPlanner, measure_preflight
+from grpolab.measure.preflight import MARGIN, RESERVE_S, BudgetPlanner, PreflightSpec, measure_preflight, run_preflight_check
 
 
 class Clock:
@@ -52,7 +51,7 @@ def policy():
 
 
 def _cfg(budget, tmp_path):
-    return load_config(None, [f"trainer.headroom_budget={budget}", "rollout.max_new_tokens=8",
+    return load_config(None, [f"trainer.preflight_budget={budget}", "rollout.max_new_tokens=8",
                               f"trainer.run_dir={tmp_path}"])
 
 
@@ -64,9 +63,9 @@ def test_the_budget_is_never_overrun(policy, tmp_path, warmup, jitter):
     col = TimedCollector(make_collector(tok, max_new_tokens=8), clock, per_row=0.2, warmup=warmup, jitter=jitter)
     lines = []
     budget = 60.0
-    res = measure_preflight(model, tok, items, col, k=8, group_size=8, temperature=1.0, max_new_tokens=8,
-                            budget=budget, log=lines.append, clock=clock, readability=False)
-    n = res.stats["n_items"]
+    spec = PreflightSpec(k=8, group_size=8, temperature=1.0, max_new_tokens=8, budget=budget, readability=False)
+    res = measure_preflight(model, tok, items, col, spec, log=lines.append, clock=clock)
+    n = res.stats.n_items
     assert clock.t <= budget  # the budget is a budget, the first chunk's warm-up included
     assert res.settings["stopped_at_budget"] and 1 <= n < 64
     # it stopped because one more item at the last rate (with the margin) would not have fit
@@ -80,9 +79,9 @@ def test_a_warmup_longer_than_the_budget_stops_after_the_first_item(policy):
     items = get_task("arith").items("eval", 16)
     clock = Clock()
     col = TimedCollector(make_collector(tok, max_new_tokens=8), clock, per_row=0.1, warmup=100.0)
-    res = measure_preflight(model, tok, items, col, k=8, group_size=8, temperature=1.0, max_new_tokens=8,
-                            budget=30, log=lambda s: None, clock=clock, readability=False)
-    assert res.stats["n_items"] == 1 and res.verdict("GRPO") == "can't tell"  # never "no headroom" from 1 item
+    spec = PreflightSpec(k=8, group_size=8, temperature=1.0, max_new_tokens=8, budget=30, readability=False)
+    res = measure_preflight(model, tok, items, col, spec, log=lambda s: None, clock=clock)
+    assert res.stats.n_items == 1 and res.verdict() == "can't tell"  # never "no headroom" from 1 item
 
 
 def test_planner_sizes():
@@ -102,9 +101,10 @@ def test_train_check_writes_preflight(policy, tmp_path):
     model, tok = policy
     items = get_task("arith").items("eval", 16)
     lines = []
-    full = run_headroom_check(model, tok, items, _cfg(0, tmp_path), tmp_path, log=lines.append)
+    full = run_preflight_check(model, tok, items, _cfg(0, tmp_path), tmp_path, log=lines.append,
+                               collector=make_collector(tok, max_new_tokens=8))
     saved = json.loads((tmp_path / "preflight.json").read_text())
-    assert saved["stats"]["n_items"] == 16 and saved["verdict"] == full.verdict("GRPO")
+    assert saved["stats"]["n_items"] == 16 and saved["verdict"] == full.verdict()
     assert (tmp_path / "preflight.md").read_text().startswith("# Preflight")
     assert any(ln.startswith("preflight (16 held-out items x 8 samples") for ln in lines)
     assert "stopped at" not in "\n".join(lines)
@@ -116,16 +116,38 @@ def test_a_cut_check_equals_an_unbounded_check_of_its_prefix(policy):
     items = get_task("arith").items("eval", 32)
     clock = Clock()
     col = TimedCollector(make_collector(tok, max_new_tokens=8), clock, per_row=1.0)  # 9 s per item
-    kw = dict(k=8, group_size=8, temperature=1.0, max_new_tokens=8, seed=3, readability=False, log=lambda s: None)
-    cut = measure_preflight(model, tok, items, col, budget=35, clock=clock, **kw)
-    n = cut.stats["n_items"]
+    spec = dict(k=8, group_size=8, temperature=1.0, max_new_tokens=8, seed=3, readability=False)
+    cut = measure_preflight(model, tok, items, col, PreflightSpec(**spec, budget=35), clock=clock, log=lambda s: None)
+    n = cut.stats.n_items
     # chunks of 1 and 2 items (27 s); one more item x 1.25 would end past 35 s
     assert cut.settings["stopped_at_budget"] and n == 3
-    prefix = measure_preflight(model, tok, items[:n], make_collector(tok, max_new_tokens=8), **kw)
+    prefix = measure_preflight(model, tok, items[:n], make_collector(tok, max_new_tokens=8), PreflightSpec(**spec),
+                               log=lambda s: None)
     assert cut.stats == prefix.stats  # the same items in the same chunks from the same sampling stream
 
 
 @pytest.mark.parametrize("bad", ["-1", "inf", "true", "abc"])
 def test_bad_budget_is_refused(bad, tmp_path):
-    with pytest.raises(ConfigError, match="trainer.headroom_budget"):
-        load_config(None, [f"trainer.headroom_budget={bad}"])
+    with pytest.raises(ConfigError, match="trainer.preflight_budget"):
+        load_config(None, [f"trainer.preflight_budget={bad}"])
+
+
+def test_the_old_headroom_keys_get_one_error_naming_the_new_ones(tmp_path):
+    for old, new in (("trainer.headroom=false", "trainer.preflight=false"),
+                     ("trainer.headroom_budget=5", "trainer.preflight_budget=5")):
+        with pytest.raises(ConfigError, match=f"{old.split('=')[0]} is now {new.split('=')[0]} .*write {new}"):
+            load_config(None, [old])
+    f = tmp_path / "c.yaml"
+    f.write_text("trainer: {headroom: false}\n")
+    with pytest.raises(ConfigError, match="trainer.headroom is now trainer.preflight"):
+        load_config(str(f))
+    assert load_config(None, ["trainer.preflight=false"]).trainer.preflight is False
+
+
+def test_answer_of_a_response():
+    from grpolab.measure.preflight import answer_of
+
+    assert answer_of("3 + 4 = 7", {"extracted": "7"}) == "7"           # the verifier's answer first
+    assert answer_of("work\n\n  so 7  \n", {}) == "so 7"                # else the last non-empty line
+    assert answer_of("", {"extracted": None}) is None
+    assert answer_of("x" * 100, {}) == "x" * 64

@@ -42,10 +42,10 @@ def test_plan_validates_every_point_before_any_work(tmp_path):
 
     path = out / "runs" / specs[0].name / "config.yaml"
     saved = yaml.safe_load(path.read_text())
-    del saved["trainer"]["headroom"]
+    del saved["trainer"]["preflight"]
     path.write_text(yaml.safe_dump(saved))
     plan_sweep(None, ["trainer.steps=3"], ["optim.lr=1e-4,1e-3"], 2, tmp_path / "s")
-    assert "headroom" not in yaml.safe_load(path.read_text())["trainer"]  # finished: left alone
+    assert "preflight" not in yaml.safe_load(path.read_text())["trainer"]  # finished: left alone
 
 
 def _fake_run(out, spec, start, curve, entropy=None, extra=None):

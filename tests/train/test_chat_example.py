@@ -18,7 +18,7 @@ from grpolab.train.metrics_log import read_metrics
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "chat_gsm8k.yaml"
 FAST = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8", "trainer.steps=2",
-        "trainer.eval_every=2", "trainer.save_every=2", "trainer.headroom=false", "log.completions_every=1",
+        "trainer.eval_every=2", "trainer.save_every=2", "trainer.preflight=false", "log.completions_every=1",
         "log.progress=false", "log.plots=false", "log.tensorboard=false", "model.device=cpu"]
 
 

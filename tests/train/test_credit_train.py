@@ -27,7 +27,7 @@ SMALL = [
     "sft.max_steps=4", "sft.eval_every=2", "sft.batch_size=16", "sft.n_eval=8",
     "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=16",
     "trainer.eval_every=2", "trainer.save_every=2", "log.progress=false", "log.plots=false",
-    "log.tensorboard=false", "trainer.headroom=false",
+    "log.tensorboard=false", "trainer.preflight=false",
 ]
 VOLATILE = ("time/", "tokens_per_s", "timing_s/", "perf/throughput", "memory/")  # + their verl-style aliases
 

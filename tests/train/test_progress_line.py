@@ -14,7 +14,7 @@ SMALL = [
     "task.options.max_digits=1", "task.options.max_terms=2", "task.n_train=64", "task.n_eval=8",
     "sft.enabled=no", "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=6",
     "rollout.temperature=1.5", "trainer.steps=4", "trainer.eval_every=2", "trainer.save_every=4",
-    "trainer.headroom=false", "log.progress=true", "log.progress_every=1", "log.plots=false",
+    "trainer.preflight=false", "log.progress=true", "log.progress_every=1", "log.plots=false",
 ]
 
 

@@ -16,7 +16,7 @@ from grpolab.tasks.base import TaskItem
 SMALL = [
     "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
     "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=8",
-    "trainer.steps=1", "trainer.headroom=false", "log.progress=false", "log.plots=false",
+    "trainer.steps=1", "trainer.preflight=false", "log.progress=false", "log.plots=false",
 ]
 
 

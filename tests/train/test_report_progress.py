@@ -82,7 +82,7 @@ def test_training_in_a_log_file_prints_progress_lines(tmp_path):
         "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
         "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=64", "task.n_eval=8",
         "sft.enabled=no", "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=8",
-        "trainer.steps=4", "trainer.eval_every=2", "trainer.save_every=4", "trainer.headroom=false",
+        "trainer.steps=4", "trainer.eval_every=2", "trainer.save_every=4", "trainer.preflight=false",
         "log.progress=true", "log.progress_every=2", "log.plots=false", "log.tensorboard=false",
         f"trainer.run_dir={tmp_path / 'run'}"])
     train(cfg, log=lines.append)  # pytest's stderr is not a terminal
@@ -126,21 +126,15 @@ def test_evaluate_reports_items_done_per_batch():
     assert done == [4, 4, 2]
 
 
-def test_headroom_and_warm_start_report_progress():
+def test_warm_start_reports_progress():
     from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
     from grpolab.tasks import get_task
-    from grpolab.measure.headroom import measure_headroom
     from grpolab.train.sft import SFTSpec, run_sft
 
     tok = build_tokenizer()
     model = build_tiny_model(tok, TinyModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                                                   intermediate_size=32))
     items = get_task("arith").items("eval", 6)
-    calls: list[tuple[str, int]] = []
-    measure_headroom(model, tok, items, k=2, max_new_tokens=4, batch_size=4,
-                     progress=lambda desc: (lambda n: calls.append((desc, n))))
-    assert calls == [("headroom greedy", 4), ("headroom greedy", 2), ("headroom sampled x2", 2),
-                     ("headroom sampled x2", 2), ("headroom sampled x2", 2)]
     lines: list[str] = []
     train = get_task("arith").items("train", 16)
     run_sft(model, tok, train, items, SFTSpec(max_steps=4, eval_every=2, batch_size=4, lr=1e-3, target_accuracy=1.0,

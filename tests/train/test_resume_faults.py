@@ -14,7 +14,7 @@ SMALL = [
     "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
     "task.options.max_digits=1", "task.options.max_terms=2", "task.n_train=16", "task.n_eval=4",
     "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4",
-    "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2", "trainer.headroom=false",
+    "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2", "trainer.preflight=false",
     "log.progress=false", "log.plots=false",
 ]
 

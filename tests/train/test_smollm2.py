@@ -60,7 +60,7 @@ def test_one_grpo_step_with_the_chat_template(imported, tmp_path):
     cfg = load_config(EXAMPLE, [f"model.path={imported}", f"trainer.run_dir={tmp_path / 'run'}",
                                 "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=16",
                                 "trainer.steps=1", "trainer.eval_every=1", "trainer.save_every=1",
-                                "task.n_eval=4", "trainer.headroom=false", "log.progress=false", "log.plots=false",
+                                "task.n_eval=4", "trainer.preflight=false", "log.progress=false", "log.plots=false",
                                 "log.completions_every=1"])
     logs = []
     result = train(cfg, log=logs.append)

@@ -201,7 +201,7 @@ def test_train_with_the_dapo_pieces(tmp_path):
              "sft.max_steps=4", "sft.eval_every=2", "sft.batch_size=16", "sft.n_eval=8",
              "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=12",
              "trainer.eval_every=2", "trainer.save_every=2", "log.progress=false", "log.plots=false",
-             "log.tensorboard=false", "trainer.headroom=false", "trainer.steps=3", "preset=dapo",
+             "log.tensorboard=false", "trainer.preflight=false", "trainer.steps=3", "preset=dapo",
              "objective.mask_truncated=true", f"trainer.run_dir={tmp_path / 'run'}"]
     res = train(load_config(overrides=small), log=lambda *_: None)
     rows = read_metrics(tmp_path / "run")
@@ -226,7 +226,7 @@ def test_a_killed_dapo_run_resumes_exactly(tmp_path, kill_during_step):
              "sft.max_steps=4", "sft.eval_every=2", "sft.batch_size=16", "sft.n_eval=8",
              "rollout.prompts_per_step=4", "rollout.group_size=4", "rollout.max_new_tokens=12",
              "trainer.eval_every=2", "trainer.save_every=2", "log.progress=false", "log.plots=false",
-             "log.tensorboard=false", "trainer.headroom=false", "trainer.steps=4", "preset=dapo",
+             "log.tensorboard=false", "trainer.preflight=false", "trainer.steps=4", "preset=dapo",
              "objective.mask_truncated=true"]
 
     def cfg(d):

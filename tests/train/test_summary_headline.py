@@ -19,7 +19,7 @@ def _run(tmp_path, signals):
                                 "reward/scored": 32.0, "length/truncated_frac": 0.0, "length/mean": 5.0}) + "\n")
     result = SimpleNamespace(steps=len(signals), start_accuracy=0.348, final_accuracy=0.914, best_accuracy=0.93,
                              seconds=100.0, start_families={}, final_families={}, n_eval=256)
-    write_report(run, load_config(overrides=["log.plots=false", "trainer.headroom=false"]), result, plots=False)
+    write_report(run, load_config(overrides=["log.plots=false", "trainer.preflight=false"]), result, plots=False)
     return (run / "summary.md").read_text().splitlines(), json.loads((run / "summary.json").read_text())
 
 

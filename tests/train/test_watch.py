@@ -68,11 +68,14 @@ def test_truncation_is_a_note_early_and_a_warning_when_it_persists():
 def test_truncation_advice_agrees_with_the_preflight():
     """Both say: a longer cap or overlong shaping, not truncation masking (it hides the failures the
     model learns to stop from)."""
-    from grpolab.diagnostics.preflight import _overlong
+    from grpolab.diagnostics.preflight import CUT, preflight_from_outcomes
     from grpolab.train.watch import TRUNCATION_ADVICE
 
-    cut = {"value": 0.8, "low": 0.7, "high": 0.9, "n": 376}
-    row = _overlong({"responses": {"cut": cut, "answer_in_cut_response": cut}, "max_new_tokens": 12})
+    # 40 items: 1 of 8 samples solves each, the other 7 run past the 12-token cap with the answer written
+    res = preflight_from_outcomes([0.0] * 40, [[1.0] + [0.0] * 7] * 40, group_size=8, max_new_tokens=12,
+                                  sampled_reasons=[[None] + [CUT] * 7] * 40,
+                                  sampled_answer_seen=[[False] + [True] * 7] * 40)
+    row = res.method("overlong")
     assert row.verdict == "indicated"
     assert "rollout.max_new_tokens=24" in row.set_lines
     assert any(x.startswith("objective.overlong_buffer") for x in row.set_lines)
@@ -213,7 +216,7 @@ def test_a_run_that_cannot_learn_says_so(tmp_path, monkeypatch):
         "task.options.max_digits=1", "task.options.max_terms=3", "task.n_train=64", "task.n_eval=8",
         "task.options.reward=failing_reward:broken", "sft.enabled=no", "rollout.prompts_per_step=4",
         "rollout.group_size=4", "rollout.max_new_tokens=2", "trainer.steps=3", "trainer.eval_every=3",
-        "trainer.save_every=3", "trainer.headroom=false", "log.progress=false", "log.plots=false",
+        "trainer.save_every=3", "trainer.preflight=false", "log.progress=false", "log.plots=false",
         "log.tensorboard=false", "log.warn_no_signal_steps=2", "log.warn_truncated_frac=0.1", f"trainer.run_dir={run}"])
     lines: list[str] = []
     train(cfg, log=lines.append)

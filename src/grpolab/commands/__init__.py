@@ -8,7 +8,7 @@ Problems the user can fix raise :class:`grpolab.config.ConfigError` (or a subcla
 exits with code 2.
 
 - :mod:`~grpolab.commands.train`: ``train``, ``sft``
-- :mod:`~grpolab.commands.models`: ``eval``, ``headroom``, ``models import``
+- :mod:`~grpolab.commands.models`: ``eval``, ``models import``
 - :mod:`~grpolab.commands.preflight`: ``preflight``
 - :mod:`~grpolab.commands.diagnose`: ``diagnose``
 - :mod:`~grpolab.commands.credit`: ``credit``
@@ -19,10 +19,10 @@ from grpolab.config import ConfigError
 from grpolab.commands.config import config_command, dry_run, train_run_dir
 from grpolab.commands.credit import credit_command
 from grpolab.commands.diagnose import diagnose_command
-from grpolab.commands.models import eval_command, headroom_command, models_import_command
+from grpolab.commands.models import eval_command, models_import_command
 from grpolab.commands.preflight import preflight_command
 from grpolab.commands.sweep import compare_command, sweep_command
 from grpolab.commands.train import sft_command, train_command
 
-__all__ = ["ConfigError", "compare_command", "config_command", "dry_run", "credit_command", "diagnose_command", "eval_command", "headroom_command",
+__all__ = ["ConfigError", "compare_command", "config_command", "dry_run", "credit_command", "diagnose_command", "eval_command",
            "models_import_command", "preflight_command", "sft_command", "sweep_command", "train_command", "train_run_dir"]

@@ -1,4 +1,4 @@
-"""``grpolab eval`` and ``grpolab headroom``: measure a model directory or a run's model."""
+"""``grpolab eval`` and ``grpolab models import``: measure a model directory or a run's model; import one."""
 
 from __future__ import annotations
 
@@ -96,53 +96,6 @@ def sampling_line(s: dict) -> str:
         return "sampling: none (--samples 0: greedy only)"
     return (f"sampling: {s['samples']} sample{'s' if s['samples'] != 1 else ''} per item at temperature "
             f"{s['temperature']:g}, top_p {s['top_p']:g} ({s['source']}; --samples / --temperature override)")
-
-
-def _item_progress(total: int, log: Callable[[str], None]):
-    """``desc -> update``: one progress line per ~10% of ``total`` items, with an ETA."""
-    from grpolab.utils.progress import LineProgress
-
-    return lambda desc: LineProgress(total, every=max(1, total // 10), desc=desc, unit="item", log=log).update
-
-
-def headroom_command(model: str, *, task: str | None = None, task_option: list[str] = (), n: int | None = None,
-                     k: int = 8, temperature: float | None = None, max_new_tokens: int | None = None,
-                     seed: int = 0, out: str | None = None, config: str | None = None,
-                     overrides: list[str] = (), log: Callable[[str], None] = print) -> int:
-    """``grpolab headroom MODEL_OR_RUN``: greedy vs sampled success and pass@k on held-out items,
-    with a verdict (:mod:`grpolab.diagnostics.headroom`); writes ``headroom.{json,md}``.
-
-    The model is opened with :func:`grpolab.runs.open_run` (see :func:`eval_command`): a run
-    directory contributes its task, ``task.n_eval``, prompt format, rollout temperature and length
-    (each unless given here) and its trained model, and results are written there unless ``out``
-    says otherwise; a bare model directory takes the same settings from a training ``config``
-    (+ ``overrides``), e.g. a warm start measured on the task and environment of the runs that
-    will start from it.
-    """
-    from grpolab.diagnostics.headroom import headroom_markdown
-    from grpolab.runs import open_run
-    from grpolab.train.checks import check_writable
-    from grpolab.measure.headroom import measure_headroom, write_headroom
-
-    if out is not None:  # before the model loads and the measurement runs, not after
-        check_writable(out, "--out", directory=True)
-
-    log("note: `grpolab headroom` is superseded by `grpolab preflight` (why responses fail, the reachable share "
-        "pass@k misses, signal at the group size, one verdict per method); it stays for its headroom.json")
-
-    run = open_run(model, config, overrides, task=task, task_options=task_option, n_eval=n,
-                   max_new_tokens=max_new_tokens, log=log)
-    res = measure_headroom(run.model, run.tokenizer, run.eval_items, k=k,
-                           temperature=run.config.rollout.temperature if temperature is None else temperature,
-                           max_new_tokens=run.config.rollout.max_new_tokens, seed=seed, source=str(run.model_dir),
-                           env=run.env, collector=run.collector, progress=_item_progress(len(run.eval_items), log))
-    target = Path(out) if out is not None else run.run_dir
-    if target is not None:
-        j, m = write_headroom(target, res)
-        log(f"wrote {j} and {m}")
-    log(headroom_markdown(res))
-    log(res.message)
-    return 0
 
 
 def models_import_command(source: str, *, out: str, dtype: str = "float32", overwrite: bool = False) -> int:

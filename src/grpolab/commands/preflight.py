@@ -2,19 +2,29 @@
 
 Opens the model with :func:`grpolab.runs.open_run` (a run directory brings its config; a bare model
 directory takes ``--config`` + ``--set``, so it is measured exactly as training will prompt, sample
-and score it), measures it with :func:`grpolab.measure.preflight.measure_preflight` -- within
-``--budget`` seconds when given -- and writes ``preflight.json`` and ``preflight.md``
-(:mod:`grpolab.diagnostics.preflight`: the verdicts, the numbers they rest on, the thresholds and
-the ``--set`` lines to use).
+and score it), states the expected cost, measures it with
+:func:`grpolab.measure.preflight.measure_preflight` and writes ``preflight.json`` and ``preflight.md``
+(:mod:`grpolab.diagnostics.preflight`) atomically after each stage: the start's measurement, then --
+with ``--pilot`` -- the pilot's. ``--budget`` bounds the whole command: with a pilot the start gets
+:data:`START_SHARE` of it, the pilot runs only where its estimate fits in what is left, and its
+re-measurement stops at the budget (measuring a prefix of the same items).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 from typing import Callable
 
 __all__ = ["preflight_command"]
+
+#: With ``--pilot`` and ``--budget``: the share of the budget the start's measurement may take.
+START_SHARE = 0.3
+#: A training step's cost per response relative to the measurement's (sampling, scoring, the update's
+#: forward and backward): a rough factor for the pilot's estimate, stated as such.
+TRAIN_COST_FACTOR = 3.0
 
 
 def _open(model, config, overrides, n, log):
@@ -35,86 +45,141 @@ def _open(model, config, overrides, n, log):
 def preflight_command(model: str, *, config: str | None = None, overrides: list[str] = (), n: int | None = 128,
                       k: int | None = None, budget: float = 0.0, seed: int = 0, out: str | None = None,
                       readability: bool = True, until_decided: int = 0, pilot: int = 0,
-                      log: Callable[[str], None] = print) -> int:
+                      log: Callable[[str], None] = print, clock: Callable[[], float] = time.perf_counter) -> int:
     """Measure ``model`` (a model directory, a run directory, or None: the config's model) on ``n``
     held-out items with ``k`` samples each (default: the run's group size, at least 8) and write
     ``preflight.{json,md}`` to ``out`` (default: the run directory, else ``runs/preflight``).
     ``until_decided`` > 0: stop once that many items are measured and the GRPO verdict is decided.
     ``pilot`` > 0: then train that many GRPO steps of the config into ``OUT/pilot`` and measure the
-    same items again; the paired change decides GRPO's verdict (:func:`_pilot`)."""
+    same items again; the paired change decides GRPO's verdict (:func:`_pilot`). ``budget`` seconds
+    (0 = no limit) bound the whole command."""
     from grpolab.config import ConfigError
-    from grpolab.measure.preflight import default_k, is_off_policy, measure_preflight, write_preflight
+    from grpolab.measure.preflight import PreflightSpec, expected_responses, measure_preflight, write_preflight
 
     if budget < 0:
         raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
     if pilot < 0:
         raise ConfigError(f"--pilot {pilot}: must be >= 0 GRPO steps (0 = no pilot)")
+    if out is not None:  # before the model loads and the measurement runs, not after
+        from grpolab.train.checks import check_writable
+
+        check_writable(out, "--out", directory=True)
+    t0 = clock()
     run = _open(model, config, overrides, n, log)
     cfg = run.config
-    k = k or default_k(cfg)
+    start_budget = budget * START_SHARE if (pilot and budget) else budget
+    spec = PreflightSpec.from_config(cfg, k=k, seed=seed, budget=max(1e-3, start_budget - (clock() - t0)) if budget
+                                     else 0.0, readability=readability, until_decided=until_decided)
+    items = len(run.eval_items)
+    cost = f"{expected_responses(spec, items)} sampled responses ({items} items x (1 greedy + {spec.k}))"
+    if pilot:
+        r = cfg.rollout
+        cost += (f", then a pilot of {pilot} steps x {r.prompts_per_step} prompts x {r.group_size} = "
+                 f"{pilot * r.prompts_per_step * r.group_size} training responses and the same items again")
+    log(f"preflight: expected cost {cost}" + (f"; within --budget {budget:g} s" if budget else ""))
     res = measure_preflight(
-        run.model, run.tokenizer, run.eval_items, run.collector, k=k, group_size=cfg.rollout.group_size,
-        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
-        seed=seed, budget=budget, readability=readability, prompt_format=run.prompt_format, credit=cfg.credit,
-        off_policy=is_off_policy(cfg), log=log, until_decided=until_decided,
-        settings={"model": str(run.model_dir) if run.model_dir else "the tiny model built from scratch",
-                  "task": cfg.task.name, "task_options": cfg.task.options or None})
+        run.model, run.tokenizer, run.eval_items, run.collector, spec, prompt_format=run.prompt_format, log=log,
+        clock=clock, settings={"model": str(run.model_dir) if run.model_dir else "the tiny model built from scratch",
+                               "task": cfg.task.name, "task_options": cfg.task.options or None})
     target = Path(out) if out is not None else (run.run_dir if run.run_dir is not None else Path("runs/preflight"))
+    res.settings["measurement_budget_s"], res.settings["budget_s"] = res.settings["budget_s"], budget or None
+    res.settings["stage"] = "start measured" + ("; pilot pending" if pilot else "")
+    j, m = write_preflight(target, res)
+    log(f"wrote {j} and {m} (the start's measurement)")
     if pilot:
         if run.run_dir is not None:  # a run directory: train from the model it holds, with its config
             model, config = str(run.model_dir), config or str(run.run_dir / "config.yaml")
             log(f"pilot: from the run's model {model} with {config}")
-        res = _pilot(res, run, model, config, overrides, steps=pilot, out_dir=target / "pilot", k=k, seed=seed,
-                     log=log)
+        left = (budget - (clock() - t0)) if budget else None
+        res = _pilot(res, run, model, config, overrides, steps=pilot, out_dir=target / "pilot", spec=spec,
+                     left=left, log=log, clock=clock)
+        res.settings["stage"] = "pilot measured" if res.pilot else "start measured; pilot skipped"
+        j, m = write_preflight(target, res)
+    res.settings["total_seconds"] = round(clock() - t0, 2)
     j, m = write_preflight(target, res)
+    _print_table(res, log)
+    log(f"wrote {j} and {m}")
+    return 0
+
+
+def _print_table(res, log) -> None:
     width = max(len(x.method) for x in res.methods)
     for x in res.methods:
         log(f"  {x.method:<{width}}  {x.verdict:<13}  {x.rests_on}")
         for line in x.set_lines:
             log(f"  {'':<{width}}  {'':<13}  --set {line}" if "=" in line else f"  {'':<{width}}  {'':<13}  {line}")
     log(res.message)
-    log(f"wrote {j} and {m}")
-    return 0
 
 
-def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, k: int, seed: int, log):
+def _pilot_estimate(res, cfg, steps: int) -> float:
+    """Seconds a pilot of ``steps`` steps should take: its training responses at the measurement's
+    seconds per response x :data:`TRAIN_COST_FACTOR`, plus the measurement again."""
+    per_response = res.settings["seconds"] / max(res.settings["responses"], 1)
+    train = steps * cfg.rollout.prompts_per_step * cfg.rollout.group_size * per_response * TRAIN_COST_FACTOR
+    return train + res.settings["seconds"]
+
+
+def _skip_reason(res, cfg, steps: int, left: float | None) -> str | None:
+    """Why the pilot is not run, or None."""
+    from grpolab.diagnostics.preflight import MIN_ITEMS, NOT_INDICATED
+
+    if res.verdict() == NOT_INDICATED:
+        return "GRPO is not indicated before it (nothing within reach to convert)"
+    if res.stats.n_items < MIN_ITEMS:  # checked before training: the comparison would decide nothing
+        return (f"{res.stats.n_items} item(s) measured and the pilot compares at least {MIN_ITEMS} "
+                f"(raise --n or --budget)")
+    if left is not None and _pilot_estimate(res, cfg, steps) > left:
+        return (f"its estimated {_pilot_estimate(res, cfg, steps):.0f} s would pass --budget ({left:.0f} s left); "
+                f"raise --budget or lower --pilot")
+    return None
+
+
+def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, spec, left: float | None, log, clock):
     """Train ``steps`` GRPO steps of the run's config (its seed, lr, batch) from the measured model into
     ``out_dir`` (replaced), measure its final model on the same items with the same ``k`` and sampling
-    seed, and let the paired change decide GRPO's verdict (:func:`grpolab.diagnostics.preflight.apply_pilot`).
-    The pilot never warm-starts (``sft.enabled=no``): it trains the model the preflight measured.
-    Skipped where GRPO is already "not indicated" (nothing within reach)."""
+    seed (within what is left of the budget), and let the paired change decide GRPO's verdict
+    (:func:`grpolab.diagnostics.preflight.apply_pilot`), with the pilot's training record (how many steps
+    updated). The pilot never warm-starts (``sft.enabled=no``): it trains the model the preflight measured.
+    Skipped where GRPO is already "not indicated", on too few items, or where it would pass the budget."""
+    import dataclasses
+
     from grpolab.config import load_config
-    from grpolab.diagnostics.preflight import MIN_ITEMS, NOT_INDICATED, apply_pilot, pilot_from_outcomes
+    from grpolab.diagnostics.preflight import MIN_ITEMS, apply_pilot, pilot_from_outcomes, pilot_training
+    from grpolab.measure.preflight import measure_preflight
     from grpolab.models.io import load_model
     from grpolab.train import train
     from grpolab.train.checks import check_train
-    from grpolab.measure.preflight import is_off_policy, measure_preflight
     from grpolab.train.rundir import RunDir
 
-    if res.verdict("GRPO") == NOT_INDICATED:
-        log("pilot: skipped, GRPO is not indicated before it (nothing within reach to convert)")
+    why = _skip_reason(res, run.config, steps, left)
+    if why:
+        log(f"pilot: skipped, {why}")
         return res
-    if res.stats["n_items"] < MIN_ITEMS:  # checked before training: the comparison would decide nothing
-        log(f"pilot: skipped, {res.stats['n_items']} item(s) measured and the pilot compares at least {MIN_ITEMS} "
-            f"(raise --n or --budget)")
-        return res
-    cfg = run.config
+    t0 = clock()
     sets = list(overrides) + ([f"model.path={model}"] if model is not None else []) + [
         f"trainer.steps={steps}", f"trainer.eval_every={steps}", f"trainer.save_every={steps}",
-        "trainer.headroom=false", f"trainer.run_dir={out_dir}",
+        "trainer.preflight=false", f"trainer.run_dir={out_dir}",
         "sft.enabled=no"]  # GRPO from exactly the measured model (no warm start in between)
     tcfg = load_config(config, sets)
     check_train(tcfg, resume=False, overwrite=True)
-    log(f"pilot: {steps} GRPO steps of this config (seed {tcfg.trainer.seed}, lr {tcfg.optim.lr:g}) into {out_dir}")
+    log(f"pilot: {steps} GRPO steps of this config (seed {tcfg.trainer.seed}, lr {tcfg.optim.lr:g}) into {out_dir}, "
+        f"about {_pilot_estimate(res, run.config, steps):.0f} s estimated")
     train(tcfg, overwrite=True, log=log)
+    rows = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    training = pilot_training(rows)
     trained, _ = load_model(RunDir(out_dir).model_dir(), device=next(run.model.parameters()).device)
     trained.eval()
-    items = list(run.eval_items[:res.stats["n_items"]])
-    log(f"pilot: measuring the pilot's model on the same {len(items)} items x {k}")
-    after = measure_preflight(
-        trained, run.tokenizer, items, run.collector, k=k, group_size=cfg.rollout.group_size,
-        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
-        seed=seed, readability=False, off_policy=is_off_policy(cfg), log=log)
-    p = pilot_from_outcomes(res, after, steps=steps, seed=seed, run_dir=str(out_dir))
+    items = list(run.eval_items[:res.stats.n_items])
+    log(f"pilot: {training.updates} of {training.steps} steps updated; measuring the pilot's model on the same "
+        f"{len(items)} items x {spec.k}")
+    budget = max(1e-3, left - (clock() - t0)) if left is not None else 0.0
+    after = measure_preflight(trained, run.tokenizer, items, run.collector,
+                              dataclasses.replace(spec, readability=False, until_decided=0, budget=budget), log=log,
+                              clock=clock)
+    if after.stats.n_items < MIN_ITEMS:
+        log(f"pilot: its re-measurement reached --budget after {after.stats.n_items} item(s), fewer than the "
+            f"{MIN_ITEMS} it compares; the pilot decides nothing (raise --budget)")
+        return res
+    p = pilot_from_outcomes(res, after, steps=steps, run_dir=str(out_dir), training=training)
     p["trainer_seed"] = tcfg.trainer.seed
     return apply_pilot(res, p)

@@ -5,7 +5,8 @@
   :func:`paired_seed_test` (t interval + exact sign-flip test, TOST, MDE), :func:`compare_family`
   (Holm), :func:`mcnemar_items`, :func:`shared_items_test`, :func:`mean_interval`,
   :func:`bootstrap_interval` (>= 20 units)
-* headroom -- :func:`headroom_from_outcomes` (greedy vs sampled vs pass@k, per family, verdict)
+* preflight -- :mod:`grpolab.diagnostics.preflight` (headroom, why responses fail, one verdict per method,
+  the pilot's rules); :func:`family_of` labels an item's task family
 * parameters -- :func:`parameter_drift` per group/layer, :func:`swap_in` / :func:`swapped` for
   revert / transplant ablations, :func:`parameter_state`
 * rank -- :func:`effective_rank` (Roy & Vetterli), :func:`hidden_state_effective_ranks`
@@ -15,18 +16,12 @@
   :func:`grpolab.measure.readability.measure_readability`
 * :func:`wilson_interval` -- the item-sampling interval of one accuracy
 
-Nothing here imports the trainer; the model runs live in :mod:`grpolab.measure` (the headroom
-check in :mod:`grpolab.measure.headroom`) and the revert/transplant study in :mod:`grpolab.diagnose`.
+Nothing here imports the trainer; the model runs live in :mod:`grpolab.measure` (the preflight's
+sampling in :mod:`grpolab.measure.preflight`) and the revert/transplant study in :mod:`grpolab.diagnose`.
 """
 
 from grpolab.diagnostics.collapse import CollapseVerdict, detect_collapse
-from grpolab.diagnostics.headroom import (
-    HeadroomResult,
-    HeadroomStats,
-    family_of,
-    headroom_from_outcomes,
-    headroom_markdown,
-)
+from grpolab.diagnostics.preflight.stats import family_of
 from grpolab.diagnostics.params import GroupDrift, parameter_drift, parameter_state, swap_in, swapped
 from grpolab.diagnostics.rank import effective_rank, hidden_state_effective_ranks
 from grpolab.diagnostics.readability import READABLE_AUC, first_wrong_token, localisation, readability
@@ -51,8 +46,6 @@ __all__ = [
     "READABLE_AUC",
     "CollapseVerdict",
     "GroupDrift",
-    "HeadroomResult",
-    "HeadroomStats",
     "ItemComparison",
     "PairedComparison",
     "SharedItemsComparison",
@@ -68,8 +61,6 @@ __all__ = [
     "effective_rank",
     "family_of",
     "first_wrong_token",
-    "headroom_from_outcomes",
-    "headroom_markdown",
     "hidden_state_effective_ranks",
     "localisation",
     "mean_interval",

@@ -2,7 +2,7 @@
 
 - :func:`evaluate` -- held-out accuracy, mean reward and pass@k through the run's collector.
 - :mod:`grpolab.measure.preflight` -- the preflight before RL (greedy vs sampled outcomes, the
-  method verdicts, the pilot) and its report; :mod:`grpolab.measure.headroom` its older form.
+  method verdicts, the pilot) and its report, headroom included as a section.
 - :mod:`grpolab.measure.readability` -- how readable the teacher's credit is on a batch.
 
 Its numbers come from :mod:`grpolab.rollout` (sampling and scoring as a run does) and its

@@ -31,9 +31,9 @@ class EvalResult:
 
 def per_family(items, scores) -> dict[str, dict[str, float]]:
     """``{family: {"accuracy", "solved", "n", "kind"}}`` of per-item scores, by ``item.meta["family"]``
-    (else ``["difficulty"]``, which ``kind`` names; :func:`grpolab.diagnostics.headroom.family_of`). Empty when the
+    (else ``["difficulty"]``, which ``kind`` names; :func:`grpolab.diagnostics.family_of`). Empty when the
     items carry no family label. ``scores``: one per item (greedy evaluation)."""
-    from grpolab.diagnostics.headroom import family_of
+    from grpolab.diagnostics.preflight.stats import family_of
 
     if len(items) != len(scores):
         raise ValueError(f"per_family needs one score per item; got {len(items)} items and {len(scores)} scores")

@@ -1,6 +1,6 @@
 """The preflight's measuring part: sample the starting model through the run's collector, within a budget.
 
-Statistics and verdicts are pure functions in :mod:`grpolab.diagnostics.preflight`; this module runs
+Statistics and verdicts are pure functions in the :mod:`grpolab.diagnostics.preflight` package; this module runs
 the model. Per held-out item it collects one greedy response and ``k`` sampled ones (at the run's
 temperature, ``k`` >= the run's group size) through the run's collector -- its prompt format, stop
 tokens, verifier, or environment for multi-turn runs -- and records each response's reward, length,
@@ -20,23 +20,25 @@ report; a chunk that would end past the budget is not started.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
-from grpolab.diagnostics.headroom import family_of
 from grpolab.diagnostics.preflight import (
     CANT_TELL,
     PreflightResult,
     answer_in_text,
     failure_reason,
+    family_of,
     preflight_from_outcomes,
     preflight_markdown,
 )
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
-__all__ = ["BudgetPlanner", "measure_preflight", "run_preflight_check", "write_preflight"]
+__all__ = ["BudgetPlanner", "PreflightSpec", "expected_responses", "measure_preflight", "run_preflight_check",
+           "write_preflight"]
 
 #: The pre-check at the start of ``grpolab train``: at most this many held-out items.
 TRAIN_CHECK_ITEMS = 64
@@ -44,6 +46,56 @@ MAX_CHUNK = 16
 MARGIN = 1.25  # a chunk is started only if its predicted cost x MARGIN fits in what is left
 RESERVE_S = 0.5  # seconds kept for the statistics and the report
 READABILITY_ITEMS = 4  # the teacher reads the first chunk of at least this many items (x k responses)
+
+
+@dataclass
+class PreflightSpec:
+    """How the preflight samples: the run's rollout settings and the measurement's own.
+
+    ``k`` sampled responses per item (>= 1; the all-equal share needs ``k >= group_size`` to be exact);
+    ``group_size``, ``temperature``, ``top_p``, ``max_new_tokens``: the run's rollout settings; ``seed``
+    seeds the measurement's own sampling generator; ``budget`` seconds (0 = no limit); ``readability``:
+    measure the teacher's readability when the items carry privileged text (needs ``credit``, a
+    :class:`grpolab.config.CreditConfig`); ``off_policy``: the run takes several optimizer steps per
+    batch or samples with a lag; ``until_decided`` > 0: stop once at least this many items are measured
+    and the GRPO verdict is decided (read after every chunk: a sequential look, stated in the report)."""
+
+    k: int
+    group_size: int
+    temperature: float
+    max_new_tokens: int
+    top_p: float = 1.0
+    seed: int = 0
+    budget: float = 0.0
+    readability: bool = True
+    off_policy: bool = False
+    until_decided: int = 0
+    credit: Any = None
+
+    @classmethod
+    def from_config(cls, cfg, *, k: int | None = None, seed: int | None = None, budget: float | None = None,
+                    readability: bool = True, until_decided: int = 0) -> "PreflightSpec":
+        """The spec of ``cfg`` (a :class:`grpolab.config.Config`): its rollout settings and credit config;
+        ``k`` defaults to :func:`default_k`, ``seed`` to ``trainer.seed + 7919`` (a stream no training draw
+        shares), ``budget`` to ``trainer.preflight_budget``."""
+        r, t = cfg.rollout, cfg.trainer
+        return cls(k=int(k or default_k(cfg)), group_size=int(r.group_size), temperature=float(r.temperature),
+                   top_p=float(r.top_p), max_new_tokens=int(r.max_new_tokens),
+                   seed=int(t.seed + 7919 if seed is None else seed),
+                   budget=float(t.preflight_budget if budget is None else budget), readability=readability,
+                   off_policy=is_off_policy(cfg), until_decided=int(until_decided), credit=cfg.credit)
+
+    def validate(self) -> "PreflightSpec":
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.budget < 0:
+            raise ValueError(f"the preflight budget must be >= 0 seconds (0 = no limit), got {self.budget:g}")
+        return self
+
+
+def expected_responses(spec: PreflightSpec, items: int) -> int:
+    """Responses the measurement samples on ``items`` items: one greedy and ``k`` sampled each."""
+    return int(items) * (1 + spec.k)
 
 
 class BudgetPlanner:
@@ -78,26 +130,36 @@ class BudgetPlanner:
         return max(0, min(grow, fit))
 
 
-def _rescore_infos(items, texts, group_rows, rewards, workers: int) -> list[dict]:
-    """The verifier's ``info`` of each failed row (solved rows get ``{}``)."""
+def _rescore_infos(items, texts, group_rows, rewards, workers: int, *, every_row: bool = False) -> list[dict]:
+    """The verifier's ``info`` of each failed row (of every row with ``every_row``; others get ``{}``)."""
     from grpolab.rewards import score_batch
 
     row_items = [None] * len(texts)
     for i, rows in enumerate(group_rows):
         for r in rows.tolist():
             row_items[r] = items[i]
-    failed = [r for r in range(len(texts)) if float(rewards[r]) < 1.0 - 1e-9]
+    rows = [r for r in range(len(texts)) if every_row or float(rewards[r]) < 1.0 - 1e-9]
     infos: list[dict] = [{} for _ in texts]
-    if failed:
-        res = score_batch([(row_items[r], texts[r]) for r in failed], workers=workers)
-        for r, x in zip(failed, res):
+    if rows:
+        res = score_batch([(row_items[r], texts[r]) for r in rows], workers=workers)
+        for r, x in zip(rows, res):
             infos[r] = dict(x.info)
     return infos
 
 
+def answer_of(text: str, info: dict) -> str | None:
+    """A response's answer: the verifier's ``extracted`` answer when it names one, else the response's last
+    non-empty line (at most 64 characters); None for an empty response."""
+    if info.get("extracted") not in (None, ""):
+        return str(info["extracted"]).strip()[:64]
+    lines = [x.strip() for x in str(text or "").splitlines() if x.strip()]
+    return lines[-1][:64] if lines else None
+
+
 def _outcomes(collector, model, items, *, group_size: int, greedy: bool, temperature: float, top_p: float,
               generator) -> tuple[list[list[dict]], Any]:
-    """Per item, per response: reward, length, finished, reason, answer_seen; and the Experience."""
+    """Per item, per response: reward, length, finished, reason, answer_seen, answer; and the Experience.
+    The greedy pass rescores every response (its answers feed the most-common-answer share)."""
     from grpolab.rollout.collector import EpisodeCollector
 
     exp = collector.collect(model, items, group_size=group_size, greedy=greedy, temperature=temperature,
@@ -107,8 +169,9 @@ def _outcomes(collector, model, items, *, group_size: int, greedy: bool, tempera
     lengths = r.response_mask.sum(-1).tolist()
     finished = r.finished.tolist()
     rewards = exp.rewards.tolist()
-    infos = (_rescore_infos(items, exp.texts, rows, rewards, getattr(collector, "reward_workers", 1))
-             if not isinstance(collector, EpisodeCollector) else [{} for _ in rewards])  # episodes: no verifier
+    episodes = isinstance(collector, EpisodeCollector)  # episodes: no verifier
+    infos = ([{} for _ in rewards] if episodes else
+             _rescore_infos(items, exp.texts, rows, rewards, getattr(collector, "reward_workers", 1), every_row=greedy))
     out = []
     for i, idx in enumerate(rows):
         ref = getattr(items[i], "reference", None)
@@ -116,97 +179,100 @@ def _outcomes(collector, model, items, *, group_size: int, greedy: bool, tempera
         for row in idx.tolist():
             reason = failure_reason(rewards[row], infos[row], bool(finished[row]))
             per.append({"reward": rewards[row], "length": float(lengths[row]), "finished": bool(finished[row]),
-                        "reason": reason, "answer_seen": reason is not None and answer_in_text(exp.texts[row], ref)})
+                        "reason": reason, "answer_seen": reason is not None and answer_in_text(exp.texts[row], ref),
+                        "answer": None if episodes or not greedy else answer_of(exp.texts[row], infos[row])})
         out.append(per)
     return out, exp
 
 
-def measure_preflight(model, tokenizer, items, collector, *, k: int, group_size: int, temperature: float,
-                      max_new_tokens: int, top_p: float = 1.0, seed: int = 0, budget: float = 0.0,
-                      readability: bool = True, prompt_format=None, credit=None, off_policy: bool = False,
+def measure_preflight(model, tokenizer, items, collector, spec: PreflightSpec, *, prompt_format=None,
                       log: Callable[[str], None] = print, clock: Callable[[], float] = time.perf_counter,
-                      settings: dict | None = None, planner: BudgetPlanner | None = None,
-                      until_decided: int = 0) -> PreflightResult:
-    """Measure ``items`` (in order, as many as ``budget`` seconds allow; 0 = all) and return the verdicts.
+                      settings: dict | None = None, planner: BudgetPlanner | None = None) -> PreflightResult:
+    """Measure ``items`` (in order, as many as ``spec.budget`` seconds allow; 0 = all) and return the verdicts.
 
     Args:
         model, tokenizer, items, collector: the run's (e.g. :class:`grpolab.runs.OpenedRun`'s).
-        k: sampled responses per item (>= 1; the all-equal share needs ``k >= group_size`` to be exact).
-        group_size, temperature, top_p, max_new_tokens: the run's rollout settings.
-        readability: measure the teacher's readability on the first sampled chunk when the items carry
-            privileged text (needs ``prompt_format`` and ``credit``, a :class:`grpolab.config.CreditConfig`).
-        off_policy: the run takes several optimizer steps per batch or samples with a lag.
-        log: one progress line per chunk, with the items done, the time and an ETA.
-        until_decided: > 0: stop once at least this many items are measured and the GRPO verdict is
-            decided ("indicated" or "not indicated"); the verdict is then read after every chunk, so its
-            error rate is somewhat above the nominal 5% (a sequential look), which the report states.
+        spec: how to sample (:class:`PreflightSpec`, e.g. ``PreflightSpec.from_config(cfg)``).
+        prompt_format: the run's, for the teacher readability (with ``spec.credit``).
+        log: the expected cost before the first item, then one progress line per chunk, with the items
+            done, the time and an ETA; after the first item, the estimated seconds for all of them.
     """
     if not items:
         raise ValueError("the preflight needs at least one held-out item")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    planner = planner or BudgetPlanner(budget)
+    spec.validate()
+    planner = planner or BudgetPlanner(spec.budget)
+    log(f"preflight: {len(items)} items x (1 greedy + {spec.k} sampled) = {expected_responses(spec, len(items))} "
+        f"responses" + (f", within a {spec.budget:g} s budget" if spec.budget > 0 else ""))
     was_training = model.training
     model.eval()
-    gen = torch.Generator().manual_seed(int(seed))
     t0 = clock()
+    try:
+        greedy, sampled, read_row, decided_early = _measure_chunks(model, tokenizer, items, collector, spec,
+                                                                   prompt_format, planner, log, clock, t0)
+    finally:
+        if was_training:
+            model.train()
+    done = len(greedy)
+    if done == 0:
+        raise ValueError(f"the preflight budget of {planner.budget:g} s leaves no time for one item")
+    st = dict(settings or {})
+    st.update({"k": spec.k, "group_size": spec.group_size, "temperature": spec.temperature,
+               "max_new_tokens": spec.max_new_tokens, "seed": spec.seed, "items_measured": done,
+               "items_available": len(items), "responses": expected_responses(spec, done),
+               "budget_s": planner.budget or None, "stopped_at_budget": done < len(items) and not decided_early,
+               "stopped_when_decided": decided_early, "seconds": round(clock() - t0, 2)})
+    has_priv = any(getattr(it, "privileged", "") for it in items)
+    return _result(greedy, sampled, spec, families=[family_of(getattr(it, "meta", None)) for it in items[:done]],
+                   readability=read_row, has_privileged=has_priv, settings=st)
+
+
+def _measure_chunks(model, tokenizer, items, collector, spec: PreflightSpec, prompt_format, planner, log, clock, t0):
+    """The chunk loop of :func:`measure_preflight`: ``(greedy, sampled, readability row, decided early)``."""
+    gen = torch.Generator().manual_seed(int(spec.seed))
     greedy: list[dict] = []
     sampled: list[list[dict]] = []
     read_row = None
     has_priv = any(getattr(it, "privileged", "") for it in items)
     done = 0
-    decided_early = False
-    try:
-        while done < len(items):
-            size = planner.next_size(clock() - t0, len(items) - done)
-            if size == 0:
-                break
-            chunk = list(items[done:done + size])
-            c0 = clock()
-            g, _ = _outcomes(collector, model, chunk, group_size=1, greedy=True, temperature=1.0, top_p=1.0,
-                             generator=None)
-            s, exp = _outcomes(collector, model, chunk, group_size=k, greedy=False, temperature=temperature,
-                               top_p=top_p, generator=gen)
-            if (readability and has_priv and read_row is None and prompt_format is not None and credit is not None
-                    and (len(chunk) >= READABILITY_ITEMS or done + len(chunk) >= len(items))):
-                read_row = _readability(model, tokenizer, prompt_format, credit, exp, temperature)
-            planner.record(len(chunk), clock() - c0)
-            greedy += [x[0] for x in g]
-            sampled += s
-            done += len(chunk)
-            log(_progress_line(done, len(items), k, clock() - t0, planner.budget))
-            if until_decided and done >= until_decided and done < len(items):
-                v = _result(greedy, sampled, group_size, max_new_tokens, seed=seed).verdict("GRPO")
-                if v != CANT_TELL:
-                    decided_early = True
-                    log(f"preflight: GRPO {v} after {done} items; stopping (until_decided={until_decided})")
-                    break
-    finally:
-        if was_training:
-            model.train()
-    if done == 0:
-        raise ValueError(f"the preflight budget of {planner.budget:g} s leaves no time for one item")
-    measured = items[:done]
-    st = dict(settings or {})
-    st.update({"k": k, "group_size": group_size, "temperature": temperature, "max_new_tokens": max_new_tokens,
-               "seed": seed, "items_measured": done, "items_available": len(items),
-               "budget_s": planner.budget or None, "stopped_at_budget": done < len(items) and not decided_early,
-               "stopped_when_decided": decided_early,
-               "seconds": round(clock() - t0, 2)})
-    return _result(greedy, sampled, group_size, max_new_tokens, seed=seed,
-                   families=[family_of(getattr(it, "meta", None)) for it in measured], readability=read_row,
-                   has_privileged=has_priv, off_policy=off_policy, settings=st)
+    while done < len(items):
+        size = planner.next_size(clock() - t0, len(items) - done)
+        if size == 0:
+            break
+        chunk = list(items[done:done + size])
+        c0 = clock()
+        g, _ = _outcomes(collector, model, chunk, group_size=1, greedy=True, temperature=1.0, top_p=1.0,
+                         generator=None)
+        s, exp = _outcomes(collector, model, chunk, group_size=spec.k, greedy=False, temperature=spec.temperature,
+                           top_p=spec.top_p, generator=gen)
+        if (spec.readability and has_priv and read_row is None and prompt_format is not None
+                and spec.credit is not None and (len(chunk) >= READABILITY_ITEMS or done + len(chunk) >= len(items))):
+            read_row = _readability(model, tokenizer, prompt_format, spec.credit, exp, spec.temperature)
+        planner.record(len(chunk), clock() - c0)
+        greedy += [x[0] for x in g]
+        sampled += s
+        done += len(chunk)
+        if done == len(chunk) and done < len(items):  # the first timing: the whole measurement's estimate
+            log(f"preflight: about {planner.per_item * len(items):.0f} s for all {len(items)} items at the first "
+                f"item's {planner.per_item:.1f} s (model warm-up included)")
+        log(_progress_line(done, len(items), spec.k, clock() - t0, planner.budget))
+        if spec.until_decided and done >= spec.until_decided and done < len(items):
+            v = _result(greedy, sampled, spec).verdict()
+            if v != CANT_TELL:
+                log(f"preflight: GRPO {v} after {done} items; stopping (until_decided={spec.until_decided})")
+                return greedy, sampled, read_row, True
+    return greedy, sampled, read_row, False
 
 
-def _result(greedy: list[dict], sampled: list[list[dict]], group_size: int, max_new_tokens: int, **kw):
+def _result(greedy: list[dict], sampled: list[list[dict]], spec: PreflightSpec, **kw) -> PreflightResult:
     """:func:`preflight_from_outcomes` of the per-response records of :func:`_outcomes`."""
     return preflight_from_outcomes(
         [x["reward"] for x in greedy], [[x["reward"] for x in r] for r in sampled],
-        group_size=group_size, max_new_tokens=max_new_tokens,
+        group_size=spec.group_size, max_new_tokens=spec.max_new_tokens,
         greedy_reasons=[x["reason"] for x in greedy], sampled_reasons=[[x["reason"] for x in r] for r in sampled],
         greedy_answer_seen=[x["answer_seen"] for x in greedy],
         sampled_answer_seen=[[x["answer_seen"] for x in r] for r in sampled],
-        sampled_lengths=[[x["length"] for x in r] for r in sampled], **kw)
+        sampled_lengths=[[x["length"] for x in r] for r in sampled],
+        greedy_answers=[x["answer"] for x in greedy], off_policy=spec.off_policy, seed=spec.seed, **kw)
 
 
 def _readability(model, tokenizer, prompt_format, credit, exp, temperature: float) -> dict:
@@ -256,24 +322,21 @@ def default_k(cfg) -> int:
 def run_preflight_check(policy, tokenizer, eval_items, cfg, run_dir, *, collector, prompt_format=None,
                         log: Callable[[str], None] = print, clock: Callable[[], float] = time.perf_counter
                         ) -> PreflightResult:
-    """The pre-check ``grpolab train`` runs before RL (``trainer.headroom``): the preflight on up to
-    :data:`TRAIN_CHECK_ITEMS` held-out items within ``trainer.headroom_budget`` seconds (0 = no limit),
+    """The pre-check ``grpolab train`` runs before RL (``trainer.preflight``): the preflight on up to
+    :data:`TRAIN_CHECK_ITEMS` held-out items within ``trainer.preflight_budget`` seconds (0 = no limit),
     with a generator seeded from ``trainer.seed`` that nothing else shares; writes
     ``RUN_DIR/preflight.{json,md}`` and logs the GRPO verdict with its sample size."""
     t0 = clock()
-    budget = float(getattr(cfg.trainer, "headroom_budget", 0.0) or 0.0)
-    items = list(eval_items[:TRAIN_CHECK_ITEMS])
-    res = measure_preflight(
-        policy, tokenizer, items, collector, k=default_k(cfg), group_size=cfg.rollout.group_size,
-        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, max_new_tokens=cfg.rollout.max_new_tokens,
-        seed=cfg.trainer.seed + 7919, budget=budget, readability=True, prompt_format=prompt_format,
-        credit=cfg.credit, off_policy=is_off_policy(cfg), log=log, clock=clock,
-        settings={"model": cfg.model.path or "policy at the start of RL", "task": cfg.task.name})
+    spec = PreflightSpec.from_config(cfg)
+    res = measure_preflight(policy, tokenizer, list(eval_items[:TRAIN_CHECK_ITEMS]), collector, spec,
+                            prompt_format=prompt_format if prompt_format is not None
+                            else getattr(collector, "prompt_format", None), log=log, clock=clock,
+                            settings={"model": cfg.model.path or "policy at the start of RL", "task": cfg.task.name})
     write_preflight(run_dir, res)
-    n = res.stats["n_items"]
-    cut = (f"; stopped at trainer.headroom_budget={budget:g} s, raise it for a tighter estimate"
+    cut = (f"; stopped at trainer.preflight_budget={spec.budget:g} s, raise it for a tighter estimate"
            if res.settings["stopped_at_budget"] else "")
-    log(f"preflight ({n} held-out items x {res.stats['k']} samples, {clock() - t0:.0f} s{cut}): {res.message}")
-    others = [f"{m.method}: {m.verdict}" for m in res.methods[1:]]
+    log(f"preflight ({res.stats.n_items} held-out items x {res.stats.k} samples, {clock() - t0:.0f} s{cut}): "
+        f"{res.message}")
+    others = [f"{m.method}: {m.verdict}" for m in res.methods if m.id != "grpo"]
     log("preflight methods: " + "; ".join(others) + f" ({Path(run_dir) / 'preflight.md'})")
     return res

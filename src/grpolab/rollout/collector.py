@@ -8,7 +8,7 @@ One interface, two implementations:
 - :class:`EpisodeCollector`: multi-turn episodes against an environment
   (:func:`grpolab.rollout.run_episodes`); the environment scores each episode.
 
-Training, evaluation, the headroom check and the warm start's checks all collect through
+Training, evaluation, the preflight and the warm start's checks all collect through
 :func:`make_collector`, so rewards are scored in one place.
 """
 

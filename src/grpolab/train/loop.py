@@ -269,15 +269,15 @@ def finished_run_message(cfg: Config, run_dir: RunDir) -> str | None:
 
 def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Config, run_dir: RunDir, *,
                    log: Callable[[str], None]) -> None:
-    """Step 0: held-out greedy accuracy, and the headroom check (``trainer.headroom``)."""
+    """Step 0: held-out greedy accuracy, and the preflight (``trainer.preflight``)."""
     start = _evaluate(state.policy, state.tokenizer, eval_items, cfg, collector)
     state.record_eval(0, start.accuracy, start.mean_reward, per_family(eval_items, start.scores))
     log(f"step 0  held-out greedy accuracy {start.accuracy:.3f}")
-    if cfg.trainer.headroom:  # own generator: the training RNG streams are untouched
-        from grpolab.measure.headroom import run_headroom_check
+    if cfg.trainer.preflight:  # own generator: the training RNG streams are untouched
+        from grpolab.measure.preflight import run_preflight_check
 
-        run_headroom_check(state.policy, state.tokenizer, eval_items, cfg, run_dir.path, log=log,
-                           collector=collector)
+        run_preflight_check(state.policy, state.tokenizer, eval_items, cfg, run_dir.path, log=log,
+                            collector=collector)
 
 
 def learning_signal(exp: Experience, state: TrainState, spec: UpdateSpec, advantage_fn) -> Experience:

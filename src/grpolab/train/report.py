@@ -4,7 +4,7 @@
 and at the end and, when the items carry a task family (``item.meta["family"]``, e.g. the
 MiniWoB++ task name), a per-task table: success before and after RL, the number of held-out
 episodes, and the preflight's GRPO verdict measured before training with the number of items it
-rests on (``RUN_DIR/preflight.json``, written when ``trainer.headroom`` is on; runs from before
+rests on (``RUN_DIR/preflight.json``, written when ``trainer.preflight`` is on; runs from before
 issue 43 have ``RUN_DIR/headroom.json`` instead, which is read the same way; see
 docs/when-grpo-helps.md).
 """
@@ -170,7 +170,7 @@ def _preflight_family(fam: dict[str, Any], k: int | None) -> dict[str, Any]:
 
 def _headroom_family(fams: dict[str, Any], name: str) -> dict[str, Any]:
     """The headroom entry of family ``name``: keyed ``KIND=NAME`` by
-    :func:`grpolab.diagnostics.headroom.family_of` (``family=click-button``, ``difficulty=3``), or
+    :func:`grpolab.diagnostics.family_of` (``family=click-button``, ``difficulty=3``), or
     plain ``NAME``."""
     if name in fams:
         return fams[name]

@@ -8,10 +8,10 @@ Layout::
                              WarmStartCheckpoint); removed once sft/ is complete
     RUN_DIR/checkpoints/     step_NNNNNN/{model/, state.pt} and ``latest`` (see checkpoint.py)
     RUN_DIR/final/           the trained model (HF format)
-    RUN_DIR/metrics.jsonl    one row per step; tb/ plots/ summary.{md,json} headroom.{json,md}
+    RUN_DIR/metrics.jsonl    one row per step; tb/ plots/ summary.{md,json} preflight.{json,md}
 
 :meth:`RunDir.model_dir` is the one answer to "which model does this run hold" (used by
-``grpolab eval``, ``headroom``, ``diagnose`` and ``credit`` through :func:`grpolab.runs.open_run`).
+``grpolab eval``, ``preflight``, ``diagnose`` and ``credit`` through :func:`grpolab.runs.open_run`).
 The warm start's cache and in-progress checkpoint (``sft/``, ``sft.partial/``, ``sft.snapshots/``)
 are kept by :mod:`grpolab.train.warm_start`. Problems a user can fix raise :class:`RunDirError`
 with the fix in the message.
