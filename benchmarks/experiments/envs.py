@@ -49,7 +49,7 @@ def _grpolab(args: list[str], log: Path) -> float:
 
 def episode_family(item) -> str:
     """The family name of an episode item (its ``family``, else ``n_terms``, else ``all``) for the
-    per-family table; :func:`grpolab.diagnostics.headroom.family_of` is the ``KIND=NAME`` label."""
+    per-family table; :func:`grpolab.diagnostics.preflight.family_of` is the ``KIND=NAME`` label."""
     meta = item.meta
     return str(meta.get("family", meta.get("n_terms", "all")))
 
