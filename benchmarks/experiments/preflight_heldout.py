@@ -69,7 +69,8 @@ class Recipe:
     def sets(self) -> list[str]:
         return [f"trainer.steps={self.steps}", f"rollout.prompts_per_step={self.prompts_per_step}",
                 f"rollout.group_size={self.group_size}", f"optim.lr={self.lr:g}",
-                f"rollout.max_new_tokens={self.max_new_tokens}"]
+                f"rollout.max_new_tokens={self.max_new_tokens}", f"trainer.eval_every={self.steps}",
+                f"trainer.save_every={self.steps}"]
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ class Setting:
     model: str  #: "smollm2" | "tiny" | "miniwob"
     task: str
     options: str  #: the task options that define it, as canonical JSON (sorted keys)
-    template: str
+    template: str | None  #: task.prompt_template (None: the config's own)
     config: str | None  #: the base config file (None: the tiny model's defaults)
     recipe: Recipe
     warm: tuple = ()  #: `grpolab sft` arguments of the warm start (tiny / miniwob); () = none
@@ -103,9 +104,9 @@ class Setting:
     def overrides(self, root: Path) -> list[str]:
         """The run's `--set` lines (model path, task options, recipe), shared by every stage."""
         model = SMOL if self.model == "smollm2" else str(root / "warm" / self.warm_key())
-        opts = [f"task.options.{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in json.loads(self.options).items()]
-        return [f"model.path={model}", f"task.name={self.task}", *opts, f"task.prompt_template={self.template}",
-                *self.extra, *self.recipe.sets(), "log.tensorboard=false", "log.progress=false"]
+        opts = [f"task.options.{k}={json.dumps(v)}" for k, v in json.loads(self.options).items()]  # JSON is YAML
+        template = [] if self.template is None else [f"task.prompt_template={self.template}"]
+        return [f"model.path={model}", f"task.name={self.task}", *opts, *template, *self.extra, *self.recipe.sets(), "log.tensorboard=false", "log.progress=false"]
 
     def warm_key(self) -> str:
         """The warm start's folder name: settings with the same `grpolab sft` arguments share one."""
@@ -132,15 +133,15 @@ def _smol(name, options, template="{prompt}", cap=12, extra=(), config=SUMS, tas
 
 
 def _tiny(name, task, options, config=None, recipe=TINY_RECIPE, warm_extra=()):
-    warm = ("--set", f"task.name={task}", *[x for k, v in sorted(options.items())
+    warm = (*([config] if config else []), "--set", f"task.name={task}", *[x for k, v in sorted(options.items())
                                            for x in ("--set", f"task.options.{k}={json.dumps(v)}")], *warm_extra)
     return Setting(name=f"tiny/{name}", stratum="tiny", model="tiny", task=task, options=_canon(options),
-                   template="{prompt}", config=config, recipe=recipe, warm=warm, extra=TINY_FIXED)
+                   template=None, config=config, recipe=recipe, warm=warm, extra=TINY_FIXED)
 
 
 def _miniwob(task):
     return Setting(name=f"miniwob/single/{task}", stratum="miniwob", model="miniwob", task="miniwob",
-                   options=_canon({"tasks": [task]}), template="{prompt}", config="studies/miniwob_gain.yaml",
+                   options=_canon({"tasks": [task]}), template=None, config="studies/miniwob_gain.yaml",
                    recipe=MINIWOB_RECIPE, warm=(MINIWOB_WARM[0], "--set", "sft.max_steps=500"),
                    extra=("trainer.eval_every=60", "trainer.save_every=60"))
 
@@ -151,9 +152,9 @@ def candidate_pools() -> dict[str, list[Setting]]:
     arith = [
         _smol("mixed0-20", {"max_operand": 20, "ops": "+-", "eval_fraction": 0.5}),
         _smol("diff0-50", {"max_operand": 50, "ops": "-", **ef}),
-        _smol("digits2+2", {"digits": [2, 2], "ops": "+", **ef}),
-        _smol("digits3+1", {"digits": [3, 1], "ops": "+", **ef}),
-        _smol("diffdigits2-1", {"digits": [2, 1], "ops": "-", **ef}),
+        _smol("digits2+2", {"digits": [2, 2], "max_operand": None, "ops": "+", **ef}),
+        _smol("digits3+1", {"digits": [3, 1], "max_operand": None, "ops": "+", **ef}),
+        _smol("diffdigits2-1", {"digits": [2, 1], "max_operand": None, "ops": "-", **ef}),
         _smol("sums0-30", {"max_operand": 30, "ops": "+", "eval_fraction": 0.5}),
         _smol("sums0-20/cap16", {"max_operand": 20, "ops": "+", "eval_fraction": 0.5}, cap=16),
         _smol("sums0-20/cap24", {"max_operand": 20, "ops": "+", "eval_fraction": 0.5}, cap=24),
@@ -162,7 +163,7 @@ def candidate_pools() -> dict[str, list[Setting]]:
         _smol("diff0-20/number-only", {"max_operand": 20, "ops": "-", "eval_fraction": 0.5},
               template="{prompt} Answer with the number only."),
         _smol("sums0-100/cap16", {"max_operand": 100, "ops": "+", **ef}, cap=16),
-        _smol("mixeddigits2+1", {"digits": [2, 1], "ops": "+-", **ef}),
+        _smol("mixeddigits2+1", {"digits": [2, 1], "max_operand": None, "ops": "+-", **ef}),
         _smol("sums0-20/no-chat", {"max_operand": 20, "ops": "+", "eval_fraction": 0.5},
               extra=("task.chat_template=off",)),
         _smol("diff0-20/cap32", {"max_operand": 20, "ops": "-", "eval_fraction": 0.5}, cap=32),
@@ -177,8 +178,9 @@ def candidate_pools() -> dict[str, list[Setting]]:
             "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2, "operators": ["/"]}},
               cap=32, config=rg, task="reasoning_gym"),
     ]
-    tool_warm = ("--set", "model.hidden_size=128", "--set", "model.num_layers=2", "--set",
-                 "model.intermediate_size=256", "--set", "sft.max_steps=600", "--set", "sft.lr=3e-3")
+    tool_warm = ("--set", "model.hidden_size=128", "--set", "model.num_layers=2", "--set", "model.intermediate_size=256",
+                 "--set", "sft.batch_size=32", "--set", "sft.eval_every=40", "--set", "sft.n_eval=32", "--set",
+                 "sft.max_steps=600", "--set", "sft.lr=3e-3", "--set", "sft.select_on=heldout")  # tiny/tool_arith's
     tiny = [
         _tiny("short_arith/sums0-20", "short_arith", {"max_operand": 20, "eval_fraction": 0.5}),
         _tiny("short_arith/digits2+1", "short_arith", {"digits": [2, 1]}),
@@ -227,7 +229,7 @@ def draw_settings(seed: int = GENERATOR_SEED) -> list[Setting]:
 _SUMS20 = {"max_operand": 20, "ops": "+", "eval_fraction": 0.5}
 
 
-def _key(model, task, options, cap, template="{prompt}", extra=()):
+def _key(model, task, options, cap, template: str | None = "{prompt}", extra=()):
     return (model, task, _canon(options), cap, template, tuple(extra))
 
 
@@ -237,7 +239,8 @@ IN_SAMPLE: dict[str, tuple] = {
     "smollm2/sums0-20/cap6": _key("smollm2", "short_arith", _SUMS20, 6),
     "smollm2/sums0-50": _key("smollm2", "short_arith", {"max_operand": 50, "ops": "+", "eval_fraction": 0.2}, 12),
     "smollm2/sums0-10": _key("smollm2", "short_arith", {"max_operand": 10, "ops": "+", "eval_fraction": 0.5}, 12),
-    "smollm2/digits2+1": _key("smollm2", "short_arith", {"digits": [2, 1], "ops": "+", "eval_fraction": 0.2}, 12),
+    "smollm2/digits2+1": _key("smollm2", "short_arith", {"digits": [2, 1], "max_operand": None, "ops": "+",
+                                                         "eval_fraction": 0.2}, 12),
     "smollm2/diff0-20": _key("smollm2", "short_arith", {"max_operand": 20, "ops": "-", "eval_fraction": 0.5}, 12),
     "smollm2/sums0-20/number-only": _key("smollm2", "short_arith", _SUMS20, 12, "{prompt} Answer with the number only."),
     "smollm2/rg/products": _key("smollm2", "reasoning_gym", {"name": "products", "size": 2000, "eval_fraction": 0.5,
@@ -246,14 +249,14 @@ IN_SAMPLE: dict[str, tuple] = {
                                        "eval_fraction": 0.5, "config": {}}, 32),
     "smollm2/rg/leg_counting": _key("smollm2", "reasoning_gym", {"name": "leg_counting", "size": 2000,
                                     "eval_fraction": 0.5, "config": {"min_animals": 1, "max_animals": 1}}, 32),
-    "tiny/arith": _key("tiny", "arith", {}, 48, extra=TINY_FIXED),
-    "tiny/arith3": _key("tiny", "arith", {"max_digits": 3}, 48, extra=TINY_FIXED),
-    "tiny/ws_arith/arith": _key("tiny", "arith", {"max_digits": 1}, 48, extra=TINY_FIXED),
-    "tiny/ws_arith/arith3": _key("tiny", "arith", {"max_digits": 3, "ws": "ws_arith"}, 48, extra=TINY_FIXED),
-    "tiny/reverse": _key("tiny", "reverse", {}, 48, extra=TINY_FIXED),
-    "tiny/pairsum": _key("tiny", "pairsum", {}, 96, extra=TINY_FIXED),
-    "tiny/tool_arith": _key("tiny", "tool_arith", {}, 48, extra=TINY_FIXED),
-    **{f"miniwob/recorded/{t}": _key("miniwob", "miniwob", {"tasks": [t]}, 32) for t in (
+    "tiny/arith": _key("tiny", "arith", {}, 48, None, TINY_FIXED),
+    "tiny/arith3": _key("tiny", "arith", {"max_digits": 3}, 48, None, TINY_FIXED),
+    "tiny/ws_arith/arith": _key("tiny", "arith", {"max_digits": 1}, 48, None, TINY_FIXED),
+    "tiny/ws_arith/arith3": _key("tiny", "arith", {"max_digits": 3, "ws": "ws_arith"}, 48, None, TINY_FIXED),
+    "tiny/reverse": _key("tiny", "reverse", {}, 48, None, TINY_FIXED),
+    "tiny/pairsum": _key("tiny", "pairsum", {}, 96, None, TINY_FIXED),
+    "tiny/tool_arith": _key("tiny", "tool_arith", {}, 48, None, TINY_FIXED),
+    **{f"miniwob/recorded/{t}": _key("miniwob", "miniwob", {"tasks": [t]}, 32, None) for t in (
         "click-tab", "click-link", "click-button", "click-option", "click-widget", "focus-text-2", "click-dialog-2",
         "click-test-transfer")},
 }
@@ -333,7 +336,8 @@ def command(st: Stage, root: Path, budget_s: float | None = None) -> list[str]:
     cfg, sets = (["--config", s.config] if s.config else []), _sets(s, root)
     if st.stage == "train":
         return [*CLI, "train", *([s.config] if s.config else []), *sets, "--set", f"trainer.seed={st.seed}",
-                "--set", f"trainer.run_dir={out}", "--set", "trainer.headroom=false", "--overwrite"]
+                "--set", f"trainer.run_dir={out}", "--set", "trainer.headroom=false", "--set", "task.n_eval=16",
+                "--overwrite"]
     if st.stage in ("start_verdict", "pilot"):
         pilot = s.pilot_steps() if st.stage == "pilot" else 0
         seed = PILOT_SEEDS[0] if st.stage == "start_verdict" else st.seed
@@ -626,6 +630,38 @@ def markdown(rec: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# ---- the pre-freeze check (builds configs and tasks; loads no model, measures nothing) ------------------
+def check_setup(s: Setting, root: Path) -> dict:
+    """Whether a setting's config validates (``grpolab.config.load_config``) and how many held-out items its
+    task holds: what a reviewer checks before the freeze. ``error`` names what is missing in this checkout
+    (a task not merged, a package not installed) instead of raising."""
+    from grpolab.config import load_config
+    from grpolab.tasks.base import get_task
+
+    try:
+        cfg = load_config(s.config, s.overrides(root))
+        task = get_task(cfg.task.name, **dict(cfg.task.options))
+        held_out = (task.available("eval") if callable(getattr(task, "available", None))
+                    else len(task.items("eval", s.label_items())))
+        extra = rg_criterion(task, s.label_items()) if s.task == "reasoning_gym" else {}
+    except Exception as e:  # noqa: BLE001 -- reported, one line per setting
+        return {"setting": s.name, "ok": False, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+    return {"setting": s.name, "ok": not extra or extra["meets_a_c"], "held_out": held_out,
+            "label_items": min(held_out, s.label_items()), **extra}
+
+
+def rg_criterion(task, n: int) -> dict:
+    """RG_CRITERION's (a) and (c) on a reasoning-gym setting's held-out items (read, not answered): every
+    reference one integer of at most 4 digits; >= 200 distinct held-out questions. (b) and (d) are judged
+    in the README, per family."""
+    items = task.items("eval", min(n, task.available("eval")) if callable(getattr(task, "available", None)) else n)
+    refs = [str(it.reference).strip() for it in items]
+    integer = all(r.lstrip("-").isdigit() and len(r.lstrip("-")) <= 4 for r in refs)
+    distinct = len({it.prompt for it in items})
+    return {"answers_integer_4_digits": integer, "distinct_held_out_questions": distinct,
+            "meets_a_c": integer and distinct >= 200}
+
+
 # ---- the command line --------------------------------------------------------------------------------------
 def dry_run(settings: list[Setting]) -> str:
     """The plan: every setting's recipe, stages and ESTIMATED CPU seconds (from recipe sizes, not measured)."""
@@ -647,6 +683,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--root", default="runs/heldout", help="records, runs and logs (resumable)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and estimated cost; run nothing")
     ap.add_argument("--only", nargs="*", default=None, help="setting names (default: all)")
+    ap.add_argument("--check", action="store_true", help="validate every setting's config and count its held-out "
+                    "items (loads no model); the reviewer's check before the freeze")
     ap.add_argument("--report", action="store_true", help="write --json/--md from the records; run nothing")
     ap.add_argument("--json", default=None)
     ap.add_argument("--md", default=None)
@@ -660,6 +698,10 @@ def main(argv: list[str] | None = None) -> None:
         print(dry_run(chosen))
         return
     root = Path(args.root)
+    if args.check:
+        for s in chosen:
+            print(json.dumps(check_setup(s, root)))
+        return
     if args.report:
         rec = report(root, settings, frozen_commit())
         if args.json:

@@ -182,3 +182,23 @@ def test_execute_skips_a_stage_whose_record_exists(ho, tmp_path):
     assert ho.execute(st, tmp_path, "abc") == {"kept": True}
     # a verdict stage waits for the first training seed's wall time (its budget)
     assert ho.execute(ho.Stage(ho.draw_settings()[1], "pilot", ho.PILOT_SEEDS[0]), tmp_path, "abc") is None
+
+
+def test_checkable_settings_validate_and_hold_enough_held_out_items(ho, tmp_path):
+    """The settings whose tasks this checkout has without extras (short_arith on SmolLM2, the tiny model's
+    tasks): the config validates and the label rests on >= 100 held-out items (numbers from --check)."""
+    checkable = [s for s in ho.draw_settings() if s.task in ("short_arith", "arith", "reverse", "tool_arith")]
+    assert len(checkable) >= 10
+    for s in checkable:
+        r = ho.check_setup(s, tmp_path)
+        assert r["ok"], r
+        assert r["label_items"] >= 100, r
+
+
+def test_option_values_are_written_as_yaml_that_round_trips(ho, tmp_path):
+    # '-' alone is YAML for a list item: an unquoted ops=- became [None] (found by --check)
+    s = next(x for x in ho.draw_settings() if '"ops": "-"' in x.options)
+    line = next(x for x in s.overrides(tmp_path) if x.startswith("task.options.ops="))
+    assert line == 'task.options.ops="-"'
+    from grpolab.config import load_config
+    assert load_config(s.config, s.overrides(tmp_path)).task.options["ops"] == "-"
