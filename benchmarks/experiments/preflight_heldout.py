@@ -399,7 +399,17 @@ def stage_data(st: Stage, root: Path) -> dict:
         return read_preflight(json.loads((out / "preflight.json").read_text()))
     if st.stage.startswith("eval"):
         return read_completions(out / "greedy.jsonl")
-    return {"final": str(out / "final")}
+    return {"final": str(out / "final"), "reward_mean": read_train_rewards(out)}
+
+
+def read_train_rewards(run_dir: Path) -> list[float]:
+    """The run's ``reward/mean`` per step from its ``metrics.jsonl`` (docs/metrics.md), in step order."""
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+    rows = sorted((r for r in rows if "reward/mean" in r and "step" in r), key=lambda r: r["step"])
+    return [float(r["reward/mean"]) for r in rows]
 
 
 # ---- the freeze gate -----------------------------------------------------------------------------------
@@ -523,6 +533,21 @@ def rule_verdicts(start: dict, pilots: list[dict]) -> dict[str, str]:
             "passk_only": (GO if start["pass_at_k"] - start["greedy"] >= PASSK_MARGIN else NO_GO) if passk else CANT_TELL}
 
 
+PREFIX_RISE = 0.02  #: run_prefix rule: the second half of the first quarter's rewards above the first by this
+
+
+def prefix_verdict(rewards: list[float], steps: int) -> str:
+    """EXPLORATORY (not the headline, no target): the run's own first quarter as the pilot, free of extra
+    cost. Over the first ``steps`` training steps of seed TRAIN_SEEDS[0]: go where the mean step reward of
+    the second half exceeds the first half's by >= PREFIX_RISE, else no go; can't tell with < 2 steps.
+    That seed is one of the label's six, so this rule is partly scored on its own run."""
+    r = rewards[:steps]
+    if len(r) < 2 or len(r) < steps:
+        return CANT_TELL
+    h = len(r) // 2
+    return GO if sum(r[h:]) / len(r[h:]) - sum(r[:h]) / h >= PREFIX_RISE else NO_GO
+
+
 def hit(verdict: str, label: str) -> bool:
     """A verdict agrees with a label: go with gain, no go with no gain (a degenerate gain is no gain);
     "can't tell" and an "unclear" label are misses."""
@@ -531,6 +556,7 @@ def hit(verdict: str, label: str) -> bool:
 
 # ---- the report ------------------------------------------------------------------------------------------
 RULES = ("pilot", "start", "always_go", "passk_only")
+EXPLORATORY = ("run_prefix",)  #: reported beside, never the headline (issue 59 item 4: cheaper signals)
 #: the paired comparisons between rules (exact McNemar over settings); the first two are the targets
 PAIRS = (("pilot", "always_go"), ("pilot", "start"), ("start", "always_go"), ("pilot", "passk_only"))
 
@@ -556,12 +582,15 @@ def setting_row(name: str, recs: dict) -> dict | None:
     label = setting_label(seeds)
     verdicts = rule_verdicts(recs[("start_verdict", MEASURE_SEED)]["data"],
                              [recs[("pilot", p)]["data"] for p in PILOT_SEEDS])
+    steps = max(1, round(len(recs[("train", TRAIN_SEEDS[0])]["data"].get("reward_mean", [])) * PILOT_FRACTION))
+    verdicts["run_prefix"] = prefix_verdict(recs[("train", TRAIN_SEEDS[0])]["data"].get("reward_mean", []), steps)
     run_cpu = sorted(recs[("train", s)]["cpu_s"] for s in TRAIN_SEEDS)[len(TRAIN_SEEDS) // 2]  # median
     cost = {"start": recs[("start_verdict", MEASURE_SEED)]["cpu_s"] / run_cpu,
             "pilot": recs[("pilot", PILOT_SEEDS[0])]["cpu_s"] / run_cpu, "always_go": 0.0}
     cost["passk_only"] = cost["start"]
+    cost["run_prefix"] = 0.0  # no extra cost: the run's own first quarter (PILOT_FRACTION of its steps)
     return {"setting": name, "seeds": dict(zip(map(str, TRAIN_SEEDS), seeds)), **label, "verdicts": verdicts,
-            "hits": {r: hit(verdicts[r], label["label"]) for r in (*RULES, "pilot_retest")},
+            "hits": {r: hit(verdicts[r], label["label"]) for r in (*RULES, *EXPLORATORY, "pilot_retest")},
             "cost_share": cost, "run_cpu_s": run_cpu,
             "pilot_causes": [recs[("pilot", p)]["data"].get("cause") for p in PILOT_SEEDS]}
 
@@ -574,11 +603,11 @@ def _share(k: int, n: int) -> dict:
 def summarise(rows: list[dict], n_planned: int) -> dict:
     """Agreement per rule over ALL planned settings (a setting not finished, a "can't tell" verdict and an
     "unclear" label are misses), Wilson intervals, paired McNemar tests, the pilot's test-retest, costs."""
-    agree = {r: _share(sum(x["hits"][r] for x in rows), n_planned) for r in RULES}
+    agree = {r: _share(sum(x["hits"][r] for x in rows), n_planned) for r in (*RULES, *EXPLORATORY)}
     pad = lambda r: [x["hits"][r] for x in rows] + [False] * (n_planned - len(rows))  # noqa: E731
     pairs = {f"{a} vs {b}": mcnemar_items(pad(a), pad(b)).to_dict() for a, b in PAIRS}
     same = sum(x["verdicts"]["pilot"] == x["verdicts"]["pilot_retest"] for x in rows)
-    costs = {r: sorted(x["cost_share"][r] for x in rows) for r in RULES}
+    costs = {r: sorted(x["cost_share"][r] for x in rows) for r in (*RULES, *EXPLORATORY)}
     median = {r: (v[len(v) // 2] if v else None) for r, v in costs.items()}
     beats = lambda b: pairs[f"pilot vs {b}"]["p_value"] < ALPHA and pairs[f"pilot vs {b}"]["value"] > 0  # noqa: E731
     return {"settings_planned": n_planned, "settings_finished": len(rows), "agreement": agree, "pairs": pairs,
@@ -613,9 +642,10 @@ def markdown(rec: dict) -> str:
              f"**Headline: the pilot verdict agrees with the label on {_pct(s['headline'])} of all settings** "
              "(can't tell and unclear labels count as misses).", "", "| rule | agrees (share of all) | median cost (share of one seed's run, CPU) |",
              "|---|---|---|"]
-    for r in RULES:
+    for r in (*RULES, *EXPLORATORY):
         c = s["median_cost_share"][r]
-        lines.append(f"| {r} | {_pct(s['agreement'][r])} | {'-' if c is None else format(c, '.2f')} |")
+        tag = " (exploratory)" if r in EXPLORATORY else ""
+        lines.append(f"| {r}{tag} | {_pct(s['agreement'][r])} | {'-' if c is None else format(c, '.2f')} extra |")
     lines += ["", "| paired (exact McNemar over settings) | first right only | second right only | p |", "|---|---|---|---|"]
     lines += [f"| {k} | {v['gained']} | {v['lost']} | {v['p_value']:.3g} |" for k, v in s["pairs"].items()]
     lines += ["", f"Pilot test-retest (same verdict on pilot seeds {PILOT_SEEDS}): {_pct(s['test_retest'])}.",

@@ -156,7 +156,8 @@ def test_report_on_synthetic_records(ho, tmp_path):
     assert (pva["gained"], pva["lost"]) == (2, 0) and pva["p_value"] == pytest.approx(0.5)  # exact McNemar 2 vs 0
     assert s["test_retest"]["k"] == 2 and s["test_retest"]["n"] == 3
     assert s["median_cost_share"] == {"pilot": pytest.approx(0.2), "start": pytest.approx(0.1),
-                                      "always_go": 0.0, "passk_only": pytest.approx(0.1)}
+                                      "always_go": 0.0, "passk_only": pytest.approx(0.1), "run_prefix": 0.0}
+    assert s["agreement"]["run_prefix"]["k"] == 0  # no reward curve in these records: can't tell, a miss
     assert s["targets"]["pilot median cost <= 25% of a run"] and not s["targets"]["pilot >= 80% of all"]
     page = ho.markdown(rec)
     assert "3/4 (75%" in page and names[0] in page and "not met" in page
@@ -202,3 +203,36 @@ def test_option_values_are_written_as_yaml_that_round_trips(ho, tmp_path):
     assert line == 'task.options.ops="-"'
     from grpolab.config import load_config
     assert load_config(s.config, s.overrides(tmp_path)).task.options["ops"] == "-"
+
+
+def test_run_prefix_rule(ho):
+    # 8 steps: first half mean 0.10, second half 0.15 -> rise 0.05 >= 0.02 -> go
+    assert ho.prefix_verdict([0.1, 0.1, 0.1, 0.1, 0.15, 0.15, 0.15, 0.15, 0.9, 0.9], 8) == ho.GO
+    # rise 0.01 -> no go; the later steps (0.9) are never read
+    assert ho.prefix_verdict([0.1, 0.1, 0.1, 0.1, 0.11, 0.11, 0.11, 0.11, 0.9], 8) == ho.NO_GO
+    assert ho.prefix_verdict([0.1], 1) == ho.CANT_TELL and ho.prefix_verdict([0.1, 0.2], 4) == ho.CANT_TELL
+
+
+def test_read_train_rewards_orders_by_step(ho, tmp_path):
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"step": 2, "reward/mean": 0.5}, {"step": 1, "reward/mean": 0.25}, {"step": 3, "eval/greedy": 0.1}]))
+    assert ho.read_train_rewards(tmp_path) == [0.25, 0.5] and ho.read_train_rewards(tmp_path / "none") == []
+
+
+def test_plan_order_and_size(ho):
+    settings = ho.draw_settings()
+    stages = ho.plan(settings)
+    per = len(ho.TRAIN_SEEDS) * 2 + 1 + len(ho.PILOT_SEEDS) + 1  # train + eval_final per seed, start, pilots, eval_start
+    assert len(stages) == per * len(settings)
+    kinds = [(st.stage, st.seed) for st in stages]
+    first_verdict = kinds.index(("start_verdict", ho.MEASURE_SEED))
+    assert all(k == ("train", ho.TRAIN_SEEDS[0]) for k in kinds[:first_verdict]) and first_verdict == len(settings)
+    assert kinds.index(("eval_start", 0)) > max(i for i, k in enumerate(kinds) if k[0] in ("train", "pilot"))
+    assert len({st.record_path(Path("r")) for st in stages}) == len(stages)
+
+
+def test_run_command_measures_cpu_seconds(ho, tmp_path):
+    rc, cpu, wall = ho.run_command([sys.executable, "-c", "sum(i * i for i in range(3 * 10**6))"], tmp_path / "l.log")
+    assert rc == 0 and cpu > 0.05 and wall >= cpu * 0.5
+    rc, _, _ = ho.run_command([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "l.log")
+    assert rc == 3 and "$ " in (tmp_path / "l.log").read_text()
