@@ -106,7 +106,8 @@ class Setting:
         model = SMOL if self.model == "smollm2" else str(root / "warm" / self.warm_key())
         opts = [f"task.options.{k}={json.dumps(v)}" for k, v in json.loads(self.options).items()]  # JSON is YAML
         template = [] if self.template is None else [f"task.prompt_template={self.template}"]
-        return [f"model.path={model}", f"task.name={self.task}", *opts, *template, *self.extra, *self.recipe.sets(), "log.tensorboard=false", "log.progress=false"]
+        return [f"model.path={model}", f"task.name={self.task}", *opts, *template, *self.extra, *self.recipe.sets(),
+                "log.tensorboard=false", "log.progress=false"]
 
     def warm_key(self) -> str:
         """The warm start's folder name: settings with the same `grpolab sft` arguments share one."""
@@ -123,7 +124,8 @@ TINY_RECIPE = Recipe(steps=40, prompts_per_step=16, group_size=8, lr=1e-4, max_n
 MINIWOB_RECIPE = Recipe(steps=60, prompts_per_step=8, group_size=8, lr=1e-4, max_new_tokens=32)  # miniwob_gain.yaml
 SUMS = "examples/smollm2_sums.yaml"
 TINY_FIXED = ("sft.enabled=no", "rollout.temperature=1.0")
-MINIWOB_WARM = ("examples/miniwob.yaml",)  # its own 500 warm-start steps on ten tasks
+MINIWOB_WARM = ("examples/miniwob.yaml",)
+PRINTABLE = ("--set", "model.tokenizer_alphabet=printable")  # its own 500 warm-start steps on ten tasks
 
 
 def _smol(name, options, template="{prompt}", cap=12, extra=(), config=SUMS, task="short_arith"):
@@ -142,8 +144,7 @@ def _tiny(name, task, options, config=None, recipe=TINY_RECIPE, warm_extra=()):
 def _miniwob(task):
     return Setting(name=f"miniwob/single/{task}", stratum="miniwob", model="miniwob", task="miniwob",
                    options=_canon({"tasks": [task]}), template=None, config="studies/miniwob_gain.yaml",
-                   recipe=MINIWOB_RECIPE, warm=(MINIWOB_WARM[0], "--set", "sft.max_steps=500"),
-                   extra=("trainer.eval_every=60", "trainer.save_every=60"))
+                   recipe=MINIWOB_RECIPE, warm=(MINIWOB_WARM[0], "--set", "sft.max_steps=500"))
 
 
 def candidate_pools() -> dict[str, list[Setting]]:
@@ -170,8 +171,8 @@ def candidate_pools() -> dict[str, list[Setting]]:
     ]
     rg = "examples/smollm2_reasoning_gym.yaml"
     gym = [  # RG_CRITERION of preflight_calibration.py, at configurations not run before
-        _smol("rg/products3x1", {"name": "products", "size": 2000, "eval_fraction": 0.5, "config": {
-            "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 3}}, cap=32, config=rg, task="reasoning_gym"),
+        _smol("rg/products2x2", {"name": "products", "size": 2000, "eval_fraction": 0.5, "config": {
+            "min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2}}, cap=32, config=rg, task="reasoning_gym"),
         _smol("rg/letter_counting_long", {"name": "letter_counting", "size": 2000, "eval_fraction": 0.5, "config": {
             "min_words": 15, "max_words": 25}}, cap=32, config=rg, task="reasoning_gym"),
         _smol("rg/basic_division", {"name": "basic_arithmetic", "size": 2000, "eval_fraction": 0.5, "config": {
@@ -182,8 +183,9 @@ def candidate_pools() -> dict[str, list[Setting]]:
                  "--set", "sft.batch_size=32", "--set", "sft.eval_every=40", "--set", "sft.n_eval=32", "--set",
                  "sft.max_steps=600", "--set", "sft.lr=3e-3", "--set", "sft.select_on=heldout")  # tiny/tool_arith's
     tiny = [
-        _tiny("short_arith/sums0-20", "short_arith", {"max_operand": 20, "eval_fraction": 0.5}),
-        _tiny("short_arith/digits2+1", "short_arith", {"digits": [2, 1]}),
+        # the tiny tokenizer has no capitals ("What is ..."): a printable alphabet, set at the warm start
+        _tiny("short_arith/sums0-20", "short_arith", {"max_operand": 20, "eval_fraction": 0.5}, warm_extra=PRINTABLE),
+        _tiny("short_arith/digits2+1", "short_arith", {"digits": [2, 1]}, warm_extra=PRINTABLE),
         _tiny("arith2", "arith", {"max_digits": 2}),
         _tiny("reverse6-9", "reverse", {"min_len": 6, "max_len": 9}),
         _tiny("tool_arith/2terms+-", "tool_arith", {"max_terms": 2, "ops": "+-"}, config="examples/tool_arith.yaml",
@@ -674,10 +676,23 @@ def check_setup(s: Setting, root: Path) -> dict:
         held_out = (task.available("eval") if callable(getattr(task, "available", None))
                     else len(task.items("eval", s.label_items())))
         extra = rg_criterion(task, s.label_items()) if s.task == "reasoning_gym" else {}
+        if s.model == "tiny":
+            tiny_encodable(s, task)
     except Exception as e:  # noqa: BLE001 -- reported, one line per setting
         return {"setting": s.name, "ok": False, "error": f"{type(e).__name__}: {str(e)[:200]}"}
     return {"setting": s.name, "ok": not extra or extra["meets_a_c"], "held_out": held_out,
             "label_items": min(held_out, s.label_items()), **extra}
+
+
+def tiny_encodable(s: Setting, task) -> None:
+    """Raise ValueError where the tiny model's tokenizer (the alphabet its warm start is built with) cannot
+    encode a held-out prompt, reference or demonstration of the setting."""
+    from grpolab.models.tokenizer import DEFAULT_ALPHABET, PRINTABLE_ALPHABET, build_tokenizer, check_encodable
+
+    tok = build_tokenizer(PRINTABLE_ALPHABET if "model.tokenizer_alphabet=printable" in s.warm else DEFAULT_ALPHABET)
+    for it in task.items("eval", min(64, task.available("eval")) if callable(getattr(task, "available", None)) else 64):
+        for text in (it.prompt, str(it.reference), str(it.demonstration or "")):
+            check_encodable(tok, text, tok(text, add_special_tokens=False)["input_ids"])
 
 
 def rg_criterion(task, n: int) -> dict:

@@ -236,3 +236,17 @@ def test_run_command_measures_cpu_seconds(ho, tmp_path):
     assert rc == 0 and cpu > 0.05 and wall >= cpu * 0.5
     rc, _, _ = ho.run_command([sys.executable, "-c", "raise SystemExit(3)"], tmp_path / "l.log")
     assert rc == 3 and "$ " in (tmp_path / "l.log").read_text()
+
+
+def test_check_catches_a_tiny_setting_its_tokenizer_cannot_read(ho, tmp_path):
+    import dataclasses
+
+    s = next(x for x in ho.candidate_pools()["tiny"] if x.task == "short_arith")
+    assert ho.check_setup(s, tmp_path)["ok"]  # warm start with the printable alphabet
+    r = ho.check_setup(dataclasses.replace(s, warm=()), tmp_path)  # the default alphabet has no 'W'
+    assert not r["ok"] and "cannot encode the characters 'W'" in r["error"]
+
+
+def test_dry_run_says_its_cost_is_an_estimate(ho):
+    text = ho.dry_run(ho.draw_settings())
+    assert "ESTIMATED" in text and "not a measurement" in text and text.count("\n") == 26 + 1
