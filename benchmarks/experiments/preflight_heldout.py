@@ -332,8 +332,9 @@ def start_model(s: Setting, root: Path) -> str:
     return s.overrides(root)[0].split("=", 1)[1]
 
 
-def command(st: Stage, root: Path, budget_s: float | None = None) -> list[str]:
-    """The CLI command of a stage (budget_s: the verdict stages' --budget, seconds)."""
+def command(st: Stage, root: Path, budget_s: float | None = None, n_items: int | None = None) -> list[str]:
+    """The CLI command of a stage (budget_s: the verdict stages' --budget, seconds; n_items: the evaluations'
+    --n, default the setting's label_items(); pass the task's held-out count where it holds fewer)."""
     s, out = st.setting, st.out_dir(root)
     cfg, sets = (["--config", s.config] if s.config else []), _sets(s, root)
     if st.stage == "train":
@@ -350,7 +351,7 @@ def command(st: Stage, root: Path, budget_s: float | None = None) -> list[str]:
         raise ValueError(f"unknown stage {st.stage!r}")
     model = (str(root / "runs" / s.slug() / f"train-{st.seed}" / "final") if st.stage == "eval_final"
              else start_model(s, root))
-    return [*CLI, "eval", model, *cfg, *sets, "--samples", "0", "--examples", "0", "--n", str(s.label_items()),
+    return [*CLI, "eval", model, *cfg, *sets, "--samples", "0", "--examples", "0", "--n", str(n_items or s.label_items()),
             "--completions", str(out / "greedy.jsonl")]
 
 
@@ -455,7 +456,13 @@ def execute(st: Stage, root: Path, commit: str) -> dict | None:
         rc, cpu, wall = run_command(warm, root / "logs" / f"{st.setting.warm_key()}.log")
         if rc != 0:
             raise RuntimeError(f"warm start failed (rc {rc}): {' '.join(warm)}")
-    cmd = command(st, root, budget)
+    n_items = None
+    if st.stage.startswith("eval"):
+        chk = check_setup(st.setting, root)
+        if not chk["ok"]:
+            raise RuntimeError(f"{st.setting.name}: {chk.get('error', chk)}")
+        n_items = chk["label_items"]  # all held-out items where the task holds fewer than label_items()
+    cmd = command(st, root, budget, n_items)
     rc, cpu, wall = run_command(cmd, root / "logs" / st.setting.slug() / f"{st.stage}-{st.seed}.log")
     rec = {"protocol_commit": commit, "setting": st.setting.name, "stage": st.stage, "seed": st.seed,
            "command": cmd, "rc": rc, "cpu_s": cpu, "wall_s": wall, "budget_s": budget,
@@ -594,7 +601,9 @@ def setting_row(name: str, recs: dict) -> dict | None:
     return {"setting": name, "seeds": dict(zip(map(str, TRAIN_SEEDS), seeds)), **label, "verdicts": verdicts,
             "hits": {r: hit(verdicts[r], label["label"]) for r in (*RULES, *EXPLORATORY, "pilot_retest")},
             "cost_share": cost, "run_cpu_s": run_cpu,
-            "pilot_causes": [recs[("pilot", p)]["data"].get("cause") for p in PILOT_SEEDS]}
+            "pilot_causes": [recs[("pilot", p)]["data"].get("cause") for p in PILOT_SEEDS],
+            "pilot_stages": [recs[("pilot", p)]["data"].get("stage") for p in PILOT_SEEDS],
+            "pilot_updates": [recs[("pilot", p)]["data"].get("pilot_updates") for p in PILOT_SEEDS]}
 
 
 def _share(k: int, n: int) -> dict:
@@ -616,6 +625,8 @@ def summarise(rows: list[dict], n_planned: int) -> dict:
             "headline": agree["pilot"],
             "test_retest": _share(same, len(rows)),
             "labels": dict(Counter(x["label"] for x in rows)), "median_cost_share": median,
+            "pilots_without_update": sum(x["pilot_updates"][0] == 0 for x in rows),
+            "pilot_stages": dict(Counter(str(x["pilot_stages"][0]) for x in rows)),
             "targets": {"pilot >= 80% of all": (agree["pilot"]["value"] or 0) >= 0.8,
                         "pilot beats always go (McNemar)": beats("always_go"),
                         "pilot beats start (McNemar)": beats("start"),

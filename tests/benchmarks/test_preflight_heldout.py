@@ -117,14 +117,15 @@ def _write(root, setting, stage, seed, data, cpu):
                              "wall_s": cpu, "data": data}))
 
 
-def _synthetic(ho, root, name, *, gains_solved, start_v, pilot_v, retest_v, greedy, passk):
+def _synthetic(ho, root, name, *, gains_solved, start_v, pilot_v, retest_v, greedy, passk, updates=2):
     """One setting: 20 items, the start solves the first 4; seed i's final solves gains_solved[i] items."""
     n = 20
     _write(root, name, "eval_start", 0, _evalrec([i < 4 for i in range(n)], [str(i) for i in range(n)]), 5)
     for seed, k in zip(ho.TRAIN_SEEDS, gains_solved):
         _write(root, name, "train", seed, {"final": "x"}, 100)
         _write(root, name, "eval_final", seed, _evalrec([i < k for i in range(n)], [str(i) for i in range(n)]), 5)
-    pf = lambda v: {"verdict": v, "cause": None, "greedy": greedy, "pass_at_k": passk}  # noqa: E731
+    pf = lambda v: {"verdict": v, "cause": None, "greedy": greedy, "pass_at_k": passk,  # noqa: E731
+                    "stage": "pilot measured", "pilot_updates": updates}
     _write(root, name, "start_verdict", ho.MEASURE_SEED, pf(start_v), 10)
     _write(root, name, "pilot", ho.PILOT_SEEDS[0], pf(pilot_v), 20)
     _write(root, name, "pilot", ho.PILOT_SEEDS[1], pf(retest_v), 30)
@@ -140,7 +141,7 @@ def test_report_on_synthetic_records(ho, tmp_path):
     _synthetic(ho, tmp_path, names[1], gains_solved=flat, start_v="indicated", pilot_v="not indicated",
                retest_v="can't tell", greedy=0.2, passk=0.22)      # pilot, pass@k hit; start, always go miss
     _synthetic(ho, tmp_path, names[2], gains_solved=flat, start_v="can't tell", pilot_v="not indicated",
-               retest_v="not indicated", greedy=0.2, passk=0.3)    # pilot hits; others miss
+               retest_v="not indicated", greedy=0.2, passk=0.3, updates=0)  # pilot hits; others miss
     # names[3]: no records -> unfinished, a miss for every rule
     rec = ho.report(tmp_path, settings, "abc")
     s = rec["summary"]
@@ -155,6 +156,7 @@ def test_report_on_synthetic_records(ho, tmp_path):
     pva = s["pairs"]["pilot vs always_go"]
     assert (pva["gained"], pva["lost"]) == (2, 0) and pva["p_value"] == pytest.approx(0.5)  # exact McNemar 2 vs 0
     assert s["test_retest"]["k"] == 2 and s["test_retest"]["n"] == 3
+    assert s["pilots_without_update"] == 1 and s["pilot_stages"] == {"pilot measured": 3}
     assert s["median_cost_share"] == {"pilot": pytest.approx(0.2), "start": pytest.approx(0.1),
                                       "always_go": 0.0, "passk_only": pytest.approx(0.1), "run_prefix": 0.0}
     assert s["agreement"]["run_prefix"]["k"] == 0  # no reward curve in these records: can't tell, a miss
