@@ -107,7 +107,7 @@ class Setting:
         opts = [f"task.options.{k}={json.dumps(v)}" for k, v in json.loads(self.options).items()]  # JSON is YAML
         template = [] if self.template is None else [f"task.prompt_template={self.template}"]
         return [f"model.path={model}", f"task.name={self.task}", *opts, *template, *self.extra, *self.recipe.sets(),
-                "log.tensorboard=false", "log.progress=false"]
+                "log.tensorboard=false", "log.progress=false", "log.plots=false", "log.completions_every=0"]
 
     def warm_key(self) -> str:
         """The warm start's folder name: settings with the same `grpolab sft` arguments share one."""
@@ -730,6 +730,10 @@ def dry_run(settings: list[Setting]) -> str:
         lines.append(f"  {s.name:42s} {r.steps:3d} steps x {r.prompts_per_step} x {r.group_size}, lr {r.lr:g}, cap "
                      f"{r.max_new_tokens}, pilot {s.pilot_steps()} steps, label on {s.label_items()} items: "
                      f"run ~{e['run']:.0f} s, all stages ~{e['total'] / 3600:.1f} h")
+        lines.append(f"      {s.config or '(no config file)'} " + " ".join(f"--set '{x}'" for x in s.overrides(Path("ROOT")))
+                     + (f"  [warm start: grpolab sft {' '.join(s.warm)}]" if s.warm else ""))
+    lines.append("held-out items: the task's first min(held-out, label items) eval items, the same for start and "
+                 "final (`grpolab eval --n`); ROOT is --root")
     lines.append(f"estimated total: ~{total / 3600:.0f} CPU hours; stages in run order: {len(plan(settings))}")
     return "\n".join(lines)
 
@@ -766,10 +770,13 @@ def main(argv: list[str] | None = None) -> None:
             atomic_write_text(args.md, markdown(rec))
         print(json.dumps(rec["summary"]["headline"]))
         return
-    commit = frozen_commit()
-    for st in plan(chosen):
-        rec = execute(st, root, commit)
-        print(f"{st.setting.name} {st.stage}-{st.seed}: {'done' if rec else 'not ready or failed'}", flush=True)
+    try:
+        commit = frozen_commit()
+        for st in plan(chosen):
+            rec = execute(st, root, commit)
+            print(f"{st.setting.name} {st.stage}-{st.seed}: {'done' if rec else 'not ready or failed'}", flush=True)
+    except RuntimeError as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 if __name__ == "__main__":

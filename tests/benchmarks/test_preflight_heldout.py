@@ -251,4 +251,5 @@ def test_check_catches_a_tiny_setting_its_tokenizer_cannot_read(ho, tmp_path):
 
 def test_dry_run_says_its_cost_is_an_estimate(ho):
     text = ho.dry_run(ho.draw_settings())
-    assert "ESTIMATED" in text and "not a measurement" in text and text.count("\n") == 26 + 1
+    assert "ESTIMATED" in text and "not a measurement" in text and text.count("\n") == 2 * 26 + 2
+    assert "--set 'task.options.ops=\"-\"'" in text  # the exact overrides are printed
