@@ -61,6 +61,14 @@ def _eval_1024(run_dir: Path) -> float:
     return float(json.loads(out.stdout)["greedy_accuracy"])
 
 
+def _code_version() -> dict:
+    """The commit the seed ran on, and whether the checkout had uncommitted changes (a study spans sessions,
+    so its seeds may run on different commits: each record says which)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain", "--", "src"))}
+
+
 def run_seed(study: str, seed: int, out: Path, extra: list[str], jobs: int) -> dict:
     """Both arms of one seed; returns the seed's record (also written to ``out/seed_<S>.json``)."""
     spec = STUDIES[study]
@@ -85,6 +93,7 @@ def run_seed(study: str, seed: int, out: Path, extra: list[str], jobs: int) -> d
 
     record["warm_start"] = load_config(ROOT / spec["config"], spec["overrides"] + extra).model.path
     record["warm_start_sha256_16"] = _weights_hash(record["warm_start"])
+    record["code"] = _code_version()
     record["wall_seconds"] = time.time() - t0
     atomic_write_json(out / f"seed_{seed}.json", record)
     return record

@@ -55,3 +55,15 @@ def test_analyse_refuses_mixed_records(tmp_path):
     _record(tmp_path, "ba_pairsum", 999, arms, registered=False)
     with pytest.raises(SystemExit, match="mixes registered and other records"):
         prereg.analyse("ba_pairsum", tmp_path)
+
+
+def test_a_seed_record_names_the_commit_it_ran_on():
+    import re
+    import subprocess
+
+    version = prereg._code_version()
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    if not head:
+        pytest.skip("not a git checkout")
+    assert re.fullmatch(r"[0-9a-f]{40}", version["commit"]) and version["commit"] == head
+    assert isinstance(version["dirty"], bool)
