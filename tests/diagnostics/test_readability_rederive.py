@@ -95,6 +95,17 @@ def test_truncated_and_garbage_responses_have_no_error_and_no_answer():
     assert rederive("short_arith", Q, "").final_answer is None
 
 
+def test_only_a_line_that_states_an_answer_holds_the_final_answer():
+    # SmolLM2's own: a right sum, then lines restating the operands (the verifier reads "37 = 37": wrong)
+    r = rederive("short_arith", "What is 19 + 37?", "19 + 37 = 56\n\nwhere:\n19 = 19\n37 = 37")
+    assert r.error_char is None and r.final_answer is None and not r.correct
+    t = "19 + 78 = 27 + 11 = 38\n\nThe final answer is: 38"  # SmolLM2's own: the first equation is wrong
+    r = rederive("short_arith", "What is 19 + 78?", t)
+    assert r.error_char == _at(t, "27") and (r.written, r.expected) == ("27", "97")
+    assert rederive("short_arith", Q, "The final answer is: 55.").final_answer == "55"
+    assert rederive("short_arith", Q, "Finally, 7 + 8 = 15 is the ones column.").final_answer is None
+
+
 def test_subtraction_borrow():
     q = "What is 52 - 7?"
     assert rederive("short_arith", q, "2 - 7: borrow 10, 5. 5 - 1 = 4. So 52 - 7 = 45.\nAnswer: 45").correct

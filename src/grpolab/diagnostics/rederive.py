@@ -15,8 +15,8 @@ One re-deriver per worked-answer format, in :data:`REDERIVERS` keyed by task nam
   an equation whose operands are all single digits is a *column step* whose operands must be the
   column's digits and the carry (or borrow) the response's previous column produced (the first two
   operands may come in either order); ``write d`` / ``carry c`` must follow from the last column
-  value; an equation after "So" must restate the question's sum; the last line's last number is
-  the final answer and must be the true result;
+  value; an equation after "So" must restate the question's sum; a last line that states an answer
+  (``N``, ``Answer: N``, ``... answer is N``, ``A + B = N``) holds the final answer, which must be the true result;
 * ``"arith"`` -- the scratchpad ``"7+5=12;12-3=9#9"``: step ``k`` must start from the previous
   step's written result (the prompt's first number for step 0), apply the prompt's ``k``-th
   operator and operand, and compute right; the number after ``#`` must be the true result.
@@ -50,8 +50,8 @@ class Rederivation:
             ``"final"``; None without an error.
         written, expected: the wrong number as written and the number that belonged there.
         claims: how many claims were checked up to the first error (or in all).
-        final_answer: the final answer as written (the last line's last number; arith: after ``#``),
-            None when the response has none (cut short, or no number on its last line).
+        final_answer: the final answer as written (the number a last line states as the answer;
+            arith: after ``#``), None when the response has none (cut short, prose, ``"37 = 37"``).
         final_correct: ``final_answer`` is the true result.
     """
 
@@ -173,12 +173,17 @@ def _column_check(c: _Claims, ops, op: str, want: list[int], result: tuple[str, 
     return c.check("column", result[1], result[0], value if value >= 0 else value + 10)
 
 
+_ANSWER_LINE = re.compile(r"^\W*(?:(?:the\s+)?(?:final\s+)?answer\b[^\d]*|.*\d\s*[+-]\s*\d+\s*=\s*)?(\d+)\W*$", re.I)
+
+
 def _final_number(text: str) -> tuple[int, str] | None:
-    """``(start, digits)`` of the last number on the last non-empty line, None without one."""
+    """``(start, digits)`` of the final answer: the number a last line states as the answer
+    (``"55"``, ``"Answer: 55"``, ``"The final answer is: 55."``, ``"47 + 8 = 55"``); None when the
+    last line states none (prose, or ``"37 = 37"``)."""
     body = text.rstrip()
     last_nl = body.rfind("\n")
-    nums = list(re.finditer(r"\d+", body[last_nl + 1:]))
-    return None if not nums else (last_nl + 1 + nums[-1].start(), nums[-1].group())
+    m = _ANSWER_LINE.match(body[last_nl + 1:])
+    return None if m is None else (last_nl + 1 + m.start(1), m.group(1))
 
 
 def _summary_check(c: _Claims, ops, q: tuple[int, str, int]) -> Rederivation | None:
