@@ -283,12 +283,12 @@ def rederive_arith(prompt: str, text: str, finished: bool = True) -> Rederivatio
         if k >= len(steps):
             return c.check("step", m.start(1), m.group(1), "")  # a step the problem does not have
         o, v = steps[k]
-        for grp, want in ((1, total), (2, o), (3, v)):
-            if grp == 2:
-                if m.group(2) != o:  # the operator: point at the operand it applies
-                    return c.check("step", m.start(3), m.group(3), f"{o}{v}")
-            elif c.judgeable(m.end(grp)) and (bad := c.check("step", m.start(grp), m.group(grp), want)):
-                return bad
+        if bad := c.check("step", m.start(1), m.group(1), total):  # the running total
+            return bad
+        if m.group(2) != o:  # the prompt's operator: point at the operand it applies to
+            return c.check("step", m.start(3), m.group(3), f"{o}{v}")
+        if bad := c.check("step", m.start(3), m.group(3), v):  # the prompt's operand
+            return bad
         if not c.judgeable(m.end(4)):
             return c.done(None, truth)
         x, y = int(m.group(1)), int(m.group(3))
