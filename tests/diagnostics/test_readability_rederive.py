@@ -101,8 +101,10 @@ def test_only_a_line_that_states_an_answer_holds_the_final_answer():
     assert r.error_char is None and r.final_answer is None and not r.correct
     t = "19 + 78 = 27 + 11 = 38\n\nThe final answer is: 38"  # SmolLM2's own: the first equation is wrong
     r = rederive("short_arith", "What is 19 + 78?", t)
-    assert r.error_char == _at(t, "27") and (r.written, r.expected) == ("27", "97")
+    assert r.error_char == _at(t, "27") and r.written == "27" and r.expected.startswith("97 ")
     assert rederive("short_arith", Q, "The final answer is: 55.").final_answer == "55"
+    # SmolLM2's own: both sides of an equation are expressions, equal in value: no error
+    assert rederive("short_arith", "What is 1 + 78?", "1 + 78 = 78 + 1\n78 + 1 = 79\n\nThe answer is 79.").correct
     assert rederive("short_arith", Q, "Finally, 7 + 8 = 15 is the ones column.").final_answer is None
 
 

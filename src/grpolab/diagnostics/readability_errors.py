@@ -43,9 +43,11 @@ __all__ = ["CATEGORIES", "ErrorReadability", "ResponseLabel", "char_to_token", "
            "error_readability", "gear_departed_mask", "label_responses"]
 
 #: What a sampled response counts as: ``error`` (re-deriving found a wrong number), ``reworded``
-#: (the reward calls it correct, no error, and its text departs from every accepted target),
-#: ``verbatim`` (correct and exactly an accepted target), ``unlabelled`` (neither: the reward calls
-#: it wrong but no wrong number was found -- cut short, no answer, an answer that runs on).
+#: (re-derived correct -- right steps and a stated, right final answer -- and its text departs from
+#: every accepted target), ``verbatim`` (re-derived correct and exactly an accepted target),
+#: ``unlabelled`` (neither: cut short, no stated answer, a line after the answer). "Correct" is the
+#: re-deriver's, not the verifier's: "The answer is 55." is right here though ``final_line`` wants
+#: "Answer: 55"; the reward's verdict is kept in :attr:`ResponseLabel.correct` for the old measure.
 CATEGORIES = ("error", "reworded", "verbatim", "unlabelled")
 
 
@@ -58,7 +60,7 @@ class ResponseLabel:
         error_token: the token holding the first wrong character (``category == "error"``), else None.
         departure_token: the first token departing from the item's accepted targets
             (:func:`~grpolab.diagnostics.readability.first_wrong_token`), None when it never departs.
-        correct: the reward's verdict.
+        correct: the reward's verdict (the old measure's "wrong responses" are those it calls wrong).
         length: valid tokens in the row.
         rederivation: what :func:`~grpolab.diagnostics.rederive.rederive` found (None in synthetic labels).
     """
@@ -88,7 +90,8 @@ def label_responses(tokenizer, response_ids, response_mask, items: Sequence, gro
         tokenizer: decodes the responses.
         response_ids, response_mask: ``[B,T]``.
         items: the ``N`` prompts' task items; row ``i`` answers ``items[i // group_size]``.
-        correct: ``[B]`` bool, the reward's verdict.
+        correct: ``[B]`` bool, the reward's verdict (kept for the old measure; the categories use the
+            re-deriver's verdict).
         finished: ``[B]`` bool, the row ended with a stop token (False: cut at the length cap).
         task: the re-deriver's key (:data:`grpolab.diagnostics.rederive.REDERIVERS`).
     """
@@ -104,7 +107,7 @@ def label_responses(tokenizer, response_ids, response_mask, items: Sequence, gro
         err = char_to_token(tokenizer, ids, rd.error_char) if rd.has_error else None
         if err is not None:
             cat = "error"
-        elif ok and not rd.has_error:
+        elif rd.correct:  # right steps and a stated, right final answer, whatever the verifier's format rules
             cat = "verbatim" if dep is None else "reworded"
         else:
             cat = "unlabelled"
@@ -193,7 +196,7 @@ class ErrorReadability:
         auc_first_departure: the old measure on the same batch: over wrong responses (the reward's
             verdict), first-departure tokens vs the tokens before them.
         responses: rows measured; ``counts``: responses per :data:`CATEGORIES` entry.
-        error_right_answer: erroneous responses the reward calls correct (a right answer by a wrong step).
+        error_right_answer: erroneous responses the reward calls correct (a right answer after a wrong step).
         error_kinds: erroneous responses per :attr:`Rederivation.error_kind`.
         error_tokens, reworded_departed_tokens, correct_tokens: the samples the AUCs rest on.
         mean_delta_error, mean_delta_reworded_departed, mean_delta_correct: mean ``delta`` of each.

@@ -11,7 +11,8 @@ One re-deriver per worked-answer format, in :data:`REDERIVERS` keyed by task nam
 
 * ``"short_arith"`` -- :func:`grpolab.tasks.short_arith.worked_solution`'s format
   (``"7 + 8 = 15: write 5, carry 1. 4 + 1 = 5. So 47 + 8 = 55.\\nAnswer: 55"``), read loosely:
-  every ``x + y [+ c] = z`` (or ``x - y [- c]: borrow 10, z``) anywhere is an equation to recompute;
+  every ``x + y [+ c] = z`` (or ``x - y [- c]: borrow 10, z``) anywhere is an equation to recompute
+  (``x + y = u + v`` compares the two sides' values; a wrong one points at ``u``);
   an equation whose operands are all single digits is a *column step* whose operands must be the
   column's digits and the carry (or borrow) the response's previous column produced (the first two
   operands may come in either order); ``write d`` / ``carry c`` must follow from the last column
@@ -139,6 +140,7 @@ _EQUATION = re.compile(r"(\d+(?:\s*[+-]\s*\d+)+)\s*(?:(=)|:\s*borrow\s+10\s*,)\s
 _OPERAND = re.compile(r"([+-]?)\s*(\d+)")
 _WORD = re.compile(r"\b(write|carry)\s+(?:a\s+|the\s+)?(\d+)", re.I)
 _SO = re.compile(r"\bso\W*$", re.I)
+_RHS_EXPR = re.compile(r"(?:\s*[+-]\s*\d+)+")
 
 
 def _columns(a: int, op: str, b: int) -> tuple[list[int], list[int], int]:
@@ -227,6 +229,13 @@ def _equation(c: _Claims, m: re.Match, q: tuple[int, str, int], state: dict) -> 
         state["carry"] = (1 if borrow or value < 0 else 0) if op == "-" else value // 10
     if not c.judgeable(m.end(3)):
         return None
+    rhs = _RHS_EXPR.match(c.text, m.end(3))
+    if rhs is not None and not borrow:  # "1 + 78 = 78 + 1": an expression on the right, equal in value or not
+        right = _operands(m.group(3) + rhs.group(0), m.start(3))
+        if sum(v if o != "-" else -v for o, v, _ in right) == value:
+            c.n += 1
+            return None
+        return c.check("equation", res[1], res[0], f"{value} (the left side's value)")
     if borrow:
         return c.check("equation", res[1], res[0], value + 10 if value < 0 else "no borrow")
     return c.check("equation", res[1], res[0], value)
