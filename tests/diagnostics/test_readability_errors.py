@@ -78,6 +78,10 @@ def test_clustered_auc_pools_like_the_pairwise_count():
     assert r.value == pytest.approx(0.5) and r.n == 4
     assert math.isnan(r.low) and math.isnan(r.high)  # 4 responses: too few for a bootstrap
     assert clustered_auc([([1.0], [])]) is None and clustered_auc([([], [1.0])]) is None
+    # 30 errors but one reworded response: no interval (its spread over responses is unknown)
+    one_neg = [([float(i)], []) for i in range(30)] + [([], [0.5, 1.5, 40.0])]
+    r = clustered_auc(one_neg)
+    assert r.value == pytest.approx((3 + 2 + 28) / 90) and math.isnan(r.low)  # p=0: 3 above, p=1: 2, p>=2: 40 only
 
 
 def test_repeating_a_responses_tokens_does_not_shrink_the_interval():

@@ -18,7 +18,8 @@ low everywhere after the departure) sits near 0.5 here while its first-departure
 measure, reported beside it on the same batch as ``auc_first_departure``) is near 1; a teacher
 that reads the arithmetic (delta low exactly at errors) scores high on both. Intervals are a
 stratified percentile bootstrap over *responses* (the tokens of one response are not independent),
-NaN bounds below :data:`~grpolab.diagnostics.inference.MIN_BOOTSTRAP_UNITS` responses.
+NaN bounds below :data:`~grpolab.diagnostics.inference.MIN_BOOTSTRAP_UNITS` responses or
+:data:`MIN_STRATUM` responses of a class.
 
 :func:`gear_departed_mask` gives the tokens GEAR's default rule would put in departed segments, so
 the result also says how much of the *correct* responses GEAR would treat as departures.
@@ -40,7 +41,7 @@ from grpolab.diagnostics.rederive import Rederivation, rederive
 from grpolab.diagnostics.stats import CI
 
 __all__ = ["CATEGORIES", "ErrorReadability", "ResponseLabel", "char_to_token", "clustered_auc",
-           "error_readability", "gear_departed_mask", "label_responses"]
+           "error_readability", "gear_departed_mask", "label_responses", "MIN_STRATUM"]
 
 #: What a sampled response counts as: ``error`` (re-deriving found a wrong number), ``reworded``
 #: (re-derived correct -- right steps and a stated, right final answer -- and its text departs from
@@ -49,6 +50,9 @@ __all__ = ["CATEGORIES", "ErrorReadability", "ResponseLabel", "char_to_token", "
 #: re-deriver's, not the verifier's: "The answer is 55." is right here though ``final_line`` wants
 #: "Answer: 55"; the reward's verdict is kept in :attr:`ResponseLabel.correct` for the old measure.
 CATEGORIES = ("error", "reworded", "verbatim", "unlabelled")
+
+#: The fewest responses of a class (those holding a positive, the others) a bootstrap interval rests on.
+MIN_STRATUM = 10
 
 
 @dataclass(frozen=True)
@@ -130,7 +134,9 @@ def clustered_auc(units: Sequence[tuple[Sequence[float], Sequence[float]]], *, n
     """P(a negative score > a positive score), ties half, pooled over ``units`` = ``[(pos, neg)]``
     (one unit per response), with a stratified percentile bootstrap over units (units holding a
     positive and the others resampled separately). None without both a positive and a negative;
-    NaN bounds with fewer than :data:`~grpolab.diagnostics.inference.MIN_BOOTSTRAP_UNITS` units."""
+    NaN bounds with fewer than :data:`~grpolab.diagnostics.inference.MIN_BOOTSTRAP_UNITS` units or
+    fewer than :data:`MIN_STRATUM` in a stratum (one reworded response cannot show the spread
+    between reworded responses)."""
     units = [(np.asarray(p, float), np.asarray(n, float)) for p, n in units if len(p) or len(n)]
     pos = np.concatenate([p for p, _ in units]) if units else np.zeros(0)
     n_neg = np.array([len(n) for _, n in units], float)
@@ -148,16 +154,15 @@ def clustered_auc(units: Sequence[tuple[Sequence[float], Sequence[float]]], *, n
         return float(w @ Gu @ w / den) if den > 0 else float("nan")
 
     point = value(np.ones(len(units)))
-    if len(units) < MIN_BOOTSTRAP_UNITS:
+    strata = [s for s in (np.flatnonzero(n_pos > 0), np.flatnonzero(n_pos == 0)) if len(s)]
+    if len(units) < MIN_BOOTSTRAP_UNITS or min(len(s) for s in strata) < MIN_STRATUM:
         return CI(point, float("nan"), float("nan"), len(units))
     rng = np.random.default_rng(seed)
-    strata = [np.flatnonzero(n_pos > 0), np.flatnonzero(n_pos == 0)]
     boots = []
     for _ in range(n_boot):
         w = np.zeros(len(units))
         for s in strata:
-            if len(s):
-                np.add.at(w, rng.choice(s, size=len(s)), 1.0)
+            np.add.at(w, rng.choice(s, size=len(s)), 1.0)
         boots.append(value(w))
     lo, hi = np.nanpercentile(boots, [2.5, 97.5])
     return CI(point, float(lo), float(hi), len(units))
