@@ -14,6 +14,15 @@ response AUC, with the sample sizes they rest on.
 
 The teacher is the model itself shown the privileged context (``teacher=None``), which is what the
 trainer's frozen teacher is at step 0 (with LoRA: the base model, adapters off).
+
+The first-wrong-token AUC above labels the first *departure from the reference text*, which a
+teacher that copies the reference passes by construction. :func:`measure_error_readability` is
+the measure that can fail (:mod:`grpolab.diagnostics.readability_errors`): first *errors* found by
+re-deriving each response, against the departed tokens of correct-but-reworded responses::
+
+    res = measure_error_readability(opened.model, opened.tokenizer, opened.prompt_format, cfg.credit, exp,
+                                    temperature=0.7, task="short_arith")
+    res.auc_error_vs_reworded, res.auc_first_departure, res.counts, res.gear_departed_share_correct
 """
 
 from __future__ import annotations
@@ -24,7 +33,8 @@ import torch
 
 from grpolab.diagnostics.readability import READABLE_AUC, readability
 
-__all__ = ["measure_readability", "measure_run_readability", "readability_row", "sample_responses", "teacher_delta"]
+__all__ = ["error_readability_row", "measure_error_readability", "measure_readability", "measure_run_readability",
+           "readability_row", "sample_responses", "teacher_delta"]
 
 
 def sample_responses(collector, model, items: Sequence, *, group_size: int, temperature: float, seed: int = 0):
@@ -120,3 +130,49 @@ def measure_run_readability(opened, *, prompts: int = 32, seed: int = 0, credit=
                               temperature=T)
     row.update({"prompts": len(pool), "group_size": G, "seed": seed})
     return row
+
+
+def error_readability_row(tokenizer, exp, d: dict[str, Any], credit, *, task: str, n_boot: int = 1000,
+                          seed: int = 0):
+    """:func:`measure_error_readability`'s result from a batch ``exp`` and its :func:`teacher_delta` ``d``
+    (so one teacher forward serves both measures)."""
+    from grpolab.diagnostics.readability_errors import error_readability, gear_departed_mask, label_responses
+    from grpolab.teacher_text import CreditTokens
+
+    r = exp.rollout
+    G = r.response_ids.shape[0] // max(len(exp.items), 1)
+    labels = label_responses(tokenizer, r.response_ids, r.response_mask, exp.items, G, exp.rewards >= 1.0,
+                             r.finished, task)
+    boundary, _ = CreditTokens(tokenizer, boundaries=credit.gear_boundaries).masks(r.response_ids, r.response_mask)
+    div = d["kl"] if credit.divergence == "kl" else None
+    if credit.divergence == "kl" and div is None:
+        raise ValueError("error_readability_row: credit.divergence=kl needs the teacher forward's KL "
+                         "(teacher_delta(..., return_kl=True))")
+    gear = gear_departed_mask(d["delta"], r.response_mask, divergence=div, boundary_mask=boundary,
+                              min_drop=credit.gear_min_drop, k=credit.gear_k)
+    return error_readability(d["delta"], labels, gear_mask=gear, n_boot=n_boot, seed=seed)
+
+
+def measure_error_readability(model, tokenizer, prompt_format, credit, exp, *, temperature: float, task: str,
+                              teacher=None, items: Sequence | None = None, n_boot: int = 1000, seed: int = 0):
+    """Error readability of one sampled batch: the AUC of ``delta`` at re-derived first errors against
+    the departed tokens of correct-but-reworded responses, beside the old first-departure AUC
+    (:class:`grpolab.diagnostics.readability_errors.ErrorReadability`).
+
+    Args:
+        model, tokenizer, prompt_format, credit, exp, temperature, teacher, items: as :func:`teacher_delta`.
+        task: the worked-answer format's re-deriver (``"short_arith"``, ``"arith"``:
+            :data:`grpolab.diagnostics.rederive.REDERIVERS`).
+        n_boot, seed: the bootstrap over responses behind the intervals.
+
+    Raises:
+        ValueError: no re-deriver for ``task``.
+    """
+    from grpolab.diagnostics.rederive import REDERIVERS
+
+    if task not in REDERIVERS:
+        raise ValueError(f"measure_error_readability: no re-deriver for task {task!r}; tasks with one: "
+                         f"{', '.join(sorted(REDERIVERS))}")
+    d = teacher_delta(model, tokenizer, prompt_format, credit, exp, temperature=temperature, teacher=teacher,
+                      items=items, return_kl=credit.divergence == "kl")
+    return error_readability_row(tokenizer, exp, d, credit, task=task, n_boot=n_boot, seed=seed)
