@@ -198,7 +198,9 @@ def test_readability_length_and_ratio_rows():
     n = 32
     rewards = [[1.0] * 4 + [0.0] * 4] * n
     lengths = [[10] * 4 + [20] * 4] * n  # failures twice as long within every group
-    read = {"teacher_auc": 0.95, "response_auc": 0.9, "wrong_responses_localised": 120, "tokens_before": 600}
+    read = {"teacher_auc": 0.95, "response_auc": 0.9, "wrong_responses_localised": 120, "tokens_before": 600,
+            "rederivable": True, "error_auc": 0.95, "error_auc_interval": [0.9, 0.98],
+            "error_counts": {"error": 40, "reworded": 30}}
     res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=256, sampled_lengths=lengths,
                                   readability=read, has_privileged=True, off_policy=False)
     rows = {m.id: m for m in res.methods}
@@ -206,7 +208,8 @@ def test_readability_length_and_ratio_rows():
     assert rows["balanced"].verdict == INDICATED  # ratio 2.0 over 32 groups
     assert rows["ratio"].verdict == NOT_INDICATED and "on-policy" in rows["ratio"].rests_on
     res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=256, sampled_lengths=[[200] * 8] * n,
-                                  readability={**read, "teacher_auc": 0.6}, has_privileged=True, off_policy=True)
+                                  readability={**read, "error_auc": 0.6, "error_auc_interval": [0.5, 0.7]},
+                                  has_privileged=True, off_policy=True)
     rows = {m.id: m for m in res.methods}
     assert rows["credit"].verdict == NOT_INDICATED
     assert rows["balanced"].verdict == NOT_INDICATED  # ratio 1.0
@@ -241,3 +244,31 @@ def test_bad_input_is_refused():
         preflight_from_outcomes([], [], group_size=8, max_new_tokens=4)
     with pytest.raises(ValueError, match="same number"):
         preflight_from_outcomes([0.0, 1.0], [[1.0], [1.0, 0.0]], group_size=8, max_new_tokens=4)
+
+
+def _credit_row(read):
+    n = 32
+    res = preflight_from_outcomes([0.0] * n, [[1.0] * 4 + [0.0] * 4] * n, group_size=8, max_new_tokens=256,
+                                  readability=read, has_privileged=True, off_policy=False)
+    return res.method("credit")
+
+
+def test_the_credit_verdict_rests_on_the_error_auc_not_on_copying():
+    # a copier of the reference: the first-departure AUC is ~1 by construction, the error AUC is chance
+    copier = {"teacher_auc": 0.99, "wrong_responses_localised": 120, "tokens_before": 600, "rederivable": True,
+              "error_auc": 0.52, "error_auc_interval": [0.41, 0.63], "error_counts": {"error": 40, "reworded": 25}}
+    row = _credit_row(copier)
+    assert row.verdict == NOT_INDICATED and not row.set_lines
+    assert "error AUC 0.520 [0.410, 0.630]" in row.rests_on and "first-departure AUC 0.990" in row.rests_on
+    # a task whose answers cannot be re-derived: the old AUC alone decides nothing
+    row = _credit_row({"teacher_auc": 0.99, "wrong_responses_localised": 120, "tokens_before": 600,
+                       "rederivable": False})
+    assert row.verdict == CANT_TELL and "cannot tell an error from a correct rewording" in row.note
+    # re-derivable but too few reworded-correct responses for an interval
+    row = _credit_row({"teacher_auc": 0.8, "rederivable": True, "error_auc": 0.9, "error_auc_interval": None,
+                       "error_counts": {"error": 30, "reworded": 1}})
+    assert row.verdict == CANT_TELL and "1 reworded-correct" in row.rests_on and "measure more items" in row.note
+    # the interval straddles the threshold
+    row = _credit_row({"teacher_auc": 0.8, "rederivable": True, "error_auc": 0.82, "error_auc_interval": [0.7, 0.9],
+                       "error_counts": {"error": 30, "reworded": 20}})
+    assert row.verdict == CANT_TELL

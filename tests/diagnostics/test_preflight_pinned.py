@@ -77,8 +77,9 @@ def test_pinned_verdicts_and_set_lines():
         "overlong shaping / truncation masking": (
             "indicated", "responses cut at the 32-token cap: 27.5% [16.1, 42.8] (n=40); the answer is already in "
             "26% of the cut ones", ["rollout.max_new_tokens=64", "objective.overlong_buffer=8"]),
-        "RLSD / GEAR": ("indicated", "first-wrong-token AUC 0.900 [0.863, 0.937] (40 localised wrong responses); "
-                        "response AUC 0.800", ["credit.name=rlsd", "credit.lam=0.5"]),
+        # changed on purpose (issue 60 item 1): the first-departure AUC alone no longer decides RLSD/GEAR, since a
+        # copier of the reference passes it by construction; this row has no re-derived error AUC
+        "RLSD / GEAR": ("can't tell", "first-departure AUC 0.900 (tests copying, not errors)", []),
         "Balanced Aggregation": ("indicated", "ratio 1.639 [1.410, 1.917] over 32 mixed groups (320 responses)",
                                  ["objective.aggregation=balanced"]),
         "CTPO / GSPO": ("not indicated", "mean response 29.6 tokens [28.2, 31.0]; off-policy (several optimizer "

@@ -71,6 +71,7 @@ class PreflightSpec:
     off_policy: bool = False
     until_decided: int = 0
     credit: Any = None
+    task: str | None = None
 
     @classmethod
     def from_config(cls, cfg, *, k: int | None = None, seed: int | None = None, budget: float | None = None,
@@ -83,7 +84,8 @@ class PreflightSpec:
                    top_p=float(r.top_p), max_new_tokens=int(r.max_new_tokens),
                    seed=int(t.seed + 7919 if seed is None else seed),
                    budget=float(t.preflight_budget if budget is None else budget), readability=readability,
-                   off_policy=is_off_policy(cfg), until_decided=int(until_decided), credit=cfg.credit)
+                   off_policy=is_off_policy(cfg), until_decided=int(until_decided), credit=cfg.credit,
+                   task=cfg.task.name)
 
     def validate(self) -> "PreflightSpec":
         if self.k < 1:
@@ -246,7 +248,7 @@ def _measure_chunks(model, tokenizer, items, collector, spec: PreflightSpec, pro
                            top_p=spec.top_p, generator=gen)
         if (spec.readability and has_priv and read_row is None and prompt_format is not None
                 and spec.credit is not None and (len(chunk) >= READABILITY_ITEMS or done + len(chunk) >= len(items))):
-            read_row = _readability(model, tokenizer, prompt_format, spec.credit, exp, spec.temperature)
+            read_row = _readability(model, tokenizer, prompt_format, spec.credit, exp, spec.temperature, spec.task)
         planner.record(len(chunk), clock() - c0)
         greedy += [x[0] for x in g]
         sampled += s
@@ -275,16 +277,33 @@ def _result(greedy: list[dict], sampled: list[list[dict]], spec: PreflightSpec, 
         greedy_answers=[x["answer"] for x in greedy], off_policy=spec.off_policy, seed=spec.seed, **kw)
 
 
-def _readability(model, tokenizer, prompt_format, credit, exp, temperature: float) -> dict:
-    """The teacher-readability row of one sampled chunk (the keys the verdict and the report use)."""
-    from grpolab.measure.readability import measure_readability
+def _readability(model, tokenizer, prompt_format, credit, exp, temperature: float, task: str | None = None) -> dict:
+    """The teacher-readability row of one sampled chunk (the keys the verdict and the report use).
+
+    One teacher forward serves both measures: the first-departure AUC (``teacher_auc``, which any copier of the
+    reference passes by construction) and, where the task's worked answers can be re-derived
+    (:data:`grpolab.diagnostics.rederive.REDERIVERS`), the error AUC that decides the RLSD/GEAR verdict: re-derived
+    first-error tokens against the departed tokens of correct-but-reworded responses (``error_auc``, with its
+    interval over responses; docs/credit.md, "Readability that can fail")."""
+    from grpolab.diagnostics.rederive import REDERIVERS
+    from grpolab.measure.readability import error_readability_row, readability_row, teacher_delta
 
     try:
-        row = measure_readability(model, tokenizer, prompt_format, credit, exp, temperature=temperature)
+        d = teacher_delta(model, tokenizer, prompt_format, credit, exp, temperature=temperature)
+        row = readability_row(tokenizer, exp, d)
     except (ValueError, RuntimeError) as e:  # e.g. an environment's items: no teacher prompt
         return {"teacher_auc": None, "error": str(e)[:200]}
-    return {key: row.get(key) for key in ("teacher_auc", "response_auc", "wrong_responses_localised", "tokens_before",
-                                          "responses", "correct_frac", "mean_kl", "placement", "needs", "met")}
+    out = {key: row.get(key) for key in ("teacher_auc", "response_auc", "wrong_responses_localised", "tokens_before",
+                                         "responses", "correct_frac", "mean_kl", "placement", "needs", "met")}
+    out["rederivable"] = task in REDERIVERS
+    if out["rederivable"]:
+        er = error_readability_row(tokenizer, exp, d, credit, task=task)
+        ci = er.auc_error_vs_reworded
+        out.update(error_auc=None if ci is None else ci.value,
+                   error_auc_interval=None if ci is None or ci.low != ci.low else [ci.low, ci.high],
+                   error_counts={"error": er.counts.get("error", 0), "reworded": er.counts.get("reworded", 0)},
+                   gear_departed_share_correct=er.gear_departed_share_correct)
+    return out
 
 
 def _progress_line(done: int, total: int, k: int, elapsed: float, budget: float) -> str:

@@ -29,7 +29,6 @@ from grpolab.diagnostics.preflight.stats import (
     HeadroomStats,
     PreflightStats,
     ResponseStats,
-    auc_interval,
     wilson,
 )
 from grpolab.diagnostics.readability import READABLE_AUC
@@ -372,20 +371,16 @@ def _credit(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict
     so where GRPO has nothing to learn it has nothing to reweight."""
     t = THRESHOLDS["teacher_auc"]["value"]
     rd = s.readability
-    thr, src = f"first-wrong-token AUC >= {t}", THRESHOLDS["teacher_auc"]["source"]
+    thr, src = (f"error AUC >= {t} (re-derived first errors vs correct-but-reworded tokens)",
+                THRESHOLDS["teacher_auc"]["source"])
     if not s.has_privileged:
         return MethodVerdict(NOT_INDICATED, "the task's items carry no privileged text", thr, src, [],
                              "no reference for a self-teacher to read", rests_on_items=False)
-    if not rd or rd.get("teacher_auc") is None:
+    if not rd or rd.get("teacher_auc") is None and not rd.get("rederivable"):
         why = "not measured (within the budget)" if not rd else "undefined: no wrong response could be localised"
         return MethodVerdict(CANT_TELL, f"teacher readability {why}", thr, src, [],
                              "measured on the first chunk of >= 4 items: `grpolab preflight` without a tight --budget")
-    ci = auc_interval(rd["teacher_auc"], int(rd.get("tokens_before") or 0), int(rd.get("wrong_responses_localised") or 0))
-    resp_auc = rd.get("response_auc")
-    rests = (f"first-wrong-token AUC {rd['teacher_auc']:.3f}" + (f" [{ci.low:.3f}, {ci.high:.3f}]" if ci else "")
-             + f" ({rd.get('wrong_responses_localised')} localised wrong responses)"
-             + (f"; response AUC {resp_auc:.3f}" if resp_auc is not None else ""))
-    v = CANT_TELL if ci is None else INDICATED if ci.low >= t else NOT_INDICATED if ci.high < t else CANT_TELL
+    v, rests, note = _error_readability(rd, t)
     grpo = prior["grpo"]
     if grpo.verdict == NOT_INDICATED:
         return MethodVerdict(NOT_INDICATED, rests, thr, src, [], "GRPO is not indicated: token credit only "
@@ -394,7 +389,33 @@ def _credit(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict
         return MethodVerdict(CANT_TELL, rests, thr, src, [], "the teacher reads, but GRPO's own verdict is not "
                              "decided: token credit only reweights its advantages")
     return MethodVerdict(v, rests, thr, src, ["credit.name=rlsd", "credit.lam=0.5"] if v == INDICATED else [],
-                         "precondition only: where it held, RLSD and GEAR did not beat GRPO" if v == INDICATED else "")
+                         "precondition only: where it held, RLSD and GEAR did not beat GRPO" if v == INDICATED else note)
+
+
+def _error_readability(rd: dict, t: float) -> tuple[Verdict, str, str]:
+    """The RLSD/GEAR precondition from a readability row: ``(verdict, rests_on, note)``.
+
+    It rests on the error AUC (docs/credit.md, "Readability that can fail"), never on the first-departure AUC,
+    which a teacher that copies the reference passes by construction; that one is shown beside it. Decided only
+    on the error AUC's interval over responses: indicated when its low end reaches ``t``, not indicated when its
+    high end is below ``t``; can't tell when it straddles ``t``, has no interval (too few erroneous or
+    reworded-correct responses) or the task's worked answers cannot be re-derived."""
+    old = rd.get("teacher_auc")
+    beside = f"first-departure AUC {old:.3f} (tests copying, not errors)" if old is not None else ""
+    if not rd.get("rederivable"):
+        return (CANT_TELL, beside or "first-departure AUC undefined",
+                "no re-deriver for this task's answers (grpolab.diagnostics.rederive): the first-departure AUC "
+                "cannot tell an error from a correct rewording")
+    counts = rd.get("error_counts") or {}
+    auc, ci = rd.get("error_auc"), rd.get("error_auc_interval")
+    n = f"{counts.get('error', 0)} erroneous, {counts.get('reworded', 0)} reworded-correct responses"
+    if auc is None or ci is None:
+        rests = (f"error AUC {'undefined' if auc is None else f'{auc:.3f} without an interval'} ({n})"
+                 + (f"; {beside}" if beside else ""))
+        return CANT_TELL, rests, "too few erroneous or reworded-correct responses to decide: measure more items"
+    rests = f"error AUC {auc:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({n})" + (f"; {beside}" if beside else "")
+    v = INDICATED if ci[0] >= t else NOT_INDICATED if ci[1] < t else CANT_TELL
+    return v, rests, "" if v != CANT_TELL else "the interval spans the threshold: measure more items"
 
 
 @register_verdict("balanced", "Balanced Aggregation", depends=("grpo",),
