@@ -364,8 +364,9 @@ def _overlong(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdi
 
 @register_verdict("credit", "RLSD / GEAR", depends=("grpo",),
                   evidence="where the teacher read (AUC 0.957): RLSD -0.1, GEAR +0.2 points vs GRPO (null, "
-                           "docs/results/credit_teacher.md); SmolLM2 (AUC 0.771): RLSD +2.0 [-0.9, +6.4], GEAR -14.5 "
-                           "(docs/results/real_credit.md)")
+                           "docs/results/credit_teacher.md); SmolLM2 (AUC 0.771): RLSD +2.0 [-7.7, +11.6], "
+                           "GEAR -14.4 [-43.4, +14.5], 3 seeds, neither significant (t intervals of "
+                           "docs/results/real_credit.md's per-seed finals)")
 def _credit(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict:
     """The teacher's readability decides, within GRPO's verdict: token credit reweights GRPO's advantages,
     so where GRPO has nothing to learn it has nothing to reweight."""
@@ -419,8 +420,8 @@ def _error_readability(rd: dict, t: float) -> tuple[Verdict, str, str]:
 
 
 @register_verdict("balanced", "Balanced Aggregation", depends=("grpo",),
-                  evidence="where the ratio was 1.354: balanced -7.0 [-12.6, -1.3] points vs token "
-                           "(docs/results/aggregation_coupled.md)")
+                  evidence="where the ratio was 1.354: balanced -7.0 [-16.0, +2.1] points vs token, 5 seeds, not "
+                           "significant (t interval; docs/results/reanalysis.json)")
 def _balanced(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict:
     t = THRESHOLDS["length_ratio"]["value"]
     lc = s.length_coupling
@@ -438,8 +439,8 @@ def _balanced(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdi
 
 
 @register_verdict("ratio", "CTPO / GSPO", depends=("grpo",),
-                  evidence="where responses drifted: GSPO +2.8 [+1.1, +4.5], CTPO -0.3 points vs the token ratio "
-                           "(docs/results/ratio_long.md)")
+                  evidence="where responses drifted: GSPO +2.8 [-0.0, +5.6], CTPO -0.3 [-5.2, +4.6] points vs the token "
+                           "ratio, 5 seeds, neither significant (t intervals; docs/results/reanalysis.json)")
 def _ratio(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict:
     t = THRESHOLDS["drift_length"]["value"]
     rt = s.response_tokens
