@@ -1,6 +1,6 @@
 """tools/check_structure.py holds for the package (function length everywhere, no import cycle, no upward import from a
 leaf, the CLI imports only grpolab.commands, commands live in commands/, scripts do not edit sys.path, tests mirror the
-source), and it really finds each kind of fault in a small package written here."""
+source, no module only re-exports), and it really finds each kind of fault in a small package written here."""
 
 import importlib.util
 import textwrap
@@ -16,12 +16,15 @@ def test_the_package_keeps_its_structure():
     assert check.problems() == []
 
 
-def _package(tmp_path, files: dict[str, str]) -> Path:
+def _package(tmp_path, files: dict[str, str], *, own_code: bool = True) -> Path:
+    """A small package of ``files``; with ``own_code`` each non-empty module also defines a name after
+    its imports, so that only the test of rule 9 writes modules that merely re-export."""
     root = tmp_path / "grpolab"
     for name, text in {"__init__.py": "", "cli.py": "from grpolab.commands import x\n",
                        "commands/__init__.py": "", "train/__init__.py": "", **files}.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
+        text = textwrap.dedent(text)
+        (root / name).write_text(text + ("\nOWN = 1\n" if own_code and text.strip() else ""))
     return root
 
 
@@ -160,3 +163,21 @@ def test_a_benchmark_writing_outside_runs_bench_by_default_is_found(tmp_path):
         f"benchmarks/speed/bad.py:4 --json's default {tail}"]
     assert len(check.output_defaults(tmp_path, exempt={})) == 4
     assert check.OUTPUT_PENDING == {}  # every script follows the rule
+
+
+def test_a_module_that_only_re_exports_is_found(tmp_path):
+    root = _package(tmp_path, {
+        "cli.py": "from grpolab.commands import x\nx()\n",
+        "objectives/__init__.py": '"""The objectives."""\nfrom .shaping import mask\n__all__ = ["mask"]\n',
+        "objectives/shaping.py": "def mask():\n    pass\n",
+        "objectives/dapo.py": '"""Old home."""\nfrom grpolab.objectives.shaping import mask\n__all__ = ["mask"]\n',
+        "rollout/__init__.py": "from .teacher import score\nfrom grpolab.objectives.shaping import mask\n",
+        "rollout/teacher.py": "from grpolab.objectives import shaping\ndef score():\n    return shaping.mask()\n",
+        "train/__init__.py": "import os\n",
+    }, own_code=False)
+    assert check.problems(root) == [
+        "grpolab/objectives/dapo.py only re-exports (grpolab.objectives.shaping); import from the real home and "
+        "delete the module",
+        "grpolab/rollout/__init__.py only re-exports (grpolab.objectives.shaping); import from the real home and "
+        "delete the module (or the forwarded names)"]
+    assert set(check.FORWARDS) == {"grpolab.commands"}   # short and named: grow it with care

@@ -32,6 +32,12 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    under ``runs/bench/`` through :func:`grpolab.utils.bench.results_path`; a committed record goes to
    ``docs/results/`` only through the ``--out`` its page's command states. :data:`OUTPUT_PENDING`
    names the scripts still to follow, each with its reason.
+9. No module only re-exports: a module whose body is nothing but imports, ``__all__`` and its
+   docstring, importing something of grpolab, is a forwarding address left by a rename (callers
+   import from the real home; the project has never released, so a rename deletes the old name).
+   A package's ``__init__`` that re-exports its own submodules (``from .sampler import sample``)
+   is the package's front door and is allowed; one that forwards anything else is not
+   (:data:`FORWARDS` names the exceptions, each with its reason).
 """
 
 from __future__ import annotations
@@ -61,6 +67,10 @@ OUTPUT_PENDING: dict[str, str] = {}
 OUTPUT_NAME = re.compile(r"(^|_)(OUT|OUTPUT|RESULTS?)(_|$)")
 #: test files at the top of ``tests/`` that mirror no module
 TOP_LEVEL_TESTS = {"test_structure.py": "these rules themselves, run by CI"}
+#: package -> why its ``__init__`` forwards a name from outside the package (rule 9; keep it short)
+FORWARDS = {
+    "grpolab.commands": "ConfigError, which the CLI catches: rule 3 lets grpolab/cli.py import only grpolab.commands",
+}
 #: leaf modules (prefix) -> the grpolab prefixes they may import
 LEAVES = {
     "grpolab.errors": ("grpolab.errors",),
@@ -318,6 +328,32 @@ def output_defaults(scripts: Path, exempt: dict[str, str] | None = None) -> list
     return out
 
 
+def _forwards_only(node: ast.stmt) -> bool:
+    """Whether a module-level statement is an import, the ``__all__`` list or a docstring."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return True
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return all(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def re_export_only(mods) -> list[str]:
+    """Modules whose body only imports and lists ``__all__`` (rule 9); a package ``__init__`` may
+    re-export its own submodules."""
+    known, out = set(mods), []
+    for m, (path, tree) in mods.items():
+        if m in FORWARDS or not all(_forwards_only(node) for node in tree.body):
+            continue
+        is_package = path.name == "__init__.py"
+        targets = [t for node in tree.body for t in _imported(node, m, is_package, known)]
+        foreign = [t for t in targets if not (is_package and _in(t, m) and t != m)]
+        if foreign:
+            out.append(f"{path} only re-exports ({', '.join(sorted(set(foreign)))}); import from the real "
+                       "home and delete the module" + (" (or the forwarded names)" if is_package else ""))
+    return out
+
+
 def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
     """Every violation in the package at ``root`` and the scripts of the repository ``scripts``
     (default: the package's repository, when ``root`` is the package)."""
@@ -329,6 +365,7 @@ def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
     out += upward_imports(mods)
     out += cli_imports(mods)
     out += stray_commands(mods)
+    out += re_export_only(mods)
     if scripts is None and root == PACKAGE:
         scripts = PACKAGE.parents[1]
     if scripts is not None:

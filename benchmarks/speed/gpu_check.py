@@ -143,7 +143,8 @@ def run_one(method: str, lora: bool, args, device, dtype, shape) -> dict:
     from grpolab import objectives as obj
     from grpolab.models import stop_token_ids
     from grpolab.models.lora import AdaptersOff, apply_lora, parameter_counts
-    from grpolab.rollout import left_pad, response_logprobs, sample, teacher_logprobs, teacher_messages
+    from grpolab.rollout import left_pad, response_logprobs, sample, teacher_logprobs
+    from grpolab.teacher_text import teacher_messages
     from grpolab.tasks import PromptFormat, TaskItem
 
     model, tok = build_model(args, device, dtype, shape)

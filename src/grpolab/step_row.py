@@ -276,7 +276,7 @@ def row_key(prefix: str, name: str) -> str:
     "clip_frac_low")``); raises KeyError when the table does not declare it."""
     key = prefix + name
     if not declared(key):
-        raise KeyError(f"step metric {key!r} is not declared; add it to grpolab.train.metric_names.STEP_METRICS "
+        raise KeyError(f"step metric {key!r} is not declared; add it to grpolab.step_row.STEP_METRICS "
                        "with its meaning")
     return key
 

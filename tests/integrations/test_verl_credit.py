@@ -315,8 +315,6 @@ def test_config_from_verl_keys():
                                                                       ["+grpolab.credit.lam=0.3"]))
     with pytest.raises(ValueError, match="unknown credit key grpolab.credit.lamda; did you mean grpolab.credit.lam"):
         vc.VerlCreditConfig.from_mapping({"name": "rlsd", "lamda": 0.3})
-    with pytest.warns(FutureWarning, match="teacher='actor' is an earlier spelling; write grpolab.credit.teacher='live'"):
-        assert vc.VerlCreditConfig.from_mapping({"name": "rlsd", "teacher": "actor"}).teacher == "live"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -31,8 +31,7 @@ temperature so the teacher's log-probs compare like with like with the sampling 
 
 Where the rest lives: the prompt text and the credit token masks (``check_template``,
 ``build_teacher_prompts``, ``teacher_messages``, ``TeacherPrompt``, ``CreditTokens``) in
-:mod:`grpolab.teacher_text`, the credit step's metrics in :mod:`grpolab.objectives.credit_row`
-(both re-exported here for one release). The hidden states and the head rule (a plain bias-free
+:mod:`grpolab.teacher_text`, the credit step's metrics in :mod:`grpolab.objectives.credit_row`. The hidden states and the head rule (a plain bias-free
 linear head that reproduces the model's logits, else the model's own logits) are the update
 forward's (:func:`grpolab.rollout.logprobs.joint_hidden`, ``_head_reproduces``).
 """
@@ -50,40 +49,7 @@ from .logprobs import _head_reproduces, joint_forward, joint_hidden, response_lo
 from .prompts import encode_prompts
 from .sampler import left_pad
 
-# The text-and-tokens half moved to grpolab.teacher_text (torch-free, what the config imports) and
-# the credit step's metrics to grpolab.objectives.credit_row. Deprecated: these re-exports keep
-# ``from grpolab.rollout.teacher import ...`` working for one release; import from the new homes.
-from grpolab.objectives.credit_row import credit_step_metrics  # noqa: F401  (re-export)
-from grpolab.teacher_text import (  # noqa: F401  (re-exports)
-    DEFAULT_CHAT_TEACHER_TEMPLATE,
-    DEFAULT_SYSTEM_TEACHER_TEMPLATE,
-    DEFAULT_TEACHER_TEMPLATE,
-    PLACEMENTS,
-    TEMPLATE_FIELDS,
-    CreditTokens,
-    TeacherPrompt,
-    build_teacher_prompts,
-    check_template,
-    teacher_messages,
-    token_ids_containing,
-)
-
-__all__ = [
-    "TeacherResult",
-    "credit_logprobs",
-    "encode_teacher_prompts",
-    "teacher_logprobs",
-    # deprecated re-exports (one release): grpolab.teacher_text, grpolab.objectives.credit_row
-    "CreditTokens",
-    "DEFAULT_TEACHER_TEMPLATE",
-    "PLACEMENTS",
-    "TeacherPrompt",
-    "build_teacher_prompts",
-    "check_template",
-    "credit_step_metrics",
-    "teacher_messages",
-    "token_ids_containing",
-]
+__all__ = ["TeacherResult", "credit_logprobs", "encode_teacher_prompts", "teacher_logprobs"]
 
 
 @dataclass
