@@ -72,7 +72,7 @@ from pathlib import Path
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
-from grpolab.integrations.trl_equal_work import (LENGTH_TOLERANCE, build_checkpoint, equal_work_verdict, fixed_batch,
+from grpolab.integrations.trl.equal_work import (LENGTH_TOLERANCE, build_checkpoint, equal_work_verdict, fixed_batch,
                                                  load_items, pooled, prompt_schedule, ratios, run_fixed_grpolab,
                                                  run_fixed_trl, run_grpolab, run_trl, schedule_digest)
 from grpolab.utils import bench

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from grpolab.config import ConfigError, CreditConfig, load_config
-from grpolab.integrations import verl_credit as vc
+from grpolab.integrations.verl import credit as vc
 from grpolab.utils import teacher_templates as tt
 
 FIELDS = [f.name for f in dataclasses.fields(CreditConfig)]
@@ -47,7 +47,7 @@ def test_verl_reads_the_schema_with_the_same_defaults_except_what_verls_workers_
 
 def test_trl_arguments_are_the_schema_with_a_prefix_and_the_same_defaults(tmp_path):
     pytest.importorskip("trl")
-    from grpolab.integrations.trl import CREDIT_PREFIX, GrpolabGRPOConfig
+    from grpolab.integrations.trl.trainer import CREDIT_PREFIX, GrpolabGRPOConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(GrpolabGRPOConfig)}
     trl = {k[len(CREDIT_PREFIX):]: v for k, v in defaults.items() if k.startswith(CREDIT_PREFIX)}
@@ -59,7 +59,7 @@ def test_trl_arguments_are_the_schema_with_a_prefix_and_the_same_defaults(tmp_pa
 
 def test_a_misspelled_value_gets_the_same_message_in_all_three(tmp_path):
     pytest.importorskip("trl")
-    from grpolab.integrations.trl import GrpolabGRPOConfig
+    from grpolab.integrations.trl.trainer import GrpolabGRPOConfig
 
     tail = "='rlds' is not allowed; choose one of: grpo, rlsd, gear, opsd"
     with pytest.raises(ConfigError, match="^credit.name" + tail):

@@ -22,7 +22,7 @@ Accelerate / DeepSpeed / FSDP, logging -- and grpolab replaces the loss:
 
 Usage::
 
-    from grpolab.integrations.trl import GrpolabGRPOConfig, GrpolabGRPOTrainer
+    from grpolab.integrations.trl.trainer import GrpolabGRPOConfig, GrpolabGRPOTrainer
     args = GrpolabGRPOConfig(output_dir="out", grpolab_aggregation="balanced",
                              grpolab_ratio="cumulative", epsilon=0.025, epsilon_high=0.05,
                              grpolab_credit_name="rlsd", grpolab_privileged_column="solution")
@@ -75,7 +75,7 @@ from grpolab.objectives import (
 try:
     from trl import GRPOConfig, GRPOTrainer
 except ImportError as e:  # pragma: no cover - exercised only without trl
-    raise ImportError("grpolab.integrations.trl needs trl: pip install 'grpolab[trl]'") from e
+    raise ImportError("grpolab.integrations.trl.trainer needs trl: pip install 'grpolab[trl]'") from e
 
 from grpolab.rollout.teacher import credit_logprobs, encode_teacher_prompts
 from grpolab.teacher_text import CreditTokens, teacher_messages
