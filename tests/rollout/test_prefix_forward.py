@@ -66,6 +66,10 @@ def test_the_teachers_shared_prompts_equal_a_full_forward_per_row(llama, rollout
                               r.response_lengths)
     for b, want in enumerate(states):
         torch.testing.assert_close(got[b, : want.shape[0]], want, atol=2e-5, rtol=1e-5)
+    last = prefix_forward(llama, ForwardSignature.of(llama), u_ids, u_mask, r.response_ids, r.response_mask,
+                          prompt_of_row=index, hidden=True, forward_last=True)   # the teacher's query length
+    assert last.shape == got.shape
+    torch.testing.assert_close(last, got, atol=2e-5, rtol=1e-5)
     # and the teacher's log-probs through it equal the per-row (joint) teacher forward
     shared = teacher_logprobs(llama, u_ids, u_mask, r, prompt_index=index, return_kl=True)
     joint = teacher_logprobs(llama, u_ids[index], u_mask[index], r, return_kl=True)

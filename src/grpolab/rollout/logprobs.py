@@ -302,7 +302,7 @@ def _activation_checkpointing(model) -> bool:
 
 
 def prefix_forward(model, sig: ForwardSignature, prompt_ids, prompt_mask, response_ids_BT, response_attn_BT, *,
-                   prompt_of_row: torch.Tensor | None = None, hidden: bool = False):
+                   prompt_of_row: torch.Tensor | None = None, hidden: bool = False, forward_last: bool = False):
     """The prefix forward: each prompt once into a KV cache, the responses on top.
 
     The update (:func:`response_logprobs` with ``share_prompts``) and the teacher
@@ -318,6 +318,11 @@ def prefix_forward(model, sig: ForwardSignature, prompt_ids, prompt_mask, respon
             prompts to share), or None.
         hidden: return the final hidden states ``[B, T, H]`` (scored through the LM head by the
             caller) instead of the logits ``[B, T, V]``.
+        forward_last: also forward the last response token (its output is dropped: it is only a
+            target). The teacher does, the update does not: attention's float rounding at a
+            position depends on how many queries run together, so each keeps the query length it
+            has always had and its numbers bit for bit; the values agree to float rounding
+            (``tests/rollout/test_prefix_forward.py``).
 
     Row ``b``, position ``t`` of the result predicts ``response_ids[b, t]`` (the joint forward's
     positions ``P - 1 .. P + T - 2``, with the same attention mask and positions). Returns None
@@ -352,9 +357,12 @@ def prefix_forward(model, sig: ForwardSignature, prompt_ids, prompt_mask, respon
     first_B = (states[-1] if hidden else out.logits)[:, -1][inverse_B]  # the last prompt position predicts token 0
     if response_ids_BT.shape[1] == 1:
         return first_B[:, None]
-    out = _response_forward(model, sig, layers, inverse_B, mask_NP[inverse_B], response_ids_BT, response_attn_BT,
-                            **(extra if hidden else {}))
-    return torch.cat([first_B[:, None], out.hidden_states[-1] if hidden else out.logits], dim=1)
+    T = response_ids_BT.shape[1]
+    L = T if forward_last else T - 1                   # the last token is only ever a target
+    out = _response_forward(model, sig, layers, inverse_B, mask_NP[inverse_B], response_ids_BT[:, :L],
+                            response_attn_BT[:, :L], **(extra if hidden else {}))
+    rest = (out.hidden_states[-1] if hidden else out.logits)[:, : T - 1]
+    return torch.cat([first_B[:, None], rest], dim=1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -506,18 +514,17 @@ def chunked_head_logprobs(h_NH: torch.Tensor, w_VH: torch.Tensor, tok_N: torch.T
     return logp, (ent if return_entropy else None)
 
 
-def _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BT, response_attn_BT, **kw):
-    """Forward the response tokens but the last over each row's copy of its prompt's cache.
+def _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BL, response_attn_BL, **kw):
+    """Forward ``[B, L]`` response tokens over each row's copy of its prompt's cache.
 
     Every row gets its prompt's keys/values (index_select: the backward sums the rows' gradients);
-    the response tokens but the last (it is only ever a target) run at the joint forward's positions.
+    the tokens run at the joint forward's positions, with its attention mask.
     """
-    T = response_ids_BT.shape[1]
     rows = new_cache(model)
     for i, layer in enumerate(layers):
         rows.update(layer.keys.index_select(0, inverse_B), layer.values.index_select(0, inverse_B), i)
-    attn_BT = response_attn_BT.long()
-    attn_BL = torch.cat([prompt_mask_BP.long(), attn_BT[:, : T - 1]], dim=1)
-    pos_BT = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BT[:, : T - 1].cumsum(-1) - 1).clamp_(min=0)
-    return model(input_ids=response_ids_BT[:, : T - 1], attention_mask=attn_BL, position_ids=pos_BT, use_cache=True,
+    attn_BL = response_attn_BL.long()
+    attn_BPL = torch.cat([prompt_mask_BP.long(), attn_BL], dim=1)
+    pos_BL = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BL.cumsum(-1) - 1).clamp_(min=0)
+    return model(input_ids=response_ids_BL, attention_mask=attn_BPL, position_ids=pos_BL, use_cache=True,
                  **kw, **{sig.cache_kw: rows})

@@ -236,7 +236,7 @@ def _score_rows(teacher, student, t_rows, shared, s_rows, r_ids, r_mask, r_attn,
     ok = False
     if shared is not None:  # each distinct prompt once into the KV cache, the responses on top
         h_t = prefix_forward(teacher, ForwardSignature.of(teacher), *_trim_left(t_ids, t_mask), r_ids, r_attn,
-                             prompt_of_row=shared, hidden=True)
+                             prompt_of_row=shared, hidden=True, forward_last=True)
         ok, head_t = h_t is not None, teacher.get_output_embeddings()
         if not ok:  # fall back to one full forward per row
             t_ids, t_mask = t_ids[shared], t_mask[shared]
