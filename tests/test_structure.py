@@ -137,7 +137,7 @@ def test_a_script_loading_another_by_path_is_found(tmp_path):
     (tmp_path / "benchmarks" / "b.py").write_text("import a\n")
     (tmp_path / "benchmarks" / "c.py").write_text(
         "import importlib.util\nspec = importlib.util.spec_from_file_location('a', 'benchmarks/a.py')\n")
-    (tmp_path / "benchmarks" / "d.py").write_text("import runpy\nfrom grpolab.utils import bench\nimport json\n")
+    (tmp_path / "benchmarks" / "d.py").write_text("import runpy\nfrom grpolab import bench\nimport json\n")
     assert check.problems(root, scripts=tmp_path) == [
         f"benchmarks/{n}.py:{line} loads another script or file by path; move what it needs into the package"
         for n, line in (("b", 1), ("c", 2), ("d", 1))]
@@ -148,7 +148,7 @@ def test_a_benchmark_writing_outside_runs_bench_by_default_is_found(tmp_path):
     root = _package(tmp_path / "src", {})
     (tmp_path / "benchmarks" / "speed").mkdir(parents=True)
     (tmp_path / "benchmarks" / "speed" / "ok.py").write_text(
-        "from grpolab.utils import bench\nRESULTS = bench.results_path('x.json')\n"
+        "from grpolab import bench\nRESULTS = bench.results_path('x.json')\n"
         "ap.add_argument('--out', default=RESULTS)\nap.add_argument('--json', default=str(bench.results_path('y')))\n"
         "ap.add_argument('--signal', default=None, help='docs/results/signal.json')\n"   # a help text is fine
         "SOURCE = 'docs/results/headroom.md'\n")                                            # so is an input
@@ -157,7 +157,7 @@ def test_a_benchmark_writing_outside_runs_bench_by_default_is_found(tmp_path):
         "ap.add_argument('--out', type=Path, default=DEFAULT_OUT)\n"
         "ap.add_argument('--json', default='docs/results/x.json')\n")
     (tmp_path / "benchmarks" / "pending.py").write_text("ap.add_argument('--json', default='docs/results/x.json')\n")
-    tail = ("names a results folder by hand; default to grpolab.utils.bench.results_path(NAME) (runs/bench/) and "
+    tail = ("names a results folder by hand; default to grpolab.bench.results_path(NAME) (runs/bench/) and "
             "write a committed record with --out docs/results/...")
     assert check.output_defaults(tmp_path, exempt={"pending.py": "moving"}) == [
         f"benchmarks/speed/bad.py:2 DEFAULT_OUT = ... {tail}", f"benchmarks/speed/bad.py:3 --out's default {tail}",

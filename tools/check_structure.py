@@ -30,7 +30,7 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    module; :data:`TOP_LEVEL_TESTS` names the others.
 8. Benchmarks write to one folder: an output a script under ``benchmarks/`` writes when not told
    otherwise (an ``add_argument`` default, a module-level ``*OUT*`` / ``RESULTS*`` constant) lies
-   under ``runs/bench/`` through :func:`grpolab.utils.bench.results_path`; a committed record goes to
+   under ``runs/bench/`` through :func:`grpolab.bench.results_path`; a committed record goes to
    ``docs/results/`` only through the ``--out`` its page's command states. :data:`OUTPUT_PENDING`
    names the scripts still to follow, each with its reason.
 9. No module only re-exports: a module whose body is nothing but imports, ``__all__`` and its
@@ -305,7 +305,7 @@ def _names_a_results_folder(expr: ast.AST, consts: dict[str, ast.AST]) -> bool:
 
 def output_defaults(scripts: Path, exempt: dict[str, str] | None = None) -> list[str]:
     """Default outputs of the scripts under ``scripts/benchmarks`` that name a results folder by
-    hand instead of :func:`grpolab.utils.bench.results_path` (rule 8; files named in ``exempt``,
+    hand instead of :func:`grpolab.bench.results_path` (rule 8; files named in ``exempt``,
     default :data:`OUTPUT_PENDING`, pass)."""
     exempt = OUTPUT_PENDING if exempt is None else exempt
     out = []
@@ -324,7 +324,7 @@ def output_defaults(scripts: Path, exempt: dict[str, str] | None = None) -> list
         for line, what, expr in found:
             if _names_a_results_folder(expr, consts):
                 out.append(f"{p.relative_to(scripts).as_posix()}:{line} {what} names a results folder by hand; "
-                           "default to grpolab.utils.bench.results_path(NAME) (runs/bench/) and write a committed "
+                           "default to grpolab.bench.results_path(NAME) (runs/bench/) and write a committed "
                            "record with --out docs/results/...")
     return out
 

@@ -21,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from grpolab.utils import bench
+from grpolab import bench
 
 
 RESULTS = bench.RESULTS_DIR

@@ -49,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpolab.utils import bench
+from grpolab import bench
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpolab.utils import bench
+from grpolab import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 N_EVAL = 256  # grpolab's trainer.n_eval default: the same held-out items in both trainers

@@ -5,8 +5,7 @@
   the ``verl.plugin`` entry point), RLSD / GEAR as a trainer extension (``verl.credit``, launched
   by ``verl.main``), verl on the CPU (``verl.cpu``).
 - :mod:`grpolab.integrations.trl`: TRL (``pip install 'grpolab[trl]'``): a ``trl.GRPOTrainer``
-  subclass with grpolab's objective (``trl.trainer``), the SmolLM2 recipe (``trl.recipe``) and the
-  equal-work speed harness (``trl.equal_work``).
+  subclass with grpolab's objective (``trl.trainer``) and the SmolLM2 recipe (``trl.recipe``).
 
 Nothing else in grpolab imports these modules, and they import verl / trl only when used.
 """
