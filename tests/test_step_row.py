@@ -81,7 +81,7 @@ def test_every_key_a_real_run_writes_is_declared(tmp_path, monkeypatch, extra, g
 
 
 def test_an_undeclared_key_is_refused():
-    with pytest.raises(KeyError, match="'update/new_stat' is not declared"):
+    with pytest.raises(KeyError, match="'update/new_stat' is not declared; add it to grpolab.step_row.STEP_METRICS"):
         K.row_key(K.UPDATE, "new_stat")
     with pytest.raises(KeyError, match="'reward/mean_typo'"):
         K.checked({K.REWARD_MEAN: 1.0, "reward/mean_typo": 2.0})

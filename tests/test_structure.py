@@ -1,6 +1,6 @@
 """tools/check_structure.py holds for the package (function length everywhere, no import cycle, no upward import from a
 leaf, the CLI imports only grpolab.commands, commands live in commands/, scripts do not edit sys.path, tests mirror the
-source), and it really finds each kind of fault in a small package written here."""
+source, no module only re-exports), and it really finds each kind of fault in a small package written here."""
 
 import importlib.util
 import textwrap
@@ -16,12 +16,15 @@ def test_the_package_keeps_its_structure():
     assert check.problems() == []
 
 
-def _package(tmp_path, files: dict[str, str]) -> Path:
+def _package(tmp_path, files: dict[str, str], *, own_code: bool = True) -> Path:
+    """A small package of ``files``; with ``own_code`` each non-empty module also defines a name after
+    its imports, so that only the test of rule 9 writes modules that merely re-export."""
     root = tmp_path / "grpolab"
     for name, text in {"__init__.py": "", "cli.py": "from grpolab.commands import x\n",
                        "commands/__init__.py": "", "train/__init__.py": "", **files}.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
+        text = textwrap.dedent(text)
+        (root / name).write_text(text + ("\nOWN = 1\n" if own_code and text.strip() else ""))
     return root
 
 
@@ -44,11 +47,12 @@ def test_a_relative_import_cycle_is_found(tmp_path):
 def test_a_long_function_is_found_in_every_package(tmp_path):
     body = "def long():\n" + "    x = 1\n" * 80            # 81 lines
     doc = 'def documented():\n    """Long\n    docstring.\n    """\n' + "    x = 1\n" * 79   # 80 besides it
-    root = _package(tmp_path, {"train/a.py": body, "rollout/a.py": body + doc, "runs.py": body})
+    root = _package(tmp_path, {"train/a.py": body, "rollout/a.py": body + doc, "runs.py": body + doc})
     assert check.problems(root) == ["grpolab/train/a.py:1 long is 81 lines (at most 80 in grpolab.train)",
-                                    "grpolab/rollout/a.py:1 long is 81 lines besides its docstring (at most 80 in grpolab)",
+                                    "grpolab/rollout/a.py:1 long is 81 lines (at most 80 in grpolab.rollout)",
+                                    "grpolab/rollout/a.py:82 documented is 83 lines (at most 80 in grpolab.rollout)",
                                     "grpolab/runs.py:1 long is 81 lines besides its docstring (at most 80 in grpolab)"]
-    ok = _package(tmp_path / "ok", {"train/a.py": "def short():\n" + "    x = 1\n" * 79, "rollout/a.py": doc})
+    ok = _package(tmp_path / "ok", {"train/a.py": "def short():\n" + "    x = 1\n" * 79, "runs.py": doc})
     assert check.problems(ok) == []
 
 
@@ -133,7 +137,7 @@ def test_a_script_loading_another_by_path_is_found(tmp_path):
     (tmp_path / "benchmarks" / "b.py").write_text("import a\n")
     (tmp_path / "benchmarks" / "c.py").write_text(
         "import importlib.util\nspec = importlib.util.spec_from_file_location('a', 'benchmarks/a.py')\n")
-    (tmp_path / "benchmarks" / "d.py").write_text("import runpy\nfrom grpolab.utils import bench\nimport json\n")
+    (tmp_path / "benchmarks" / "d.py").write_text("import runpy\nfrom grpolab import bench\nimport json\n")
     assert check.problems(root, scripts=tmp_path) == [
         f"benchmarks/{n}.py:{line} loads another script or file by path; move what it needs into the package"
         for n, line in (("b", 1), ("c", 2), ("d", 1))]
@@ -144,7 +148,7 @@ def test_a_benchmark_writing_outside_runs_bench_by_default_is_found(tmp_path):
     root = _package(tmp_path / "src", {})
     (tmp_path / "benchmarks" / "speed").mkdir(parents=True)
     (tmp_path / "benchmarks" / "speed" / "ok.py").write_text(
-        "from grpolab.utils import bench\nRESULTS = bench.results_path('x.json')\n"
+        "from grpolab import bench\nRESULTS = bench.results_path('x.json')\n"
         "ap.add_argument('--out', default=RESULTS)\nap.add_argument('--json', default=str(bench.results_path('y')))\n"
         "ap.add_argument('--signal', default=None, help='docs/results/signal.json')\n"   # a help text is fine
         "SOURCE = 'docs/results/headroom.md'\n")                                            # so is an input
@@ -153,10 +157,28 @@ def test_a_benchmark_writing_outside_runs_bench_by_default_is_found(tmp_path):
         "ap.add_argument('--out', type=Path, default=DEFAULT_OUT)\n"
         "ap.add_argument('--json', default='docs/results/x.json')\n")
     (tmp_path / "benchmarks" / "pending.py").write_text("ap.add_argument('--json', default='docs/results/x.json')\n")
-    tail = ("names a results folder by hand; default to grpolab.utils.bench.results_path(NAME) (runs/bench/) and "
+    tail = ("names a results folder by hand; default to grpolab.bench.results_path(NAME) (runs/bench/) and "
             "write a committed record with --out docs/results/...")
     assert check.output_defaults(tmp_path, exempt={"pending.py": "moving"}) == [
         f"benchmarks/speed/bad.py:2 DEFAULT_OUT = ... {tail}", f"benchmarks/speed/bad.py:3 --out's default {tail}",
         f"benchmarks/speed/bad.py:4 --json's default {tail}"]
     assert len(check.output_defaults(tmp_path, exempt={})) == 4
     assert check.OUTPUT_PENDING == {}  # every script follows the rule
+
+
+def test_a_module_that_only_re_exports_is_found(tmp_path):
+    root = _package(tmp_path, {
+        "cli.py": "from grpolab.commands import x\nx()\n",
+        "objectives/__init__.py": '"""The objectives."""\nfrom .shaping import mask\n__all__ = ["mask"]\n',
+        "objectives/shaping.py": "def mask():\n    pass\n",
+        "objectives/dapo.py": '"""Old home."""\nfrom grpolab.objectives.shaping import mask\n__all__ = ["mask"]\n',
+        "rollout/__init__.py": "from .teacher import score\nfrom grpolab.objectives.shaping import mask\n",
+        "rollout/teacher.py": "from grpolab.objectives import shaping\ndef score():\n    return shaping.mask()\n",
+        "train/__init__.py": "import os\n",
+    }, own_code=False)
+    assert check.problems(root) == [
+        "grpolab/objectives/dapo.py only re-exports (grpolab.objectives.shaping); import from the real home and "
+        "delete the module",
+        "grpolab/rollout/__init__.py only re-exports (grpolab.objectives.shaping); import from the real home and "
+        "delete the module (or the forwarded names)"]
+    assert set(check.FORWARDS) == {"grpolab.commands"}   # short and named: grow it with care

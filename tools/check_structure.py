@@ -2,7 +2,8 @@
 runs it through tests/test_structure.py; run it by hand with ``python tools/check_structure.py``
 (exit 1 on a violation, one line per problem).
 
-1. Functions stay short: in ``grpolab/train/`` at most :data:`MAX_FUNCTION_LINES` lines; in
+1. Functions stay short: in ``grpolab/train/`` and ``grpolab/rollout/`` (the hot path a newcomer
+   reads first) at most :data:`MAX_FUNCTION_LINES` lines, docstring included; in
    ``grpolab/objectives/`` at most :data:`MAX_OBJECTIVE_LINES` lines besides the docstring
    (objective docstrings carry every tensor's shape and the paper's equation); everywhere else
    at most :data:`MAX_FUNCTION_LINES` lines besides the docstring. :data:`LONG_FUNCTIONS` names
@@ -29,9 +30,15 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    module; :data:`TOP_LEVEL_TESTS` names the others.
 8. Benchmarks write to one folder: an output a script under ``benchmarks/`` writes when not told
    otherwise (an ``add_argument`` default, a module-level ``*OUT*`` / ``RESULTS*`` constant) lies
-   under ``runs/bench/`` through :func:`grpolab.utils.bench.results_path`; a committed record goes to
+   under ``runs/bench/`` through :func:`grpolab.bench.results_path`; a committed record goes to
    ``docs/results/`` only through the ``--out`` its page's command states. :data:`OUTPUT_PENDING`
    names the scripts still to follow, each with its reason.
+9. No module only re-exports: a module whose body is nothing but imports, ``__all__`` and its
+   docstring, importing something of grpolab, is a forwarding address left by a rename (callers
+   import from the real home; the project has never released, so a rename deletes the old name).
+   A package's ``__init__`` that re-exports its own submodules (``from .sampler import sample``)
+   is the package's front door and is allowed; one that forwards anything else is not
+   (:data:`FORWARDS` names the exceptions, each with its reason).
 """
 
 from __future__ import annotations
@@ -61,6 +68,10 @@ OUTPUT_PENDING: dict[str, str] = {}
 OUTPUT_NAME = re.compile(r"(^|_)(OUT|OUTPUT|RESULTS?)(_|$)")
 #: test files at the top of ``tests/`` that mirror no module
 TOP_LEVEL_TESTS = {"test_structure.py": "these rules themselves, run by CI"}
+#: package -> why its ``__init__`` forwards a name from outside the package (rule 9; keep it short)
+FORWARDS = {
+    "grpolab.commands": "ConfigError, which the CLI catches: rule 3 lets grpolab/cli.py import only grpolab.commands",
+}
 #: leaf modules (prefix) -> the grpolab prefixes they may import
 LEAVES = {
     "grpolab.errors": ("grpolab.errors",),
@@ -294,7 +305,7 @@ def _names_a_results_folder(expr: ast.AST, consts: dict[str, ast.AST]) -> bool:
 
 def output_defaults(scripts: Path, exempt: dict[str, str] | None = None) -> list[str]:
     """Default outputs of the scripts under ``scripts/benchmarks`` that name a results folder by
-    hand instead of :func:`grpolab.utils.bench.results_path` (rule 8; files named in ``exempt``,
+    hand instead of :func:`grpolab.bench.results_path` (rule 8; files named in ``exempt``,
     default :data:`OUTPUT_PENDING`, pass)."""
     exempt = OUTPUT_PENDING if exempt is None else exempt
     out = []
@@ -313,8 +324,34 @@ def output_defaults(scripts: Path, exempt: dict[str, str] | None = None) -> list
         for line, what, expr in found:
             if _names_a_results_folder(expr, consts):
                 out.append(f"{p.relative_to(scripts).as_posix()}:{line} {what} names a results folder by hand; "
-                           "default to grpolab.utils.bench.results_path(NAME) (runs/bench/) and write a committed "
+                           "default to grpolab.bench.results_path(NAME) (runs/bench/) and write a committed "
                            "record with --out docs/results/...")
+    return out
+
+
+def _forwards_only(node: ast.stmt) -> bool:
+    """Whether a module-level statement is an import, the ``__all__`` list or a docstring."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return True
+    if isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        return all(isinstance(t, ast.Name) and t.id == "__all__" for t in targets)
+    return isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+
+
+def re_export_only(mods) -> list[str]:
+    """Modules whose body only imports and lists ``__all__`` (rule 9); a package ``__init__`` may
+    re-export its own submodules."""
+    known, out = set(mods), []
+    for m, (path, tree) in mods.items():
+        if m in FORWARDS or not all(_forwards_only(node) for node in tree.body):
+            continue
+        is_package = path.name == "__init__.py"
+        targets = [t for node in tree.body for t in _imported(node, m, is_package, known)]
+        foreign = [t for t in targets if not (is_package and _in(t, m) and t != m)]
+        if foreign:
+            out.append(f"{path} only re-exports ({', '.join(sorted(set(foreign)))}); import from the real "
+                       "home and delete the module" + (" (or the forwarded names)" if is_package else ""))
     return out
 
 
@@ -323,12 +360,15 @@ def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
     (default: the package's repository, when ``root`` is the package)."""
     mods = modules(root)
     out = long_functions(mods)
+    out += long_functions(mods, "grpolab.rollout")
     out += long_functions(mods, "grpolab.objectives", MAX_OBJECTIVE_LINES, count_docstring=False)
-    out += long_functions(mods, "grpolab", count_docstring=False, skip=("grpolab.train", "grpolab.objectives"))
+    out += long_functions(mods, "grpolab", count_docstring=False,
+                         skip=("grpolab.train", "grpolab.rollout", "grpolab.objectives"))
     out += [f"import cycle: {' <-> '.join(c)}" for c in cycles(import_graph(mods))]
     out += upward_imports(mods)
     out += cli_imports(mods)
     out += stray_commands(mods)
+    out += re_export_only(mods)
     if scripts is None and root == PACKAGE:
         scripts = PACKAGE.parents[1]
     if scripts is not None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from grpolab.diagnostics.inference import EXACT_MAX_SEEDS, mean_interval, paired_seed_test
 from grpolab.diagnostics.stats import bootstrap_ci
-from grpolab.utils.bench import results_path
+from grpolab.bench import results_path
 from grpolab.utils.io import atomic_write_json
 
 DISTRIBUTIONS = {

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from grpolab.diagnostics.readability import accepted_targets, auc, first_wrong_token, localisation
-from grpolab.utils import bench
+from grpolab import bench
 
 __all__ = ["accepted_targets", "first_wrong_token", "localisation", "measure_signal", "choose_warm_start"]
 

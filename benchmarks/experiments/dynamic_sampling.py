@@ -26,7 +26,7 @@ import torch
 from grpolab.config import load_config
 from grpolab.train import train
 from grpolab.train.metrics_log import read_metrics
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 VARIANTS = {"grpo": [], "dynamic": ["rollout.dynamic_sampling=true"]}

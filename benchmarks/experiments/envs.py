@@ -28,7 +28,7 @@ from pathlib import Path
 
 
 from grpolab.runs import greedy_episodes
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from grpolab.diagnostics import mcnemar_exact
 from grpolab.runs import greedy_episodes
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 

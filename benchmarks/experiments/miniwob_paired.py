@@ -22,7 +22,7 @@ from pathlib import Path
 
 from grpolab.diagnostics import mcnemar_exact, paired_seed_test
 from grpolab.runs import greedy_episodes, heldout_items
-from grpolab.utils import bench
+from grpolab import bench
 
 from grpolab.utils.io import atomic_write_json
 

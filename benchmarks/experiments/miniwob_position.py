@@ -19,7 +19,7 @@ import re
 import sys
 from pathlib import Path
 
-from grpolab.utils import bench
+from grpolab import bench
 
 
 _CLICK = re.compile(r"click\((\d+)\)")

@@ -21,7 +21,7 @@ import argparse
 import json
 from pathlib import Path
 
-from grpolab.utils import bench
+from grpolab import bench
 
 
 RESULTS = bench.RESULTS_DIR
@@ -45,7 +45,8 @@ def lengths(args) -> None:
     from grpolab.models import load_model
     from grpolab.rollout import sample
     from grpolab.train.setup import build_task_splits
-    from grpolab.rollout.text import decode_responses, encode_prompts
+    from grpolab.rollout.prompts import encode_prompts
+    from grpolab.rollout.text import decode_responses
     from grpolab.utils.io import atomic_write_json
 
     cfg = load_config(args.config, overrides=[f"model.path={args.warm_start}", *args.set])

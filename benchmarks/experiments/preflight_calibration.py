@@ -32,8 +32,8 @@ import sys
 import time
 from pathlib import Path
 
-from grpolab.utils import bench
-from grpolab.utils.bench import write_json
+from grpolab import bench
+from grpolab.bench import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 SMOL = "models/smollm2-135m-instruct"

@@ -34,7 +34,7 @@ from pathlib import Path
 from grpolab.diagnostics.readability import READABLE_AUC
 from grpolab.diagnostics.stats import wilson_interval
 from grpolab.sweep.study import collect, fmt_diff, paired
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[2]

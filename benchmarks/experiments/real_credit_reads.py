@@ -38,7 +38,7 @@ from pathlib import Path
 
 from grpolab.utils import offline  # noqa: F401  (nothing reaches the Hub)
 from grpolab.config import DEFAULT_CHAT_TEACHER_TEMPLATE
-from grpolab.utils import bench
+from grpolab import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 #: default output (runs/bench/, git-ignored); the committed record is written with

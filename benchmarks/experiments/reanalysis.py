@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpolab.diagnostics.inference import compare_family, paired_seed_test
-from grpolab.utils.bench import results_path
+from grpolab.bench import results_path
 from grpolab.utils.io import atomic_write_json
 
 ROOT = Path(__file__).resolve().parents[2]

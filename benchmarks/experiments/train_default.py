@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 

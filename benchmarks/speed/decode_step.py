@@ -32,7 +32,7 @@ import torch
 
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.rollout import sample
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 RESULTS = bench.results_path("decode_step.json")

@@ -46,7 +46,7 @@ from pathlib import Path
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
-from grpolab.utils import bench
+from grpolab import bench
 
 #: Dense bf16 tensor-core peaks (FLOP/s), by a substring of ``torch.cuda.get_device_name()``.
 BF16_PEAK = [
@@ -117,7 +117,7 @@ def rollout_vs_hf(args, device, dtype, shape) -> dict:
     """grpolab's sampler against HF ``generate`` (interleaved rounds), and the FLOP floor at the peak."""
     import statistics
 
-    from grpolab.rollout.timing import time_hf_generate, time_sample, timing_prompts
+    from grpolab.bench.timing import time_hf_generate, time_sample, timing_prompts
 
     model, tok = build_model(args, device, dtype, shape)
     if args.attn:
@@ -143,7 +143,8 @@ def run_one(method: str, lora: bool, args, device, dtype, shape) -> dict:
     from grpolab import objectives as obj
     from grpolab.models import stop_token_ids
     from grpolab.models.lora import AdaptersOff, apply_lora, parameter_counts
-    from grpolab.rollout import left_pad, response_logprobs, sample, teacher_logprobs, teacher_messages
+    from grpolab.rollout import left_pad, response_logprobs, sample, teacher_logprobs
+    from grpolab.teacher_text import teacher_messages
     from grpolab.tasks import PromptFormat, TaskItem
 
     model, tok = build_model(args, device, dtype, shape)

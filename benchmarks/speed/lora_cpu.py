@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpolab.utils import bench
+from grpolab import bench
 
 SETTINGS = [("full", False), ("full", True), ("lora", False), ("lora", True)]
 

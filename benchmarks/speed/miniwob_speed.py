@@ -24,7 +24,7 @@ from pathlib import Path
 from grpolab.envs import make_env, step_envs
 from grpolab.envs.miniwob import MiniWoBPool, shared_pool
 from grpolab.tasks import get_task
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 ONE_STEP = ["click-test-2", "click-button", "click-link", "click-dialog", "focus-text", "click-tab"]

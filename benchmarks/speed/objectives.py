@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from grpolab.objectives import policy_loss
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 HERE = Path(__file__).resolve().parent

@@ -56,7 +56,7 @@ from grpolab.rollout.collector import collector_for
 from grpolab.train.optim import build_optimizer, build_scheduler
 from grpolab.train.setup import build_task_splits
 from grpolab.train.warm_start import sft_from_config
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 

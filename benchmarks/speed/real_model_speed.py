@@ -22,7 +22,7 @@ same torch thread count (``--threads``, default 2), so the ratios hold even on a
    shared-prompt forward computes (each distinct prompt once, every response; a lower bound when a
    group is split across micro-batches) at ``6 N`` FLOPs per token for full fine-tuning and ``4 N``
    for LoRA (no base-weight gradients), attention and the chunked head's recompute left out.
-4. **vs TRL** (:mod:`grpolab.integrations.trl_equal_work`, benchmarks/speed/vs_trl.py's two trainers on
+4. **vs TRL** (:mod:`grpolab.bench.trl_equal_work`, benchmarks/speed/vs_trl.py's two trainers on
    this model): TRL's ``GRPOTrainer`` and
    grpolab, same prompts at every step, same group size, ``max_new_tokens`` (``--trl-max-new-tokens``,
    default ``--max-new-tokens``), temperature, token-level loss, lr ``--lr``, one optimizer step per
@@ -74,8 +74,8 @@ from pathlib import Path
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
-from grpolab.rollout.timing import sync_device, time_hf_generate, time_sample, timing_prompts
-from grpolab.utils import bench
+from grpolab.bench.timing import sync_device, time_hf_generate, time_sample, timing_prompts
+from grpolab import bench
 
 DEFAULT_OUT = bench.results_path("real_model_speed.json")
 PARTS = ("rollout", "update", "trl", "rss")
@@ -230,7 +230,7 @@ def part_update(model, tok, a, ceilings: list[float]) -> dict:
 
 
 def part_trl(model_dir: Path, a) -> dict:
-    from grpolab.integrations import trl_equal_work as vs
+    from grpolab.bench import trl_equal_work as vs
 
     T = a.trl_max_new_tokens or a.max_new_tokens
     s = {"prompts_per_step": a.prompts, "group_size": a.group_size, "max_new_tokens": T,

@@ -3,7 +3,7 @@ and the wall time to reach plain TRL's final accuracy.
 
 Three sides, the same task, settings and seeds (examples/smollm2_sums.yaml: SmolLM2-135M-Instruct,
 sums 0..20 in its chat template, LoRA r16, 4 prompts x 8 samples, 12 new tokens, T = 0.7, lr 5e-4,
-10 steps; grpolab.integrations.trl_recipe carries every setting into TRL):
+10 steps; grpolab.integrations.trl.recipe carries every setting into TRL):
 
 * ``grpolab``: ``grpolab.train.train`` on the YAML;
 * ``adapter``: TRL's trainer with grpolab's objective (``GrpolabGRPOTrainer``);
@@ -49,7 +49,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpolab.utils import bench
+from grpolab import bench
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -283,7 +283,7 @@ def run_one(side: str, seed: int, config: str, eval_every: int, work: Path, set_
     else:
         import tempfile
 
-        from grpolab.integrations.trl_recipe import StepClock, build_trl_trainer, heldout_accuracy, trl_policy
+        from grpolab.integrations.trl.recipe import StepClock, build_trl_trainer, heldout_accuracy, trl_policy
 
         cfg = load_config(config, over)
         curve = []

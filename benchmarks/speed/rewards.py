@@ -134,16 +134,16 @@ def _out(args, name: str) -> Path:
     """``--out``, else the toolkit's default ``runs/bench/<name>`` (imported here, as in :func:`_machine`)."""
     if args.out:
         return Path(args.out)
-    from grpolab.utils import bench
+    from grpolab import bench
 
     return bench.results_path(name)
 
 
 def _machine(load_before, load_after) -> dict:
-    """The toolkit's machine record (:func:`grpolab.utils.bench.machine`), with the load averages
+    """The toolkit's machine record (:func:`grpolab.bench.machine`), with the load averages
     around the measurement. Imported here, after the measurement: a ``--worker`` may run an older
     grpolab (``--before``) that has no toolkit, and torch stays out of the timed process."""
-    from grpolab.utils import bench
+    from grpolab import bench
 
     return bench.machine(load_average_before=load_before, load_average_after=load_after)
 

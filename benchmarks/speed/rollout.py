@@ -32,7 +32,7 @@ import torch
 from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
 from grpolab.rollout import left_pad, response_logprobs, sample
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 VOCAB, PAD, BOS, EOS = 48, 0, 1, 2

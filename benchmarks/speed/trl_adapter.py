@@ -11,7 +11,7 @@ import torch
 from datasets import Dataset
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
-from grpolab.integrations.trl import GrpolabGRPOConfig, GrpolabGRPOTrainer
+from grpolab.integrations.trl.trainer import GrpolabGRPOConfig, GrpolabGRPOTrainer
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 
 STEPS, ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 6, int(sys.argv[2]) if len(sys.argv) > 2 else 2

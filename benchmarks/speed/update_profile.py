@@ -40,7 +40,7 @@ from grpolab.rollout.logprobs import distinct_prompts
 from grpolab.rollout import Experience
 from grpolab.train import UpdateSpec, update
 from grpolab.train.policy_update import LossSpec, micro_batches
-from grpolab.utils import bench
+from grpolab import bench
 from grpolab.utils.io import atomic_write_json
 
 RESULTS = bench.results_path("update_profile.json")

@@ -6,9 +6,9 @@ One warm start, four runs on the same task, seed and held-out items:
    ``arith`` task, seed 0) -> ``WORK/sft``;
 2. grpolab's own trainer from it (``grpolab train --set model.path=WORK/sft --set sft.enabled=no``),
    GRPO and RLSD, ``--steps`` steps, held-out greedy accuracy every ``--eval-every`` steps;
-3. verl's real trainer from the same weights (``python -m grpolab.integrations.verl_cpu main_ppo`` /
+3. verl's real trainer from the same weights (``python -m grpolab.integrations.verl.cpu main_ppo`` /
    ``verl_main``: Ray, TransferQueue, verl's FSDP2 engine, the ``hf_cpu`` rollout with weight
-   sync, verl's reward manager calling ``grpolab.integrations.verl_cpu.toy.compute_score``), the
+   sync, verl's reward manager calling ``grpolab.integrations.verl.cpu.toy.compute_score``), the
    same batch (32 prompts x 8 samples, up to 48 new tokens, temperature 1), learning rate (1e-4),
    one optimizer step per batch, no KL; held-out greedy reward (verl's validation, ``val-core``)
    on the same items every ``--eval-every`` steps.
@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from grpolab.utils import bench
+from grpolab import bench
 
 ROOT = Path(__file__).resolve().parents[2]
 N_EVAL = 256  # grpolab's trainer.n_eval default: the same held-out items in both trainers
@@ -85,7 +85,7 @@ def grpolab_start(log: Path) -> list[list]:
 
 
 def verl_data(work: Path, seed: int) -> tuple[Path, Path]:
-    from grpolab.integrations.verl_cpu import toy
+    from grpolab.integrations.verl.cpu import toy
 
     train = toy.write_arith_parquet(work / "train.parquet", toy.arith_items("train", 4096, seed=seed))
     val = toy.write_arith_parquet(work / "val.parquet", toy.arith_items("eval", N_EVAL, seed=seed), split="eval")
@@ -110,7 +110,7 @@ def verl_run(work: Path, model: Path, data: tuple[Path, Path], variant: str, ste
 def verl_command(work: Path, model: Path, data: tuple[Path, Path], variant: str, steps: int, eval_every: int,
                  seed: int) -> list[str]:
     """The launcher command of one verl run (the metric log's path goes through VERL_FILE_LOGGER_PATH)."""
-    toy_file = ROOT / "src/grpolab/integrations/verl_cpu/toy.py"
+    toy_file = ROOT / "src/grpolab/integrations/verl/cpu/toy.py"
     overrides = [
         f"data.train_files={data[0]}", f"data.val_files={data[1]}", "data.train_batch_size=32",
         "data.max_prompt_length=32", "data.max_response_length=48", f"data.seed={seed}",
@@ -136,7 +136,7 @@ def verl_command(work: Path, model: Path, data: tuple[Path, Path], variant: str,
         target = "verl_main"
         overrides += ["+grpolab.credit.name=rlsd", "+grpolab.credit.privileged_key=solution",
                       f"+grpolab.credit.chat_template='{TEACHER}'"]
-    return [sys.executable, "-m", "grpolab.integrations.verl_cpu", target, *overrides]
+    return [sys.executable, "-m", "grpolab.integrations.verl.cpu", target, *overrides]
 
 
 def parse_verl_log(log_path: Path) -> dict:
@@ -186,7 +186,7 @@ def main() -> int:
         return 0
     import verl
 
-    from grpolab.integrations.verl_cpu import toy
+    from grpolab.integrations.verl.cpu import toy
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

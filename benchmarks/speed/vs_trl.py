@@ -72,11 +72,11 @@ from pathlib import Path
 import grpolab.utils.offline  # noqa: F401  (before transformers/trl: no Hub lookups or telemetry)
 import torch
 
-from grpolab.integrations.trl_equal_work import (LENGTH_TOLERANCE, build_checkpoint, equal_work_verdict, fixed_batch,
+from grpolab.bench.trl_equal_work import (LENGTH_TOLERANCE, build_checkpoint, equal_work_verdict, fixed_batch,
                                                  load_items, pooled, prompt_schedule, ratios, run_fixed_grpolab,
                                                  run_fixed_trl, run_grpolab, run_trl, schedule_digest)
-from grpolab.utils import bench
-from grpolab.utils.bench import cpu_counters, others_cores, wait_for_idle
+from grpolab import bench
+from grpolab.bench import cpu_counters, others_cores, wait_for_idle
 from grpolab.utils.io import atomic_write_json
 
 DEFAULT_OUT = bench.results_path("vs_trl.json")

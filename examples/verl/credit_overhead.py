@@ -21,7 +21,7 @@ import torch
 def main() -> None:
     from verl.utils import tensordict_utils as tu
 
-    from grpolab.integrations import verl_credit as vc
+    from grpolab.integrations.verl import credit as vc
     from grpolab.models import build_tokenizer
     from grpolab.objectives import group_advantages
 

@@ -19,8 +19,8 @@ case "$AGG" in
 esac
 # grpolab registers through verl's "verl.plugins" entry point; naming the module explicitly as well
 # makes a broken install fail loudly instead of "Unsupported loss mode".
-export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-grpolab.integrations.verl_plugin}"
-python3 -c "import grpolab.integrations.verl_plugin" || { echo "grpolab is not importable here" >&2; exit 1; }
+export VERL_USE_EXTERNAL_MODULES="${VERL_USE_EXTERNAL_MODULES:-grpolab.integrations.verl.plugin}"
+python3 -c "import grpolab.integrations.verl.plugin" || { echo "grpolab is not importable here" >&2; exit 1; }
 exec python3 -m verl.trainer.main_ppo \
   --config-path="$HERE" --config-name=grpolab_qwen2.5_math_1.5b \
   algorithm.adv_estimator="$ADV" \

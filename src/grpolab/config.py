@@ -548,14 +548,6 @@ class LogConfig:
                                   "pip install 'grpolab[wandb]' or set log.wandb=false")
 
 
-#: Earlier spellings of credit values, still read (with a ``FutureWarning``) as the value on the
-#: right: the TRL adapter wrote "no credit" as ``none``; the verl extension named its teachers
-#: ``ref`` (the frozen initial policy) and ``actor`` (the live policy).
-CREDIT_VALUE_ALIASES: dict[tuple[str, str], str] = {
-    ("name", "none"): "grpo", ("teacher", "ref"): "frozen", ("teacher", "actor"): "live",
-}
-
-
 @dataclass
 class CreditConfig:
     """Token-level credit from a privileged self-teacher (RLSD, GEAR, OPSD); see docs/credit.md.
@@ -634,12 +626,10 @@ class CreditConfig:
 
     def validate(self, prefix: str = "credit.") -> "CreditConfig":
         """Raise :class:`ConfigError` naming the key (``prefix`` + field: ``credit.lam``,
-        ``grpolab_credit_lam``, ``grpolab.credit.lam``) and the fix; read the earlier spellings of
-        :data:`CREDIT_VALUE_ALIASES` as the current ones (with a ``FutureWarning``). Returns ``self``."""
+        ``grpolab_credit_lam``, ``grpolab.credit.lam``) and the fix. Returns ``self``."""
         from grpolab import objectives as obj
         from grpolab.teacher_text import check_template
 
-        self._read_aliases(prefix)
         for f in ("name", "lam_schedule", "teacher", "privileged_placement", "divergence", "gear_threshold",
                   "gear_anchor"):
             _choice(prefix + f, getattr(self, f), CHOICES[f"credit.{f}"]())
@@ -669,15 +659,6 @@ class CreditConfig:
         except ValueError as e:
             raise ConfigError(f"{prefix.rstrip('._')}: {e}") from None
         return self
-
-    def _read_aliases(self, prefix: str) -> None:
-        import warnings
-
-        for (key, old), new in CREDIT_VALUE_ALIASES.items():
-            if getattr(self, key) == old:
-                warnings.warn(f"{prefix}{key}={old!r} is an earlier spelling; write {prefix}{key}={new!r}",
-                              FutureWarning, stacklevel=4)
-                setattr(self, key, new)
 
     @classmethod
     def from_mapping(cls, values: typing.Mapping[str, Any], *, prefix: str = "credit.") -> "CreditConfig":

@@ -1,5 +1,6 @@
-"""One door into a run: :func:`open_run` turns a run directory, a model directory or a config into
-everything that measures it.
+"""One door into a run: everything that measures a run, a model or a config.
+
+:func:`open_run` turns a run directory, a model directory or a config into what measures it.
 
 ``grpolab eval``, ``preflight``, ``diagnose`` and ``credit`` and ``grpolab sft`` open what they
 measure here, and the warm start's accuracy checks collect through the collector built the same

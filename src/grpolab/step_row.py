@@ -1,5 +1,6 @@
-"""Every key of a training step's metrics row, named once: its meaning, its verl-style alias, and
-rows that always carry the same keys.
+"""Every key of a training step's metrics row, named once.
+
+Each key has its meaning and its verl-style alias here, and rows always carry the same keys.
 
 :data:`STEP_METRICS` is the one table of the step row (``metrics.jsonl``, TensorBoard, W&B): each
 entry is declared here with :func:`_m`, which returns the key, and the code that computes a number
@@ -276,7 +277,7 @@ def row_key(prefix: str, name: str) -> str:
     "clip_frac_low")``); raises KeyError when the table does not declare it."""
     key = prefix + name
     if not declared(key):
-        raise KeyError(f"step metric {key!r} is not declared; add it to grpolab.train.metric_names.STEP_METRICS "
+        raise KeyError(f"step metric {key!r} is not declared; add it to grpolab.step_row.STEP_METRICS "
                        "with its meaning")
     return key
 

@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from grpolab.config import ConfigError, CreditConfig, load_config
-from grpolab.integrations import verl_credit as vc
+from grpolab.integrations.verl import credit as vc
 from grpolab.utils import teacher_templates as tt
 
 FIELDS = [f.name for f in dataclasses.fields(CreditConfig)]
@@ -21,7 +21,7 @@ def _trl_base(tmp_path):
 
 
 def test_the_teacher_templates_have_one_source():
-    from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, teacher_messages
+    from grpolab.teacher_text import DEFAULT_TEACHER_TEMPLATE, teacher_messages
 
     own = CreditConfig()
     assert (own.template, own.chat_template, own.system_template) == (
@@ -47,7 +47,7 @@ def test_verl_reads_the_schema_with_the_same_defaults_except_what_verls_workers_
 
 def test_trl_arguments_are_the_schema_with_a_prefix_and_the_same_defaults(tmp_path):
     pytest.importorskip("trl")
-    from grpolab.integrations.trl import CREDIT_PREFIX, GrpolabGRPOConfig
+    from grpolab.integrations.trl.trainer import CREDIT_PREFIX, GrpolabGRPOConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(GrpolabGRPOConfig)}
     trl = {k[len(CREDIT_PREFIX):]: v for k, v in defaults.items() if k.startswith(CREDIT_PREFIX)}
@@ -59,7 +59,7 @@ def test_trl_arguments_are_the_schema_with_a_prefix_and_the_same_defaults(tmp_pa
 
 def test_a_misspelled_value_gets_the_same_message_in_all_three(tmp_path):
     pytest.importorskip("trl")
-    from grpolab.integrations.trl import GrpolabGRPOConfig
+    from grpolab.integrations.trl.trainer import GrpolabGRPOConfig
 
     tail = "='rlds' is not allowed; choose one of: grpo, rlsd, gear, opsd"
     with pytest.raises(ConfigError, match="^credit.name" + tail):
@@ -80,31 +80,6 @@ def test_a_misspelled_key_names_the_closest_one():
         vc.VerlCreditConfig.from_mapping({"name": "gear", "gear_treshold": "mad"})
     with pytest.raises(ConfigError, match="unknown config key 'credit.lamda'"):
         load_config(None, ["credit.lamda=0.3"])
-
-
-@pytest.mark.parametrize("key,old,new", [("name", "none", "grpo"), ("teacher", "ref", "frozen"),
-                                         ("teacher", "actor", "live")])
-def test_earlier_value_spellings_read_as_the_current_ones_with_a_warning(key, old, new):
-    with pytest.warns(FutureWarning, match=f"credit.{key}='{old}' is an earlier spelling; write "
-                                           f"credit.{key}='{new}'"):
-        cfg = load_config(None, [f"credit.{key}={old}"])
-    assert getattr(cfg.credit, key) == new
-
-
-def test_trls_earlier_argument_names_still_work(tmp_path):
-    pytest.importorskip("trl")
-    from grpolab.integrations.trl import GrpolabGRPOConfig
-
-    with pytest.warns(FutureWarning, match="grpolab_credit is an earlier name; write grpolab_credit_name"):
-        a = GrpolabGRPOConfig(**_trl_base(tmp_path), grpolab_credit="none", grpolab_gear_divergence="logratio",
-                              grpolab_teacher_sync_steps=0)
-    c = a.grpolab_credit_settings
-    assert (c.name, c.divergence, c.teacher, a.grpolab_credit_name) == ("grpo", "logratio", "live", "grpo")
-    with pytest.warns(FutureWarning):
-        b = GrpolabGRPOConfig(**_trl_base(tmp_path), grpolab_credit="rlsd", grpolab_teacher_sync_steps=4)
-    assert (b.grpolab_credit_settings.teacher, b.grpolab_credit_settings.teacher_sync_every) == ("frozen", 4)
-    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="disagree; set only grpolab_credit_name"):
-        GrpolabGRPOConfig(**_trl_base(tmp_path), grpolab_credit="gear", grpolab_credit_name="rlsd")
 
 
 def test_teacher_sync_every_zero_means_never(tmp_path):

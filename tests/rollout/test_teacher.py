@@ -9,10 +9,7 @@ import torch
 
 from grpolab.models import build_tokenizer
 from grpolab.rollout import (
-    DEFAULT_TEACHER_TEMPLATE,
     TeacherResult,
-    build_teacher_prompts,
-    check_template,
     encode_teacher_prompts,
     left_pad,
     response_logprobs,
@@ -20,6 +17,7 @@ from grpolab.rollout import (
     teacher_logprobs,
 )
 from grpolab.tasks import TaskItem
+from grpolab.teacher_text import DEFAULT_TEACHER_TEMPLATE, build_teacher_prompts, check_template
 
 from rollout_helpers import PAD, VOCAB, make_llama, ref_logprobs_alone
 

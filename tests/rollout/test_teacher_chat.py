@@ -7,7 +7,8 @@ import torch
 from chat_helpers import build_chat_model, build_chat_tokenizer
 
 from grpolab.models import stop_token_ids
-from grpolab.rollout import left_pad, sample, teacher_logprobs, teacher_messages
+from grpolab.rollout import left_pad, sample, teacher_logprobs
+from grpolab.teacher_text import teacher_messages
 from grpolab.tasks import PromptFormat, TaskItem
 
 ITEMS = [TaskItem(prompt="Natalia sold 48 clips in April and half as many in May. How many in all?",

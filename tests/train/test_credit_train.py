@@ -14,7 +14,7 @@ import torch
 from grpolab import objectives as obj
 from grpolab.config import ConfigError, load_config
 from grpolab.models import load_model
-from grpolab.rollout import DEFAULT_TEACHER_TEMPLATE
+from grpolab.teacher_text import DEFAULT_TEACHER_TEMPLATE
 from grpolab.train import train
 from grpolab.train.checkpoint import latest_checkpoint
 from grpolab.train.credit import CreditStep, leakage

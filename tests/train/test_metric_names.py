@@ -5,7 +5,7 @@ import math
 
 from grpolab.tasks import TaskItem
 from grpolab.train.completions import append_jsonl, completion_rows, examples_table, write_jsonl
-from grpolab.train.metric_names import VERL_NAMES, fill_row, with_verl_names
+from grpolab.step_row import VERL_NAMES, fill_row, with_verl_names
 
 
 def test_verl_aliases_carry_grpolabs_values():

@@ -5,8 +5,8 @@ import torch
 
 from grpolab.config import ConfigError, load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
-from grpolab.rollout import build_teacher_prompts, encode_teacher_prompts
-from grpolab.rollout.teacher import DEFAULT_TEACHER_TEMPLATE, TeacherPrompt
+from grpolab.rollout import encode_teacher_prompts
+from grpolab.teacher_text import DEFAULT_TEACHER_TEMPLATE, TeacherPrompt, build_teacher_prompts
 from grpolab.tasks import get_task
 from grpolab.train import sft as sft_mod
 from grpolab.train.warm_start import warm_start_key

@@ -245,18 +245,3 @@ def test_a_killed_dapo_run_resumes_exactly(tmp_path, kill_during_step):
     b, _ = load_model(tmp_path / "crashed" / "final")
     for (k, x), (_, y) in zip(a.state_dict().items(), b.state_dict().items()):
         assert torch.equal(x, y), k
-
-
-def test_the_old_dapo_paths_re_export_the_role_named_modules():
-    import grpolab.objectives.dapo as old_obj
-    import grpolab.objectives.shaping as shaping
-    import grpolab.rollout.batch as batch
-    import grpolab.train.dapo as old
-    import grpolab.rollout.experience as experience
-    import grpolab.train.step_batch as step_batch
-
-    assert old.collect_step is step_batch.collect_step and old.without_truncated is step_batch.without_truncated
-    assert old.select_groups is experience.select_groups and old.concat_experiences is experience.concat_experiences
-    assert old.concat_rollouts is batch.concat_rollouts
-    for name in ("group_has_signal", "overlong_penalty", "truncation_mask"):
-        assert getattr(old_obj, name) is getattr(shaping, name)

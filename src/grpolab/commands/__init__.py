@@ -1,5 +1,6 @@
-"""The ``grpolab`` commands, one function per command; :mod:`grpolab.cli` only parses arguments and
-imports from here.
+"""The ``grpolab`` commands, one function per command.
+
+:mod:`grpolab.cli` only parses arguments and imports from here.
 
 Each function takes plain values, calls the library, prints its result and returns an exit code.
 Everything that measures a run or a model opens it through :func:`grpolab.runs.open_run`.

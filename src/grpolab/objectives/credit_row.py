@@ -2,7 +2,7 @@
 
 :func:`credit_step_metrics` turns one step's :class:`grpolab.objectives.credit.CreditResult` and
 the teacher's and student's log-probs into the ``credit/...`` floats that grpolab's trainer
-(:mod:`grpolab.train.credit`) and the verl extension (:mod:`grpolab.integrations.verl_credit`)
+(:mod:`grpolab.train.credit`) and the verl extension (:mod:`grpolab.integrations.verl.credit`)
 log; the per-reweighting statistics come from :func:`grpolab.objectives.credit.credit_metrics`.
 Unlike the rest of ``objectives/``, it returns plain floats: it is the step's log row, not part of
 a loss (moved here from ``grpolab.rollout.teacher``, which re-exports it for one release).

@@ -17,8 +17,7 @@ Pure tensor functions (no model, no config):
   ``mask_truncated_completions``): the loss mask of a response that hit the length cap without
   ending is zeroed, so it neither pushes the policy nor counts in the token normaliser.
 
-Each has a loop twin in ``tests/objectives/test_shaping.py``. (Renamed from
-``grpolab.objectives.dapo``, which re-exports it for one release.)
+Each has a loop twin in ``tests/objectives/test_shaping.py``.
 """
 
 from __future__ import annotations

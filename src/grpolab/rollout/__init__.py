@@ -22,19 +22,9 @@ from .prompts import encode_prompt, encode_prompts
 from .sampler import SamplingSpec, left_pad, sample
 from .teacher import TeacherResult, credit_logprobs, encode_teacher_prompts, teacher_logprobs
 
-# the teacher's text and tokens live in grpolab.teacher_text (torch-free); kept here for callers
-from grpolab.teacher_text import (
-    DEFAULT_TEACHER_TEMPLATE,
-    CreditTokens,
-    build_teacher_prompts,
-    check_template,
-    teacher_messages,
-)
-
 __all__ = [
     "Rollout", "LogprobResult", "SamplingSpec", "sample", "response_logprobs", "left_pad", "EpisodeBatch", "run_episodes",
-    "DEFAULT_TEACHER_TEMPLATE", "TeacherResult", "build_teacher_prompts", "check_template",
-    "encode_teacher_prompts", "teacher_logprobs", "credit_logprobs", "encode_prompt", "encode_prompts",
-    "teacher_messages", "CreditTokens", "Collector", "EpisodeCollector", "SingleTurnCollector", "make_collector",
+    "TeacherResult", "encode_teacher_prompts", "teacher_logprobs", "credit_logprobs", "encode_prompt",
+    "encode_prompts", "Collector", "EpisodeCollector", "SingleTurnCollector", "make_collector",
     "Experience",
 ]

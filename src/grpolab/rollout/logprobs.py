@@ -27,7 +27,8 @@ poisoned pads (to float32 rounding even for a float64 model: Hugging Face's RMSN
 float32, and its backward rounds the summed gradient of a shared prompt position once instead of
 each row's part separately). It falls back to the joint forward when no prompt repeats, when a prompt row is
 empty, with gradient checkpointing on (the model drops its cache), and for models whose cache has
-layers other than plain full attention (:func:`shared_prompt_fallback` says why).
+layers other than plain full attention (:func:`shared_prompt_fallback` says why). The forward is
+:func:`prefix_forward`, which the privileged teacher's shared prompts use too.
 """
 
 from __future__ import annotations
@@ -110,26 +111,9 @@ def response_logprobs(
     Returns:
         :class:`LogprobResult` with ``logp [B, T]`` (and ``entropy [B, T]``).
     """
-    if isinstance(batch, Rollout):
-        prompt_ids, prompt_mask, response_ids, response_mask = (
-            batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
-        )
-        response_attention = batch.response_attention
-    else:
-        prompt_ids, prompt_mask, response_ids, response_mask = batch[:4]
-        response_attention = batch[4] if len(batch) > 4 else None
-    if response_attention is not None and response_attention.shape != response_mask.shape:
-        raise ValueError(
-            f"response_attention shape {tuple(response_attention.shape)} != response_mask shape "
-            f"{tuple(response_mask.shape)}"
-        )
+    prompt_ids, prompt_mask, response_ids, response_mask, response_attention = _unpack(batch)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    if prompt_ids.shape != prompt_mask.shape or response_ids.shape != response_mask.shape:
-        raise ValueError(
-            f"shape mismatch: prompt_ids {tuple(prompt_ids.shape)} / prompt_mask {tuple(prompt_mask.shape)}, "
-            f"response_ids {tuple(response_ids.shape)} / response_mask {tuple(response_mask.shape)}"
-        )
     B = prompt_ids.shape[0]
     sig = ForwardSignature.of(model)
     mb = B if not micro_batch_size else int(micro_batch_size)
@@ -153,6 +137,30 @@ def response_logprobs(
     if return_entropy:
         entropy = ents[0] if len(ents) == 1 else torch.cat(ents, dim=0)
     return LogprobResult(logp=logp, entropy=entropy)
+
+
+def _unpack(batch):
+    """``(prompt_ids, prompt_mask, response_ids, response_mask, response_attention | None)`` of a
+    :class:`Rollout` or a 4- or 5-tuple, with their shapes checked."""
+    if isinstance(batch, Rollout):
+        prompt_ids, prompt_mask, response_ids, response_mask = (
+            batch.prompt_ids, batch.prompt_mask, batch.response_ids, batch.response_mask,
+        )
+        response_attention = batch.response_attention
+    else:
+        prompt_ids, prompt_mask, response_ids, response_mask = batch[:4]
+        response_attention = batch[4] if len(batch) > 4 else None
+    if response_attention is not None and response_attention.shape != response_mask.shape:
+        raise ValueError(
+            f"response_attention shape {tuple(response_attention.shape)} != response_mask shape "
+            f"{tuple(response_mask.shape)}"
+        )
+    if prompt_ids.shape != prompt_mask.shape or response_ids.shape != response_mask.shape:
+        raise ValueError(
+            f"shape mismatch: prompt_ids {tuple(prompt_ids.shape)} / prompt_mask {tuple(prompt_mask.shape)}, "
+            f"response_ids {tuple(response_ids.shape)} / response_mask {tuple(response_mask.shape)}"
+        )
+    return prompt_ids, prompt_mask, response_ids, response_mask, response_attention
 
 
 def joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT, **model_kwargs):
@@ -206,7 +214,8 @@ def _score(
     if head_chunk:
         hidden = None
         if share_prompts:
-            hidden = shared_prompt_hidden(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT)
+            hidden = prefix_forward(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT,
+                                    hidden=True)
         if hidden is None:
             hidden = joint_hidden(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT)
         if hidden is not None:
@@ -227,7 +236,7 @@ def _score(
             return logp_BT, ent_BT
     logits_BTV = None
     if share_prompts:
-        logits_BTV = shared_prompt_logits(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT)
+        logits_BTV = prefix_forward(model, sig, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT)
     if logits_BTV is None:
         kwargs = {"logits_to_keep": T + 1} if sig.logits_to_keep else {}
         out = joint_forward(model, prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_attn_BT, **kwargs)
@@ -270,11 +279,13 @@ def distinct_prompts(prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor):
     return first_N, inverse_B
 
 
-def shared_prompt_fallback(model, sig: ForwardSignature, prompt_mask_BP: torch.Tensor, n_distinct: int) -> str | None:
-    """``None`` if the shared-prompt forward applies to this batch, else why the joint forward is used."""
-    if n_distinct >= prompt_mask_BP.shape[0]:
+def shared_prompt_fallback(model, sig: ForwardSignature, prompt_mask_NP: torch.Tensor, n_rows: int | None) -> str | None:
+    """``None`` if :func:`prefix_forward` applies to these ``[N, P]`` distinct prompts of ``n_rows``
+    response rows, else why the joint forward is used (``n_rows`` None: the caller chose the
+    prompts to share, so whether any repeats is not asked)."""
+    if n_rows is not None and prompt_mask_NP.shape[0] >= n_rows:
         return "no prompt repeats"
-    if prompt_mask_BP.shape[1] == 0 or not bool(prompt_mask_BP.bool().any(dim=1).all()):
+    if prompt_mask_NP.shape[1] == 0 or not bool(prompt_mask_NP.bool().any(dim=1).all()):
         return "a prompt row is empty"
     if _activation_checkpointing(model) and model.training:
         return "gradient checkpointing is on (the model drops its KV cache)"
@@ -290,22 +301,48 @@ def _activation_checkpointing(model) -> bool:
     return False
 
 
-def shared_prompt_logits(model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT,
-                         response_attn_BT):
-    """Logits ``[B, T, V]`` scoring the response tokens, each distinct prompt forwarded once.
+def prefix_forward(model, sig: ForwardSignature, prompt_ids, prompt_mask, response_ids_BT, response_attn_BT, *,
+                   prompt_of_row: torch.Tensor | None = None, hidden: bool = False, forward_last: bool = False):
+    """The prefix forward: each prompt once into a KV cache, the responses on top.
 
-    ``logits[:, t]`` predicts ``response_ids[:, t]`` (the same as the joint forward's positions
-    ``P - 1 .. P + T - 2``). Returns ``None`` when :func:`shared_prompt_fallback` says to use the
-    joint forward (or the model returned a cache with other layer kinds).
+    The update (:func:`response_logprobs` with ``share_prompts``) and the teacher
+    (:func:`grpolab.rollout.teacher.teacher_logprobs` with ``prompt_index``) both score through it.
+
+    Args:
+        prompt_ids, prompt_mask: ``[B, P]`` left-padded, one prompt per response row, whose
+            distinct prompts (:func:`distinct_prompts`) are forwarded once; or, with
+            ``prompt_of_row``, ``[N, P]`` prompts each forwarded once.
+        response_ids_BT, response_attn_BT: ``[B, T]`` right-padded responses and the mask of the
+            response tokens to attend to.
+        prompt_of_row: ``[B]`` long, the prompt row of each response row (the caller chose the
+            prompts to share), or None.
+        hidden: return the final hidden states ``[B, T, H]`` (scored through the LM head by the
+            caller) instead of the logits ``[B, T, V]``.
+        forward_last: also forward the last response token (its output is dropped: it is only a
+            target). The teacher does, the update does not: attention's float rounding at a
+            position depends on how many queries run together, so each keeps the query length it
+            has always had and its numbers bit for bit; the values agree to float rounding
+            (``tests/rollout/test_prefix_forward.py``).
+
+    Row ``b``, position ``t`` of the result predicts ``response_ids[b, t]`` (the joint forward's
+    positions ``P - 1 .. P + T - 2``, with the same attention mask and positions). Returns None
+    when the joint forward must be used instead: :func:`shared_prompt_fallback`'s reasons, a
+    cache the model filled with other layer kinds, or (``hidden``) a head that does not reproduce
+    the model's logits (:func:`_head_reproduces`).
     """
-    first_N, inverse_B = distinct_prompts(prompt_ids_BP, prompt_mask_BP)
-    if shared_prompt_fallback(model, sig, prompt_mask_BP, first_N.shape[0]) is not None:
+    if prompt_of_row is None:
+        first_N, inverse_B = distinct_prompts(prompt_ids, prompt_mask)
+        ids_NP, mask_NP = prompt_ids[first_N], prompt_mask[first_N].long()
+    else:
+        inverse_B, ids_NP, mask_NP = prompt_of_row, prompt_ids, prompt_mask.long()
+    n_rows = None if prompt_of_row is not None else prompt_ids.shape[0]
+    if shared_prompt_fallback(model, sig, mask_NP, n_rows) is not None or (hidden and _head_weight(model) is None):
         return None
-    T = response_ids_BT.shape[1]
-    ids_NP, mask_NP = prompt_ids_BP[first_N], prompt_mask_BP[first_N].long()
-    pos_NP = (mask_NP.cumsum(-1) - 1).clamp_(min=0)
     cache = new_cache(model)
     extra = {"logits_to_keep": 1} if sig.logits_to_keep else {}
+    if hidden:
+        extra["output_hidden_states"] = True
+    pos_NP = (mask_NP.cumsum(-1) - 1).clamp_(min=0)
     out = model(input_ids=ids_NP, attention_mask=mask_NP, position_ids=pos_NP, use_cache=True,
                 **{sig.cache_kw: cache}, **extra)
     layers = getattr(cache, "layers", None)  # the model filled the cache in place
@@ -313,11 +350,19 @@ def shared_prompt_logits(model, sig: ForwardSignature, prompt_ids_BP, prompt_mas
             type(layer) is not DynamicLayer or layer.keys is None or layer.keys.shape[0] != ids_NP.shape[0]
             for layer in layers):
         return None
-    first_BV = out.logits[:, -1][inverse_B]  # the last prompt position predicts response token 0
-    if T == 1:
-        return first_BV[:, None]
-    out = _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BT, response_attn_BT)
-    return torch.cat([first_BV[:, None], out.logits], dim=1)
+    if hidden:
+        states = getattr(out, "hidden_states", None)
+        if not states or not _head_reproduces(model, states[-1][:, -1], out.logits[:, -1]):
+            return None
+    first_B = (states[-1] if hidden else out.logits)[:, -1][inverse_B]  # the last prompt position predicts token 0
+    if response_ids_BT.shape[1] == 1:
+        return first_B[:, None]
+    T = response_ids_BT.shape[1]
+    L = T if forward_last else T - 1                   # the last token is only ever a target
+    out = _response_forward(model, sig, layers, inverse_B, mask_NP[inverse_B], response_ids_BT[:, :L],
+                            response_attn_BT[:, :L], **(extra if hidden else {}))
+    rest = (out.hidden_states[-1] if hidden else out.logits)[:, : T - 1]
+    return torch.cat([first_B[:, None], rest], dim=1)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -362,36 +407,6 @@ def joint_hidden(model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, re
     if not _head_reproduces(model, h[:, -1], out.logits[:, -1]):
         return None
     return h[:, P - 1 : P + T - 1]
-
-
-def shared_prompt_hidden(model, sig: ForwardSignature, prompt_ids_BP, prompt_mask_BP, response_ids_BT,
-                         response_attn_BT):
-    """:func:`shared_prompt_logits` returning final hidden states ``[B, T, H]`` instead of logits
-    (None: use the joint path)."""
-    first_N, inverse_B = distinct_prompts(prompt_ids_BP, prompt_mask_BP)
-    if shared_prompt_fallback(model, sig, prompt_mask_BP, first_N.shape[0]) is not None:
-        return None
-    if not sig.logits_to_keep or _head_weight(model) is None:
-        return None
-    T = response_ids_BT.shape[1]
-    ids_NP, mask_NP = prompt_ids_BP[first_N], prompt_mask_BP[first_N].long()
-    pos_NP = (mask_NP.cumsum(-1) - 1).clamp_(min=0)
-    cache = new_cache(model)
-    out = model(input_ids=ids_NP, attention_mask=mask_NP, position_ids=pos_NP, use_cache=True,
-                output_hidden_states=True, logits_to_keep=1, **{sig.cache_kw: cache})
-    layers = getattr(cache, "layers", None)
-    if not isinstance(layers, list) or not layers or any(
-            type(layer) is not DynamicLayer or layer.keys is None or layer.keys.shape[0] != ids_NP.shape[0]
-            for layer in layers):
-        return None
-    hidden = getattr(out, "hidden_states", None)
-    if not hidden or not _head_reproduces(model, hidden[-1][:, -1], out.logits[:, -1]):
-        return None
-    first_BH = hidden[-1][:, -1][inverse_B]  # the last prompt position predicts response token 0
-    if T == 1:
-        return first_BH[:, None]
-    out = _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BT, response_attn_BT, output_hidden_states=True, logits_to_keep=1)
-    return torch.cat([first_BH[:, None], out.hidden_states[-1]], dim=1)
 
 
 class _ChunkedHeadLogp(torch.autograd.Function):
@@ -499,18 +514,17 @@ def chunked_head_logprobs(h_NH: torch.Tensor, w_VH: torch.Tensor, tok_N: torch.T
     return logp, (ent if return_entropy else None)
 
 
-def _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BT, response_attn_BT, **kw):
-    """Forward the response tokens but the last over each row's copy of its prompt's cache.
+def _response_forward(model, sig, layers, inverse_B, prompt_mask_BP, response_ids_BL, response_attn_BL, **kw):
+    """Forward ``[B, L]`` response tokens over each row's copy of its prompt's cache.
 
     Every row gets its prompt's keys/values (index_select: the backward sums the rows' gradients);
-    the response tokens but the last (it is only ever a target) run at the joint forward's positions.
+    the tokens run at the joint forward's positions, with its attention mask.
     """
-    T = response_ids_BT.shape[1]
     rows = new_cache(model)
     for i, layer in enumerate(layers):
         rows.update(layer.keys.index_select(0, inverse_B), layer.values.index_select(0, inverse_B), i)
-    attn_BT = response_attn_BT.long()
-    attn_BL = torch.cat([prompt_mask_BP.long(), attn_BT[:, : T - 1]], dim=1)
-    pos_BT = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BT[:, : T - 1].cumsum(-1) - 1).clamp_(min=0)
-    return model(input_ids=response_ids_BT[:, : T - 1], attention_mask=attn_BL, position_ids=pos_BT, use_cache=True,
+    attn_BL = response_attn_BL.long()
+    attn_BPL = torch.cat([prompt_mask_BP.long(), attn_BL], dim=1)
+    pos_BL = (prompt_mask_BP.long().sum(-1, keepdim=True) + attn_BL.cumsum(-1) - 1).clamp_(min=0)
+    return model(input_ids=response_ids_BL, attention_mask=attn_BPL, position_ids=pos_BL, use_cache=True,
                  **kw, **{sig.cache_kw: rows})

@@ -250,16 +250,7 @@ def sample(
     prompt_mask_BP = prompt_mask_NP.repeat_interleave(G, dim=0)
 
     if max_new_tokens == 0:
-        empty_f = torch.zeros(B, 0, device=device)
-        return Rollout(
-            prompt_ids=prompt_ids_BP,
-            prompt_mask=prompt_mask_BP,
-            response_ids=torch.zeros(B, 0, dtype=torch.long, device=device),
-            response_mask=empty_f,
-            sample_logp=empty_f.clone(),
-            group_ids=group_ids_B,
-            finished=torch.zeros(B, dtype=torch.bool, device=device),
-        )
+        return _empty_rollout(prompt_ids_BP, prompt_mask_BP, group_ids_B)
 
     eos_E = _as_id_tensor(eos_token_id, device)
     sig = ForwardSignature.of(model)
@@ -276,7 +267,27 @@ def sample(
     finally:
         model.train(was_training)
 
-    tokens_BT, live_BT, logp_BT = out
+    return _as_rollout(prompt_ids_BP, prompt_mask_BP, group_ids_B, *out, eos_E)
+
+
+def _empty_rollout(prompt_ids_BP, prompt_mask_BP, group_ids_B) -> Rollout:
+    """The :class:`Rollout` of ``max_new_tokens=0``: ``B`` rows of ``T = 0`` response tokens."""
+    B, device = prompt_ids_BP.shape[0], prompt_ids_BP.device
+    empty_f = torch.zeros(B, 0, device=device)
+    return Rollout(
+        prompt_ids=prompt_ids_BP,
+        prompt_mask=prompt_mask_BP,
+        response_ids=torch.zeros(B, 0, dtype=torch.long, device=device),
+        response_mask=empty_f,
+        sample_logp=empty_f.clone(),
+        group_ids=group_ids_B,
+        finished=torch.zeros(B, dtype=torch.bool, device=device),
+    )
+
+
+def _as_rollout(prompt_ids_BP, prompt_mask_BP, group_ids_B, tokens_BT, live_BT, logp_BT, eos_E) -> Rollout:
+    """The decode's ``[B, max_new_tokens]`` tokens, live mask and log-probs as a :class:`Rollout`,
+    trimmed to the longest response; a row is finished when a live token is an end id."""
     lengths_B = live_BT.sum(dim=1)
     T = int(lengths_B.max())
     tokens_BT, live_BT, logp_BT = tokens_BT[:, :T], live_BT[:, :T], logp_BT[:, :T]

@@ -31,10 +31,10 @@ temperature so the teacher's log-probs compare like with like with the sampling 
 
 Where the rest lives: the prompt text and the credit token masks (``check_template``,
 ``build_teacher_prompts``, ``teacher_messages``, ``TeacherPrompt``, ``CreditTokens``) in
-:mod:`grpolab.teacher_text`, the credit step's metrics in :mod:`grpolab.objectives.credit_row`
-(both re-exported here for one release). The hidden states and the head rule (a plain bias-free
+:mod:`grpolab.teacher_text`, the credit step's metrics in :mod:`grpolab.objectives.credit_row`. The hidden states and the head rule (a plain bias-free
 linear head that reproduces the model's logits, else the model's own logits) are the update
-forward's (:func:`grpolab.rollout.logprobs.joint_hidden`, ``_head_reproduces``).
+forward's (:func:`grpolab.rollout.logprobs.joint_hidden`, ``_head_reproduces``), and so is the
+prefix forward of shared prompts (:func:`grpolab.rollout.logprobs.prefix_forward`).
 """
 
 from __future__ import annotations
@@ -45,45 +45,12 @@ from typing import Sequence
 import torch
 
 from .batch import Rollout
-from .cache import ForwardSignature, new_cache
-from .logprobs import _head_reproduces, joint_forward, joint_hidden, response_logprobs
+from .cache import ForwardSignature
+from .logprobs import joint_forward, joint_hidden, prefix_forward, response_logprobs
 from .prompts import encode_prompts
 from .sampler import left_pad
 
-# The text-and-tokens half moved to grpolab.teacher_text (torch-free, what the config imports) and
-# the credit step's metrics to grpolab.objectives.credit_row. Deprecated: these re-exports keep
-# ``from grpolab.rollout.teacher import ...`` working for one release; import from the new homes.
-from grpolab.objectives.credit_row import credit_step_metrics  # noqa: F401  (re-export)
-from grpolab.teacher_text import (  # noqa: F401  (re-exports)
-    DEFAULT_CHAT_TEACHER_TEMPLATE,
-    DEFAULT_SYSTEM_TEACHER_TEMPLATE,
-    DEFAULT_TEACHER_TEMPLATE,
-    PLACEMENTS,
-    TEMPLATE_FIELDS,
-    CreditTokens,
-    TeacherPrompt,
-    build_teacher_prompts,
-    check_template,
-    teacher_messages,
-    token_ids_containing,
-)
-
-__all__ = [
-    "TeacherResult",
-    "credit_logprobs",
-    "encode_teacher_prompts",
-    "teacher_logprobs",
-    # deprecated re-exports (one release): grpolab.teacher_text, grpolab.objectives.credit_row
-    "CreditTokens",
-    "DEFAULT_TEACHER_TEMPLATE",
-    "PLACEMENTS",
-    "TeacherPrompt",
-    "build_teacher_prompts",
-    "check_template",
-    "credit_step_metrics",
-    "teacher_messages",
-    "token_ids_containing",
-]
+__all__ = ["TeacherResult", "credit_logprobs", "encode_teacher_prompts", "teacher_logprobs"]
 
 
 @dataclass
@@ -144,31 +111,6 @@ def _full_logits(model, prompt_ids, prompt_mask, response_ids, response_attn):
 
 
 @torch.no_grad()
-def _hidden_shared(model, t_ids, t_mask, row_prompt, r_ids, r_attn):
-    """Like :func:`_response_hidden`, but each distinct teacher prompt is run once: prefill the
-    ``n`` prompts ``[n, P']`` with a KV cache, gather the cache rows per response row
-    (``row_prompt [b]`` indexes the prompts), then run the responses on top of it. Returns
-    ``(hidden [b, T, H], head, ok)``; ``ok`` is the update forward's head rule (``_head_reproduces``)."""
-    sig = ForwardSignature.of(model)
-    t_ids, t_mask = _trim_left(t_ids, t_mask)
-    P = t_ids.shape[1]
-    keep = {"logits_to_keep": 1} if sig.logits_to_keep else {}
-    pos = (t_mask.long().cumsum(-1) - 1).clamp_(min=0)
-    cache = new_cache(model)
-    pre = model(input_ids=t_ids, attention_mask=t_mask.long(), position_ids=pos, use_cache=True,
-                output_hidden_states=True, **{sig.cache_kw: cache}, **keep)
-    cache.batch_select_indices(row_prompt)
-    last_h = pre.hidden_states[-1][:, -1][row_prompt]          # left-padded: the last real token
-    attn = torch.cat([t_mask.long()[row_prompt], r_attn.long()], dim=1)
-    r_pos = (attn.cumsum(-1) - 1).clamp_(min=0)[:, P:]
-    out = model(input_ids=r_ids, attention_mask=attn, position_ids=r_pos, use_cache=True,
-                output_hidden_states=True, **{sig.cache_kw: cache}, **keep)
-    h = out.hidden_states[-1]
-    ok = _head_reproduces(model, h[:, -1], out.logits[:, -1])  # the update forward's rule (logprobs.py)
-    return torch.cat([last_h.unsqueeze(1), h[:, :-1]], dim=1), model.get_output_embeddings(), ok
-
-
-@torch.no_grad()
 def teacher_logprobs(
     model: torch.nn.Module,
     teacher_prompt_ids: torch.Tensor,
@@ -209,23 +151,8 @@ def teacher_logprobs(
         ``student_logp [B, T]``.
     """
     prompt_ids, prompt_mask, response_ids, response_mask, response_attn = _split(rollout)
-    if teacher_prompt_ids.shape != teacher_prompt_mask.shape or teacher_prompt_ids.dim() != 2:
-        raise ValueError(
-            f"teacher_prompt_ids and teacher_prompt_mask must share shape [B, P']; got "
-            f"{tuple(teacher_prompt_ids.shape)} and {tuple(teacher_prompt_mask.shape)}"
-        )
     B, T = response_ids.shape
-    if prompt_index is not None:
-        prompt_index = torch.as_tensor(prompt_index, dtype=torch.long, device=response_ids.device)
-        if prompt_index.shape != (B,):
-            raise ValueError(f"prompt_index must have shape [B]=({B},); got {tuple(prompt_index.shape)}")
-        if B and (int(prompt_index.min()) < 0 or int(prompt_index.max()) >= teacher_prompt_ids.shape[0]):
-            raise ValueError(f"prompt_index must lie in [0, {teacher_prompt_ids.shape[0]}) (one per teacher prompt)")
-    elif teacher_prompt_ids.shape[0] != B:
-        raise ValueError(
-            f"{teacher_prompt_ids.shape[0]} teacher prompts for {B} responses; repeat each prompt "
-            "group_size times (encode_teacher_prompts(..., group_size=G)) or pass prompt_index"
-        )
+    prompt_index = _checked_prompt_index(teacher_prompt_ids, teacher_prompt_mask, prompt_index, response_ids)
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if chunk_size < 1:
@@ -262,6 +189,30 @@ def teacher_logprobs(
     return TeacherResult(logp=out[0], kl=out[2], student_logp=out[1])
 
 
+def _checked_prompt_index(teacher_prompt_ids, teacher_prompt_mask, prompt_index, response_ids):
+    """``prompt_index`` as a ``[B]`` long tensor on the responses' device (or None), after checking
+    the teacher prompts' shapes against the ``[B, T]`` responses; raises ValueError naming the fix."""
+    if teacher_prompt_ids.shape != teacher_prompt_mask.shape or teacher_prompt_ids.dim() != 2:
+        raise ValueError(
+            f"teacher_prompt_ids and teacher_prompt_mask must share shape [B, P']; got "
+            f"{tuple(teacher_prompt_ids.shape)} and {tuple(teacher_prompt_mask.shape)}"
+        )
+    B = response_ids.shape[0]
+    if prompt_index is None:
+        if teacher_prompt_ids.shape[0] != B:
+            raise ValueError(
+                f"{teacher_prompt_ids.shape[0]} teacher prompts for {B} responses; repeat each prompt "
+                "group_size times (encode_teacher_prompts(..., group_size=G)) or pass prompt_index"
+            )
+        return None
+    prompt_index = torch.as_tensor(prompt_index, dtype=torch.long, device=response_ids.device)
+    if prompt_index.shape != (B,):
+        raise ValueError(f"prompt_index must have shape [B]=({B},); got {tuple(prompt_index.shape)}")
+    if B and (int(prompt_index.min()) < 0 or int(prompt_index.max()) >= teacher_prompt_ids.shape[0]):
+        raise ValueError(f"prompt_index must lie in [0, {teacher_prompt_ids.shape[0]}) (one per teacher prompt)")
+    return prompt_index
+
+
 def _trim_left(ids, mask):
     keep = mask.bool().any(0)
     first = int(keep.long().argmax()) if bool(keep.any()) else ids.shape[1] - 1
@@ -283,8 +234,10 @@ def _score_rows(teacher, student, t_rows, shared, s_rows, r_ids, r_mask, r_attn,
     r_ids, r_mask, r_attn, valid = r_ids[:, :T], r_mask[:, :T], r_attn[:, :T], valid[:, :T]
     t_ids, t_mask = t_rows
     ok = False
-    if shared is not None:
-        h_t, head_t, ok = _hidden_shared(teacher, t_ids, t_mask, shared, r_ids, r_attn)
+    if shared is not None:  # each distinct prompt once into the KV cache, the responses on top
+        h_t = prefix_forward(teacher, ForwardSignature.of(teacher), *_trim_left(t_ids, t_mask), r_ids, r_attn,
+                             prompt_of_row=shared, hidden=True, forward_last=True)
+        ok, head_t = h_t is not None, teacher.get_output_embeddings()
         if not ok:  # fall back to one full forward per row
             t_ids, t_mask = t_ids[shared], t_mask[shared]
     if not ok:

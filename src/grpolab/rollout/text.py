@@ -1,12 +1,11 @@
-"""Turning task text into token ids and sampled ids back into text."""
+"""Demonstration text into token ids and sampled ids back into text (prompts are encoded by
+:mod:`grpolab.rollout.prompts`)."""
 
 from __future__ import annotations
 
 import torch
 
-from grpolab.rollout.prompts import encode_prompt, encode_prompts  # the one prompt encoder
-
-__all__ = ["assistant_turn_end", "decode_responses", "encode_completion", "encode_prompt", "encode_prompts"]
+__all__ = ["assistant_turn_end", "decode_responses", "encode_completion"]
 
 _MARK = "grpolab demonstration"
 

@@ -18,7 +18,7 @@ described by one :class:`PromptFormat`:
 
 :meth:`PromptFormat.encode_messages` is the one place a message list becomes ids, so the
 student's prompt and the privileged teacher prompt of RLSD/GEAR/OPSD (built at the message level
-by :func:`grpolab.rollout.teacher.teacher_messages`) are rendered by the same template and both
+by :func:`grpolab.teacher_text.teacher_messages`) are rendered by the same template and both
 end with the same generation prompt: the response tokens that follow are identical and aligned.
 
 Encoding: chat-rendered text already holds the template's special tokens (Llama-3's template

@@ -35,7 +35,8 @@ from grpolab.teacher_text import TeacherPrompt, check_template
 from grpolab.train.checkpoint import rng_state, set_rng_state
 from grpolab.measure.evaluate import evaluate
 from grpolab.train.optim import build_scheduler
-from grpolab.rollout.text import assistant_turn_end, encode_completion, encode_prompts
+from grpolab.rollout.prompts import encode_prompts
+from grpolab.rollout.text import assistant_turn_end, encode_completion
 
 
 @dataclass

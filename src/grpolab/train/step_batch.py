@@ -2,8 +2,7 @@
 
 Every step of every run takes its batch from :func:`collect_step` (DAPO or not); the three
 optional pieces are DAPO's (arXiv 2503.14476): dynamic sampling, overlong shaping and truncation
-masking, whose pure math is :mod:`grpolab.objectives.shaping`. (This module was
-``grpolab.train.dapo``, which re-exports it for one release.)
+masking, whose pure math is :mod:`grpolab.objectives.shaping`.
 
 - :func:`collect_step` collects one step's :class:`Experience`. With ``rollout.dynamic_sampling``
   (DAPO section 3.2; verl ``algorithm.filter_groups``) it samples prompts, drops every group whose

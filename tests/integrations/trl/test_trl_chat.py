@@ -13,7 +13,7 @@ pytest.importorskip("trl", reason="trl is in the test extra: pip install -e '.[t
 from chat_helpers import build_chat_model, build_chat_tokenizer  # noqa: E402
 from datasets import Dataset  # noqa: E402
 
-from grpolab.integrations.trl import GrpolabGRPOConfig, GrpolabGRPOTrainer  # noqa: E402
+from grpolab.integrations.trl.trainer import GrpolabGRPOConfig, GrpolabGRPOTrainer  # noqa: E402
 
 
 def _reward(prompts, completions, **kwargs):

@@ -18,11 +18,11 @@ Accelerate / DeepSpeed / FSDP, logging -- and grpolab replaces the loss:
   scores the sampled tokens; :func:`grpolab.objectives.credit_advantages` turns TRL's sequence
   advantages into per-token ones. The credit settings are grpolab's one schema
   (:class:`grpolab.config.CreditConfig`, docs/credit.md): its field ``X`` is the argument
-  ``grpolab_credit_X`` here, with the same default (earlier names: :data:`RENAMED`).
+  ``grpolab_credit_X`` here, with the same default.
 
 Usage::
 
-    from grpolab.integrations.trl import GrpolabGRPOConfig, GrpolabGRPOTrainer
+    from grpolab.integrations.trl.trainer import GrpolabGRPOConfig, GrpolabGRPOTrainer
     args = GrpolabGRPOConfig(output_dir="out", grpolab_aggregation="balanced",
                              grpolab_ratio="cumulative", epsilon=0.025, epsilon_high=0.05,
                              grpolab_credit_name="rlsd", grpolab_privileged_column="solution")
@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -76,7 +75,7 @@ from grpolab.objectives import (
 try:
     from trl import GRPOConfig, GRPOTrainer
 except ImportError as e:  # pragma: no cover - exercised only without trl
-    raise ImportError("grpolab.integrations.trl needs trl: pip install 'grpolab[trl]'") from e
+    raise ImportError("grpolab.integrations.trl.trainer needs trl: pip install 'grpolab[trl]'") from e
 
 from grpolab.rollout.teacher import credit_logprobs, encode_teacher_prompts
 from grpolab.teacher_text import CreditTokens, teacher_messages
@@ -86,17 +85,6 @@ from grpolab.teacher_text import CreditTokens, teacher_messages
 CREDIT_PREFIX = "grpolab_credit_"
 #: Credit methods this adapter runs (``opsd`` is grpolab's own trainer's only).
 CREDITS = ("grpo", "rlsd", "gear")
-#: This adapter's earlier argument names -> the current ones (read with a FutureWarning).
-#: ``grpolab_teacher_sync_steps=0`` was the live teacher, ``N`` a frozen copy re-synced every N.
-RENAMED = {
-    "grpolab_credit": "grpolab_credit_name",
-    "grpolab_gear_divergence": "grpolab_credit_divergence",
-    "grpolab_teacher_template": "grpolab_credit_template",
-    "grpolab_teacher_chat_template": "grpolab_credit_chat_template",
-    "grpolab_teacher_system_template": "grpolab_credit_system_template",
-    "grpolab_privileged_placement": "grpolab_credit_privileged_placement",
-    "grpolab_teacher_sync_steps": "grpolab_credit_teacher + grpolab_credit_teacher_sync_every",
-}
 _TRL_LOSS_TYPES = ("dapo", "grpo", "bnpo", "dr_grpo")
 _CREDIT_DEFAULTS = CreditConfig()
 
@@ -104,10 +92,6 @@ _CREDIT_DEFAULTS = CreditConfig()
 def _credit_field(name: str):
     """A ``grpolab_credit_<name>`` argument: the default and help of :class:`CreditConfig`'s field."""
     return field(default=getattr(_CREDIT_DEFAULTS, name), metadata={"help": KEY_HELP[f"credit.{name}"][1]})
-
-
-def _renamed_field():
-    return field(default=None, metadata={"help": "earlier name, still read; see RENAMED"})
 
 
 @dataclass
@@ -150,14 +134,6 @@ class GrpolabGRPOConfig(GRPOConfig):
     grpolab_credit_gear_boundaries: str = _credit_field("gear_boundaries")
     grpolab_credit_chunk_size: int = _credit_field("chunk_size")
     grpolab_credit_micro_batch_size: int = _credit_field("micro_batch_size")
-    # earlier names (RENAMED)
-    grpolab_credit: str | None = _renamed_field()
-    grpolab_gear_divergence: str | None = _renamed_field()
-    grpolab_teacher_template: str | None = _renamed_field()
-    grpolab_teacher_chat_template: str | None = _renamed_field()
-    grpolab_teacher_system_template: str | None = _renamed_field()
-    grpolab_privileged_placement: str | None = _renamed_field()
-    grpolab_teacher_sync_steps: int | None = _renamed_field()
 
     def __post_init__(self):
         super().__post_init__()
@@ -181,35 +157,13 @@ class GrpolabGRPOConfig(GRPOConfig):
             dual_clip=self.grpolab_dual_clip, clip_power=self.grpolab_clip_power,
             max_len=self.max_completion_length, kl_coef=self.beta, kl_estimator="k3",
         )
-        self._read_renamed()
         names = [f.name for f in dataclasses.fields(CreditConfig)]
         c = CreditConfig.from_mapping({k: getattr(self, CREDIT_PREFIX + k) for k in names}, prefix=CREDIT_PREFIX)
         if c.name not in CREDITS:
             raise ValueError(f"{CREDIT_PREFIX}name={c.name!r} is grpolab's own trainer's only; the TRL adapter "
                              f"runs {', '.join(CREDITS)}")
-        for k in names:  # the earlier value spellings (none, ref, actor) now read as the current ones
-            setattr(self, CREDIT_PREFIX + k, getattr(c, k))
         #: the validated credit settings (:class:`grpolab.config.CreditConfig`)
         self.grpolab_credit_settings = c
-
-    def _read_renamed(self) -> None:
-        """Copy the earlier arguments (:data:`RENAMED`) into the current ones, with a FutureWarning."""
-        for old, new in RENAMED.items():
-            value = getattr(self, old)
-            if value is None:
-                continue
-            warnings.warn(f"{old} is an earlier name; write {new}", FutureWarning, stacklevel=3)
-            if old == "grpolab_teacher_sync_steps":
-                pairs = {"teacher": "live"} if value == 0 else {"teacher": "frozen", "teacher_sync_every": value}
-            else:
-                pairs = {new[len(CREDIT_PREFIX):]: value}
-            for k, v in pairs.items():
-                current = getattr(self, CREDIT_PREFIX + k)
-                if current != getattr(_CREDIT_DEFAULTS, k) and current != v:
-                    raise ValueError(f"{old}={value!r} and {CREDIT_PREFIX}{k}={current!r} disagree; "
-                                     f"set only {CREDIT_PREFIX}{k}")
-                setattr(self, CREDIT_PREFIX + k, v)
-            setattr(self, old, None)
 
 
 def _is_conversation(prompt) -> bool:

@@ -1,9 +1,9 @@
-"""``python -m grpolab.integrations.verl_cpu {main_ppo|verl_main} [options] [Hydra overrides...]``.
+"""``python -m grpolab.integrations.verl.cpu {main_ppo|verl_main} [options] [Hydra overrides...]``.
 
 Runs ``python -m verl.trainer.main_ppo`` (``main_ppo``) or ``python -m
-grpolab.integrations.verl_main`` (``verl_main``: the same plus grpolab's RLSD / GEAR) on the CPU
-backend: :data:`~grpolab.integrations.verl_cpu.CPU_OVERRIDES` before the caller's overrides (a
-key the caller sets is not repeated) and :func:`~grpolab.integrations.verl_cpu.cpu_env` as the
+grpolab.integrations.verl.main`` (``verl_main``: the same plus grpolab's RLSD / GEAR) on the CPU
+backend: :data:`~grpolab.integrations.verl.cpu.CPU_OVERRIDES` before the caller's overrides (a
+key the caller sets is not repeated) and :func:`~grpolab.integrations.verl.cpu.cpu_env` as the
 environment.
 
 Ray 2.60 opens its gRPC, dashboard-agent and runtime-env servers on every interface (``*``) or on
@@ -28,10 +28,10 @@ import shutil
 import subprocess
 import sys
 
-from grpolab.integrations.verl_cpu import VerlVersionError, _check_version, cpu_env, cpu_overrides
+from grpolab.integrations.verl.cpu import VerlVersionError, _check_version, cpu_env, cpu_overrides
 
-TARGETS = {"main_ppo": "verl.trainer.main_ppo", "verl_main": "grpolab.integrations.verl_main"}
-USAGE = ("usage: python -m grpolab.integrations.verl_cpu {main_ppo|verl_main} [--print] [--share-network] "
+TARGETS = {"main_ppo": "verl.trainer.main_ppo", "verl_main": "grpolab.integrations.verl.main"}
+USAGE = ("usage: python -m grpolab.integrations.verl.cpu {main_ppo|verl_main} [--print] [--share-network] "
          "[hydra overrides...]")
 _INSIDE = "GRPOLAB_VERL_CPU_NETNS"
 
@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         env[_INSIDE] = "1"
         sys.stdout.flush()
-        os.execve(prefix[0], [*prefix, sys.executable, "-m", "grpolab.integrations.verl_cpu", *argv], env)
+        os.execve(prefix[0], [*prefix, sys.executable, "-m", "grpolab.integrations.verl.cpu", *argv], env)
     sys.stdout.flush()
     os.execve(sys.executable, cmd, env)
     return 0  # not reached

@@ -1,16 +1,16 @@
-"""``python -m grpolab.integrations.verl_main``: verl's ``main_ppo`` with grpolab's credit extension.
+"""``python -m grpolab.integrations.verl.main``: verl's ``main_ppo`` with grpolab's credit extension.
 
 Takes the arguments of ``python -m verl.trainer.main_ppo``: ``--config-path`` / ``--config-name``
 (default: verl's own ``ppo_trainer`` config) and Hydra overrides. With a ``grpolab.credit``
 section (``+grpolab.credit.name=rlsd +grpolab.credit.privileged_key=solution``) the run uses
-RLSD / GEAR (:mod:`grpolab.integrations.verl_credit`); without one it is plain verl (grpolab's
+RLSD / GEAR (:mod:`grpolab.integrations.verl.credit`); without one it is plain verl (grpolab's
 losses and estimators are registered by the plug-in either way).
 
 Before Ray or any worker starts, on the driver, it checks -- and stops with one ``error: ...``
 line and exit code 2 -- that verl is a 0.9.x release, that the ``grpolab.credit`` section is
 valid, that verl's v1 trainer is on, and that every row of the training parquet files carries the
 privileged text. Then it runs verl's ``validate_config`` (with the reference worker counted when
-``teacher=frozen``) and ``run_ppo`` with :class:`~grpolab.integrations.verl_runner.GrpolabTaskRunner`.
+``teacher=frozen``) and ``run_ppo`` with :class:`~grpolab.integrations.verl.runner.GrpolabTaskRunner`.
 
 Unlike verl's ``@hydra.main`` entry point this composes the config with Hydra's compose API: the
 working directory does not change (relative paths stay relative to where you launch).
@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
-from grpolab.integrations.verl_credit import (
+from grpolab.integrations.verl.credit import (
     CONFIG_KEY,
     VerlCreditConfig,
     VerlVersionError,
@@ -143,7 +143,7 @@ def run(config, cfg: VerlCreditConfig | None) -> None:
     from verl.utils.config import validate_config
     from verl.utils.device import auto_set_device
 
-    from grpolab.integrations.verl_runner import remote_task_runner
+    from grpolab.integrations.verl.runner import remote_task_runner
 
     auto_set_device(config)
     use_ref = need_reference_policy(config) or (cfg is not None and cfg.teacher == "frozen")

@@ -1,4 +1,4 @@
-"""The TRL recipe of the SmolLM2 example (grpolab.integrations.trl_recipe, examples/trl_smollm2_sums.py):
+"""The TRL recipe of the SmolLM2 example (grpolab.integrations.trl.recipe, examples/trl_smollm2_sums.py):
 every setting of examples/smollm2_sums.yaml arrives in TRL's config, the trainer TRL builds prompts
 the model exactly as grpolab does and scores with the task's own verifier, and settings TRL cannot
 run the same way are refused before the model loads. A tiny chat model stands in for SmolLM2."""
@@ -13,10 +13,10 @@ import torch
 pytest.importorskip("trl", reason="trl is in the test extra: pip install -e '.[test]'")
 pytest.importorskip("peft", reason="peft is in the test extra: pip install -e '.[test]'")
 from grpolab.config import ConfigError, load_config  # noqa: E402
-from grpolab.integrations import trl_recipe  # noqa: E402
+from grpolab.integrations.trl import recipe as trl_recipe  # noqa: E402
 from grpolab.models.testing import make_chat_model_dir  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 YAML = ROOT / "examples" / "smollm2_sums.yaml"
 
 
@@ -82,7 +82,7 @@ def test_the_reward_is_the_items_own_verifier():
 def test_the_yamls_trainer_is_built_with_its_settings(chat_dir, tmp_path):
     from peft import PeftModel
 
-    from grpolab.integrations.trl import GrpolabGRPOTrainer
+    from grpolab.integrations.trl.trainer import GrpolabGRPOTrainer
 
     cfg = load_config(YAML, [f"model.path={chat_dir}"])  # the example, SmolLM2 swapped for a tiny chat model
     tr, train_items, eval_items, fmt = trl_recipe.build_trl_trainer(cfg, output_dir=str(tmp_path / "out"))

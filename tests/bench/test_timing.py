@@ -1,8 +1,20 @@
-"""grpolab.rollout.timing: the sampler and HF generate draw the same number of tokens, and are timed."""
+"""grpolab.bench.timing: the sampler and HF generate draw the same number of tokens, and are timed."""
 
-from grpolab.rollout.timing import TIMING_QUESTIONS, time_hf_generate, time_sample, timing_prompts
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from rollout_helpers import PAD
+from grpolab.bench.timing import TIMING_QUESTIONS, time_hf_generate, time_sample, timing_prompts
+
+PAD = 0
+
+
+@pytest.fixture(scope="module")
+def llama():
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=40, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      intermediate_size=128, max_position_embeddings=256)
+    return LlamaForCausalLM(cfg).eval()
 
 
 def test_both_sides_generate_exactly_T_tokens_per_row(llama):

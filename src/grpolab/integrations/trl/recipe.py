@@ -3,7 +3,7 @@ verifier and settings, so a run of ``grpolab train CONFIG`` and its TRL twin dif
 trainer (examples/trl_smollm2_sums.py, benchmarks/speed/real_model_vs_trl.py).
 
 :func:`build_trl_trainer` reads a grpolab config (e.g. examples/smollm2_sums.yaml) and returns
-:class:`grpolab.integrations.trl.GrpolabGRPOTrainer` (grpolab's objective inside TRL) or, with
+:class:`grpolab.integrations.trl.trainer.GrpolabGRPOTrainer` (grpolab's objective inside TRL) or, with
 ``adapter=False``, TRL's own ``GRPOTrainer`` with the same reward. What maps to what
 (:func:`trl_settings`):
 
@@ -158,7 +158,7 @@ def build_trl_trainer(cfg: Config, *, output_dir: str, adapter: bool = True, cal
                       log: Callable[[str], None] = print, **overrides):
     """``(trainer, train_items, eval_items, prompt_format)`` for ``cfg`` through TRL.
 
-    ``adapter``: :class:`~grpolab.integrations.trl.GrpolabGRPOTrainer` with grpolab's objective;
+    ``adapter``: :class:`~grpolab.integrations.trl.trainer.GrpolabGRPOTrainer` with grpolab's objective;
     False: TRL's ``GRPOTrainer`` (its ``dapo`` loss). ``overrides``: more ``GRPOConfig`` arguments
     (e.g. ``logging_steps``), applied last. The training and held-out items are grpolab's
     (:func:`grpolab.train.setup.build_task_splits` with the config's seed). Like ``grpolab train``,
@@ -178,7 +178,7 @@ def build_trl_trainer(cfg: Config, *, output_dir: str, adapter: bool = True, cal
     base = dict(output_dir=output_dir, report_to="none", save_strategy="no", logging_steps=1, disable_tqdm=True,
                 dataloader_num_workers=0)
     if adapter:
-        from grpolab.integrations.trl import GrpolabGRPOConfig as Args, GrpolabGRPOTrainer as Trainer
+        from grpolab.integrations.trl.trainer import GrpolabGRPOConfig as Args, GrpolabGRPOTrainer as Trainer
     else:
         from trl import GRPOConfig as Args, GRPOTrainer as Trainer
     args = Args(**{**base, **settings, **overrides})

@@ -10,7 +10,7 @@ trainer's collector (:func:`grpolab.rollout.collector.collector_for`) and its pu
 
 - :func:`run_trl`, :func:`run_grpolab` -- one seed's run of a side: per step ``step_s``,
   ``rollout_s``, ``update_s``, ``others_cores`` (cores other processes kept busy,
-  :func:`grpolab.utils.bench.others_cores`), ``mean_length``, ``gen_tokens``, ``trained_tokens``,
+  :func:`grpolab.bench.others_cores`), ``mean_length``, ``gen_tokens``, ``trained_tokens``,
   ``mean_reward``.
 - :func:`fixed_batch`, :func:`run_fixed_trl`, :func:`run_fixed_grpolab` -- the update alone, both
   trainers on one batch of completions (no sampling differences at all).
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import torch
 
-from grpolab.utils import bench
-from grpolab.utils.bench import cpu_counters, others_cores
+from grpolab import bench
+from grpolab.bench import cpu_counters, others_cores
 
 __all__ = ["LENGTH_TOLERANCE", "QUIET_CORES", "build_checkpoint", "equal_work_verdict", "fixed_batch",
            "grpolab_setup", "grpolab_update_fn", "load_items", "pooled", "prompt_schedule", "ratios",

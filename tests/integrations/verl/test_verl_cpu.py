@@ -1,7 +1,7 @@
-"""verl's real trainer end to end on CPU (grpolab.integrations.verl_cpu), in CI's verl environment.
+"""verl's real trainer end to end on CPU (grpolab.integrations.verl.cpu), in CI's verl environment.
 
 The end-to-end tests (marker ``verl_e2e``; CI's verl block runs them) launch
-``python -m grpolab.integrations.verl_cpu`` -- verl's own ``main_ppo`` / grpolab's ``verl_main``
+``python -m grpolab.integrations.verl.cpu`` -- verl's own ``main_ppo`` / grpolab's ``verl_main``
 with Ray, TransferQueue, verl's FSDP2 engine over gloo and the ``hf_cpu`` rollout -- for 2 steps
 on a 31 K-parameter tiny Llama with a chat template, built from a config in a temporary
 directory (nothing downloaded), and read verl's own metric log (its ``file`` logger):
@@ -42,11 +42,11 @@ else:
     pytest.importorskip("verl", reason="verl runs in its own environment: pip install -e '.[test,verl]'")
     pytest.importorskip("transfer_queue", reason="verl's v1 trainer needs TransferQueue: pip install -e '.[verl]'")
 
-from grpolab.integrations import verl_cpu  # noqa: E402
-from grpolab.integrations.verl_cpu import toy  # noqa: E402
+from grpolab.integrations.verl import cpu as verl_cpu  # noqa: E402
+from grpolab.integrations.verl.cpu import toy  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-TOY = ROOT / "src/grpolab/integrations/verl_cpu/toy.py"
+ROOT = Path(__file__).resolve().parents[3]
+TOY = ROOT / "src/grpolab/integrations/verl/cpu/toy.py"
 TEACHER = "{prompt} here is a reference solution: {privileged} solve it. {prompt}"
 
 
@@ -60,7 +60,7 @@ def tiny_dir(tmp_path_factory):
 
 
 def _server(model_dir, **kw):
-    from grpolab.integrations.verl_cpu.rollout import HFRolloutServer
+    from grpolab.integrations.verl.cpu.rollout import HFRolloutServer
 
     return HFRolloutServer(str(model_dir), response_length=kw.pop("response_length", 12), prompt_length=16,
                            seed=0, **kw)
@@ -133,12 +133,12 @@ def test_cpu_overrides_defaults_and_caller_wins():
     assert "+ray_kwargs.ray_init.num_gpus=2" in out  # one logical Ray GPU per training process
     assert out[-3:] == ["trainer.n_gpus_per_node=2", "actor_rollout_ref.rollout.name=hf_cpu", "data.train_batch_size=4"]
     env = verl_cpu.cpu_env({"VERL_USE_EXTERNAL_MODULES": "mine"})
-    assert env["VERL_USE_EXTERNAL_MODULES"] == "mine,grpolab.integrations.verl_cpu"
+    assert env["VERL_USE_EXTERNAL_MODULES"] == "mine,grpolab.integrations.verl.cpu"
     assert env["VERL_PLATFORM"] == "cpu"
 
 
 def test_launcher_refuses_other_verl_and_unknown_target(monkeypatch, capsys):
-    from grpolab.integrations.verl_cpu import __main__ as launcher
+    from grpolab.integrations.verl.cpu import __main__ as launcher
 
     assert launcher.main(["train_ppo"]) == 2
     assert capsys.readouterr().err.strip().startswith("error: unknown target 'train_ppo'")
@@ -179,7 +179,7 @@ def test_verl_model_builds_next_to_trl_1_16(tiny_dir):
     code = (
         "import verl, trl\n"
         "from transformers import AutoModelForCausalLM\n"
-        "from grpolab.integrations.verl import trl_has_value_head\n"
+        "from grpolab.integrations.verl.losses import trl_has_value_head\n"
         "from verl.models.transformers.monkey_patch import apply_monkey_patch\n"
         f"m = AutoModelForCausalLM.from_pretrained({str(tiny_dir)!r})\n"
         "apply_monkey_patch(m, use_remove_padding=False)\n"
@@ -252,7 +252,7 @@ WILDCARD = ("0.0.0.0", "::")
 
 def run_verl(tmp_path: Path, target: str, extra: list[str], tiny: Path) -> tuple[list[dict], dict]:
     """Launch 2 verl steps; return verl's metric rows and what the socket watch saw."""
-    from grpolab.integrations.verl_cpu.__main__ import netns_prefix
+    from grpolab.integrations.verl.cpu.__main__ import netns_prefix
 
     if netns_prefix() is None and not os.environ.get("GRPOLAB_REQUIRE_VERL"):
         pytest.skip("no loopback-only network namespace can be made here (unshare --net, as root or in a "
@@ -273,7 +273,7 @@ def run_verl(tmp_path: Path, target: str, extra: list[str], tiny: Path) -> tuple
         "trainer.project_name=t", "trainer.experiment_name=t", *extra,
     ]
     env = dict(os.environ, VERL_FILE_LOGGER_PATH=str(log), OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-m", "grpolab.integrations.verl_cpu", target, *overrides],
+    proc = subprocess.Popen([sys.executable, "-m", "grpolab.integrations.verl.cpu", target, *overrides],
                             stdout=open(tmp_path / "run.log", "w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     seen = {"listeners": set(), "interfaces": set(), "namespaces": set(), "processes": 0}
     own_ns = os.readlink("/proc/self/ns/net")

@@ -17,7 +17,7 @@ import torch.distributed as dist
 from datasets import Dataset
 from trl import GRPOTrainer
 
-from grpolab.integrations.trl import GrpolabGRPOConfig, GrpolabGRPOTrainer
+from grpolab.integrations.trl.trainer import GrpolabGRPOConfig, GrpolabGRPOTrainer
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.objectives import policy_loss
 from grpolab.rollout.logprobs import response_logprobs

@@ -23,7 +23,7 @@ else:
 from verl.trainer.config import AlgoConfig  # noqa: E402
 from verl.workers.config import ActorConfig  # noqa: E402
 
-from grpolab.integrations import verl as gv  # noqa: E402
+from grpolab.integrations.verl import losses as gv  # noqa: E402
 from grpolab.objectives import aggregation_weights, group_advantages, policy_loss, rlsd_advantages  # noqa: E402
 
 gv.register()
@@ -233,7 +233,7 @@ def test_plugin_entry_point_registers_on_import_verl():
     from importlib.metadata import entry_points
 
     eps = {ep.name: ep.value for ep in entry_points(group="verl.plugins")}
-    assert eps.get("grpolab") == "grpolab.integrations.verl_plugin"
+    assert eps.get("grpolab") == "grpolab.integrations.verl.plugin"
     code = ("import verl\nfrom verl.trainer.ppo import core_algos as c\n"
             "print(sorted(n for n in c.POLICY_LOSS_REGISTRY if 'grpolab' in n or n == 'ctpo'),"
             " 'grpolab_balanced' in c.ADV_ESTIMATOR_REGISTRY)")
@@ -281,7 +281,7 @@ def test_example_config_composes_and_passes_verl_validation(monkeypatch):
     from verl.utils.config import omega_conf_to_dataclass, validate_config
 
     monkeypatch.setenv("HOME", "/tmp")
-    here = Path(__file__).resolve().parents[2] / "examples" / "verl"
+    here = Path(__file__).resolve().parents[3] / "examples" / "verl"
     with initialize_config_dir(config_dir=str(here), version_base=None):
         cfg = compose(config_name="grpolab_qwen2.5_math_1.5b")
     OmegaConf.resolve(cfg)

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-PATH = Path(__file__).resolve().parents[2] / "examples" / "verl" / "prepare_math.py"
+PATH = Path(__file__).resolve().parents[3] / "examples" / "verl" / "prepare_math.py"
 spec = importlib.util.spec_from_file_location("prepare_math", PATH)
 prepare_math = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(prepare_math)

@@ -1,9 +1,9 @@
-"""grpolab.integrations.trl_equal_work (the harness of benchmarks/speed/vs_trl.py and real_model_speed.py's
+"""grpolab.bench.trl_equal_work (the harness of benchmarks/speed/vs_trl.py and real_model_speed.py's
 TRL part): the shared prompt schedule, the per-token rates and the equal-work rule."""
 
 import pytest
 
-from grpolab.integrations import trl_equal_work as vs_trl
+from grpolab.bench import trl_equal_work as vs_trl
 
 
 def test_prompt_schedule_is_seeded_and_distinct_within_a_step():

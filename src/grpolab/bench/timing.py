@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from .sampler import left_pad, sample
+from grpolab.rollout.sampler import left_pad, sample
 
 __all__ = ["TIMING_QUESTIONS", "sync_device", "time_hf_generate", "time_sample", "timing_prompts"]
 

@@ -38,8 +38,8 @@ RLSD / GEAR: :func:`apply_credit` reweights verl's token-level advantages (GRPO 
 given the teacher's log-probs of the sampled tokens. verl 0.9 has no plug-in hook that runs a
 forward on *other prompts* (the privileged teacher prompt) -- its advantage estimators see only
 rewards, mask, uid and the algorithm config, and its distillation teachers score the student's own
-prompt -- so the teacher forward is a trainer extension: :mod:`grpolab.integrations.verl_credit`
-(launched with ``python -m grpolab.integrations.verl_main``; docs/scale-out.md, "RLSD / GEAR in
+prompt -- so the teacher forward is a trainer extension: :mod:`grpolab.integrations.verl.credit`
+(launched with ``python -m grpolab.integrations.verl.main``; docs/scale-out.md, "RLSD / GEAR in
 verl").
 """
 
@@ -300,7 +300,7 @@ def register() -> list[str]:
         from verl.trainer.ppo import core_algos
     except ImportError as e:  # pragma: no cover - exercised only without verl
         raise ImportError(
-            "grpolab.integrations.verl needs verl>=0.9: pip install 'grpolab[verl]'"
+            "grpolab.integrations.verl.losses needs verl>=0.9: pip install 'grpolab[verl]'"
         ) from e
     for name in POLICY_LOSSES:
         fn = core_algos.POLICY_LOSS_REGISTRY.get(name)

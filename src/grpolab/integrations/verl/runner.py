@@ -3,24 +3,24 @@
 :class:`GrpolabTaskRunner` is verl's own ``TaskRunnerV1`` (``verl.trainer.main_ppo``) whose
 ``run`` swaps in the credit trainer: while it runs, ``verl.trainer.ppo.v1.get_trainer_cls`` (the
 lookup ``TaskRunnerV1.run`` uses for ``trainer.v1.trainer_mode``) returns
-:func:`grpolab.integrations.verl_credit.credit_trainer_class` of verl's trainer. Everything else
+:func:`grpolab.integrations.verl.credit.credit_trainer_class` of verl's trainer. Everything else
 -- TransferQueue, the agent-loop manager, logging, shutdown -- is verl's code, unchanged. The swap
 happens inside the task runner's own Ray actor process and is undone when ``run`` returns.
 
 Use it from Python with verl's ``run_ppo``::
 
     from verl.trainer.main_ppo import run_ppo
-    from grpolab.integrations.verl_runner import remote_task_runner
+    from grpolab.integrations.verl.runner import remote_task_runner
     run_ppo(config, task_runner_class=remote_task_runner())
 
-or launch ``python -m grpolab.integrations.verl_main`` (docs/scale-out.md).
+or launch ``python -m grpolab.integrations.verl.main`` (docs/scale-out.md).
 """
 
 from __future__ import annotations
 
 from verl.trainer.main_ppo import TaskRunnerV1
 
-from grpolab.integrations.verl_credit import VerlCreditConfig, check_verl_version, credit_trainer_class
+from grpolab.integrations.verl.credit import VerlCreditConfig, check_verl_version, credit_trainer_class
 
 
 class GrpolabTaskRunner(TaskRunnerV1.__ray_actor_class__):
@@ -31,7 +31,7 @@ class GrpolabTaskRunner(TaskRunnerV1.__ray_actor_class__):
 
         cfg = VerlCreditConfig.from_verl_config(config)
         if cfg is not None:
-            check_verl_version()  # also when run_ppo is called without grpolab.integrations.verl_main
+            check_verl_version()  # also when run_ppo is called without grpolab.integrations.verl.main
         if cfg is None:
             return super().run(config)
         base_lookup = v1.get_trainer_cls

@@ -16,7 +16,7 @@ import torch
 pytest.importorskip("trl", reason="trl is in the test extra: pip install -e '.[test]'")
 from datasets import Dataset  # noqa: E402
 
-from grpolab.integrations.trl import GrpolabGRPOConfig, GrpolabGRPOTrainer, row_weights  # noqa: E402
+from grpolab.integrations.trl.trainer import GrpolabGRPOConfig, GrpolabGRPOTrainer, row_weights  # noqa: E402
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer  # noqa: E402
 from grpolab.objectives import aggregation_weights, policy_loss  # noqa: E402
 from grpolab.rollout.logprobs import response_logprobs  # noqa: E402

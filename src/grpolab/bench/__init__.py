@@ -18,6 +18,10 @@ load averages in about fifteen scripts, the matmul ceiling and parameter counts 
 - :func:`write_json` -- the results file, written atomically.
 
 torch is imported inside the functions that need it, so that importing this module costs nothing.
+
+The harnesses that time grpolab's own pieces live beside it: :mod:`grpolab.bench.timing` (the
+sampler against Hugging Face ``generate``) and :mod:`grpolab.bench.trl_equal_work` (TRL's
+``GRPOTrainer`` and grpolab's step at equal work). Nothing in the library imports this package.
 """
 
 from __future__ import annotations

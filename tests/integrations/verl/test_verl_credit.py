@@ -1,4 +1,4 @@
-"""RLSD / GEAR inside verl (grpolab.integrations.verl_credit): CPU tests in CI's verl environment.
+"""RLSD / GEAR inside verl (grpolab.integrations.verl.credit): CPU tests in CI's verl environment.
 
 verl's real ``DataProto``, padding converters, v1 trainer (``_compute_advantage``,
 ``_init_resource_pool_mgr``) and task runner run here; only the parts that need Ray and GPUs are
@@ -28,8 +28,8 @@ else:
 from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.utils.tensordict_utils import chunk_tensordict, concat_tensordict, list_of_dict_to_tensordict  # noqa: E402
 
-from grpolab.integrations import verl_credit as vc  # noqa: E402
-from grpolab.integrations import verl_main  # noqa: E402
+from grpolab.integrations.verl import credit as vc  # noqa: E402
+from grpolab.integrations.verl import main as verl_main  # noqa: E402
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer  # noqa: E402
 from grpolab.objectives import gear_advantages, group_advantages, rlsd_advantages  # noqa: E402
 
@@ -315,8 +315,6 @@ def test_config_from_verl_keys():
                                                                       ["+grpolab.credit.lam=0.3"]))
     with pytest.raises(ValueError, match="unknown credit key grpolab.credit.lamda; did you mean grpolab.credit.lam"):
         vc.VerlCreditConfig.from_mapping({"name": "rlsd", "lamda": 0.3})
-    with pytest.warns(FutureWarning, match="teacher='actor' is an earlier spelling; write grpolab.credit.teacher='live'"):
-        assert vc.VerlCreditConfig.from_mapping({"name": "rlsd", "teacher": "actor"}).teacher == "live"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -490,7 +488,7 @@ def test_task_runner_builds_the_credit_trainer(monkeypatch, tmp_path):
     import verl.trainer.ppo.v1 as v1
     from verl.trainer.ppo.v1 import PPOTrainer
 
-    from grpolab.integrations.verl_runner import GrpolabTaskRunner
+    from grpolab.integrations.verl.runner import GrpolabTaskRunner
 
     class Stop(Exception):
         pass
@@ -594,10 +592,10 @@ def test_rlsd_example_composes_and_passes_verl_validation(monkeypatch, tmp_path)
     from verl.utils.config import validate_config
 
     monkeypatch.setenv("HOME", str(tmp_path))
-    here = Path(__file__).resolve().parents[2] / "examples" / "verl"
+    here = Path(__file__).resolve().parents[3] / "examples" / "verl"
     script = (here / "run_rlsd_qwen2.5_math_1.5b.sh").read_text()
     keys = ["+grpolab.credit.privileged_key=solution", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8"]
-    assert "python3 -m grpolab.integrations.verl_main" in script and "--config-name=grpolab_qwen2.5_math_1.5b" in script
+    assert "python3 -m grpolab.integrations.verl.main" in script and "--config-name=grpolab_qwen2.5_math_1.5b" in script
     assert all(k in script for k in keys) and '+grpolab.credit.name="$CREDIT"' in script
     for name in ("rlsd", "gear"):
         cfg = verl_main.compose_config(str(here), "grpolab_qwen2.5_math_1.5b", [f"+grpolab.credit.name={name}", *keys])
@@ -610,10 +608,10 @@ def test_rlsd_example_composes_and_passes_verl_validation(monkeypatch, tmp_path)
 
 @pytest.mark.slow  # a fresh interpreter importing verl: ~5 s on a quiet machine
 def test_module_runs_as_a_command():
-    """``python -m grpolab.integrations.verl_main`` exists and reports a bad option as one error line."""
+    """``python -m grpolab.integrations.verl.main`` exists and reports a bad option as one error line."""
     import subprocess
 
-    out = subprocess.run([sys.executable, "-m", "grpolab.integrations.verl_main", "--no-such-flag"],
+    out = subprocess.run([sys.executable, "-m", "grpolab.integrations.verl.main", "--no-such-flag"],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr[-2000:]
     assert out.stderr.strip().splitlines()[-1].startswith("error: unknown option '--no-such-flag'")

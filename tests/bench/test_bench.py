@@ -1,4 +1,4 @@
-"""grpolab.utils.bench: the benchmark toolkit's records, counts, timing order and atomic write."""
+"""grpolab.bench: the benchmark toolkit's records, counts, timing order and atomic write."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from grpolab.utils import bench
+from grpolab import bench
 
 
 def test_machine_record_names_the_machine_and_the_versions():

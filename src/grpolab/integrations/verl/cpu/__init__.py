@@ -6,19 +6,19 @@ rollout, and its defaults (8 TransferQueue storage units, 8 agent-loop and 8 rew
 Ray GPU per worker) do not fit a small machine. This package fills those gaps from outside verl,
 through verl's own extension points, with no edit to verl:
 
-- :class:`~grpolab.integrations.verl_cpu.platform.CPUPlatform`, verl platform ``cpu`` (selected
+- :class:`~grpolab.integrations.verl.cpu.platform.CPUPlatform`, verl platform ``cpu`` (selected
   by ``VERL_PLATFORM=cpu`` only, never auto-detected);
 - verl's own FSDP engine (``FSDPEngineWithLMHead`` / ``FSDPEngineWithValueHead``, FSDP2 over
   gloo) registered for device ``cpu``;
-- the ``hf_cpu`` rollout (:mod:`grpolab.integrations.verl_cpu.rollout`): a Hugging Face
+- the ``hf_cpu`` rollout (:mod:`grpolab.integrations.verl.cpu.rollout`): a Hugging Face
   ``generate`` server in its own Ray actor with the weights synced from the trainer every step;
 - :data:`CPU_OVERRIDES`, the small settings, applied by the launcher
-  ``python -m grpolab.integrations.verl_cpu {main_ppo|verl_main} [overrides]``
-  (:mod:`grpolab.integrations.verl_cpu.__main__`), which also keeps Ray on the loopback
+  ``python -m grpolab.integrations.verl.cpu {main_ppo|verl_main} [overrides]``
+  (:mod:`grpolab.integrations.verl.cpu.__main__`), which also keeps Ray on the loopback
   interface (:data:`RAY_ENV`).
 
 verl loads the package in every process (driver, task runner, workers) through its own
-``VERL_USE_EXTERNAL_MODULES=grpolab.integrations.verl_cpu`` (the launcher sets it). Only the
+``VERL_USE_EXTERNAL_MODULES=grpolab.integrations.verl.cpu`` (the launcher sets it). Only the
 verl releases of grpolab's ``verl`` extra are accepted (``>=0.9.1,<0.10``); another one stops
 :func:`register` with one message. See docs/scale-out.md, "verl on CPU".
 """
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import os
 
-from grpolab.integrations.verl_credit import VERL_SPEC, VerlVersionError, check_verl_version
+from grpolab.integrations.verl.credit import VERL_SPEC, VerlVersionError, check_verl_version
 
 __all__ = ["CPU_OVERRIDES", "EXTERNAL_MODULE", "RAY_ENV", "REGISTERED", "VerlVersionError", "cpu_env",
            "cpu_overrides", "register"]
 
 #: What ``VERL_USE_EXTERNAL_MODULES`` must name for verl to load this backend in every process.
-EXTERNAL_MODULE = "grpolab.integrations.verl_cpu"
+EXTERNAL_MODULE = "grpolab.integrations.verl.cpu"
 
 #: The launcher's defaults (Hydra overrides; any of them given by the caller wins). Ray's CPU
 #: count is *logical* (placement bundles ask for several CPUs per worker; nothing is pinned) and
@@ -132,12 +132,12 @@ def register() -> bool:
     _check_version()
     from verl.plugin.platform import platform_manager as pm
 
-    from grpolab.integrations.verl import guard_trl_value_head, register as register_losses
+    from grpolab.integrations.verl.losses import guard_trl_value_head, register as register_losses
 
     register_losses()  # also where verl's plug-in auto-loading is off
     guard_trl_value_head()
 
-    from grpolab.integrations.verl_cpu.platform import PLATFORM_NAME, CPUPlatform
+    from grpolab.integrations.verl.cpu.platform import PLATFORM_NAME, CPUPlatform
 
     # the platform first: importing verl's engines reads it (module-level get_device_name())
     if pm.PlatformRegistry.get(PLATFORM_NAME) is not CPUPlatform:
@@ -153,13 +153,13 @@ def register() -> bool:
         for backend in ("fsdp", "fsdp2"):
             if "cpu" not in EngineRegistry._engines.get(model_type, {}).get(backend, {}):
                 EngineRegistry.register(model_type=model_type, backend=backend, device="cpu")(cls)
-    from grpolab.integrations.verl_cpu.rollout import ROLLOUT_NAME
+    from grpolab.integrations.verl.cpu.rollout import ROLLOUT_NAME
 
     rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = (
-        "grpolab.integrations.verl_cpu.rollout.HFCPURolloutAdapter")
+        "grpolab.integrations.verl.cpu.rollout.HFCPURolloutAdapter")
 
     def _replica():
-        from grpolab.integrations.verl_cpu.rollout import HFCPURolloutReplica
+        from grpolab.integrations.verl.cpu.rollout import HFCPURolloutReplica
 
         return HFCPURolloutReplica
 

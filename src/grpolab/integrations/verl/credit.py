@@ -23,7 +23,7 @@ verl has computed ``advantages`` (any estimator: ``grpo``, ``grpolab_balanced``,
    with ``old_log_probs`` as the student's log-probs, and writes the advantages back.
 
 Enable it with a ``grpolab.credit`` section in the verl config (:class:`VerlCreditConfig`: grpolab's
-one credit schema, :class:`grpolab.config.CreditConfig`, plus ``privileged_key``) and launch with ``python -m grpolab.integrations.verl_main`` (docs/scale-out.md, "RLSD / GEAR in verl").
+one credit schema, :class:`grpolab.config.CreditConfig`, plus ``privileged_key``) and launch with ``python -m grpolab.integrations.verl.main`` (docs/scale-out.md, "RLSD / GEAR in verl").
 
 Where this deviates from grpolab's own trainer (:mod:`grpolab.train.credit`):
 
