@@ -10,7 +10,11 @@
 * built-in tasks: "arith" (:class:`ArithTask`, the tiny model's default), "reverse"
   (:class:`ReverseTask`), "pairsum" (:class:`PairSumTask`, a search whose failures run long), "dataset" (:func:`load_dataset_task` for .jsonl/.json/.parquet),
   "reasoning_gym" (:class:`ReasoningGymTask`), "short_arith" (:class:`ShortArithTask`, a sum asked
-  in words with a one-number answer, for small pretrained instruct models); multi-turn tasks for :mod:`grpolab.envs`:
+  in words with a one-number answer, for small pretrained instruct models); the verifier families
+  for small instruct models: "short_code" (:class:`ShortCodeTask`, a Python function checked by
+  hidden tests in the sandbox), "short_sql" (:class:`ShortSQLTask`, one SELECT over a small SQLite
+  database) and "short_json" (:class:`ShortJSONTask`, fields extracted into a JSON object that fits
+  a schema), each with levels, demonstrations and privileged solution or documents; multi-turn tasks for :mod:`grpolab.envs`:
   "tool_arith" (:class:`ToolArithTask`), "web" (:class:`WebTask`) and "miniwob"
   (:class:`MiniWoBTask`, real MiniWoB++ pages; needs ``grpolab[miniwob]`` and a browser).
 """
@@ -37,6 +41,9 @@ from grpolab.tasks.pairsum import PairSumTask
 from grpolab.tasks.reasoning_gym import DEFAULT_RG_TEMPLATE, ReasoningGymTask
 from grpolab.tasks.reverse import ReverseTask
 from grpolab.tasks.short_arith import ShortArithTask
+from grpolab.tasks.short_code import ShortCodeTask
+from grpolab.tasks.short_json import ShortJSONTask
+from grpolab.tasks.short_sql import ShortSQLTask
 from grpolab.tasks.tool_arith import ToolArithTask
 from grpolab.tasks.web import WebTask
 
@@ -57,6 +64,9 @@ __all__ = [
     "ReasoningGymTask",
     "ReverseTask",
     "ShortArithTask",
+    "ShortCodeTask",
+    "ShortJSONTask",
+    "ShortSQLTask",
     "ToolArithTask",
     "WebTask",
     "SPLITS",

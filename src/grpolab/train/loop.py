@@ -339,7 +339,16 @@ def _throughput(state: TrainState, exp: Experience, timer: PhaseTimer) -> dict[s
     step_time = timer.total()
     return {K.LR: state.scheduler.get_last_lr()[0], K.TIME_STEP: step_time,
             K.TIME_ROLLOUT: exp.seconds.get("rollout", 0.0), K.TIME_REWARD: exp.seconds.get("reward", 0.0),
-            K.TIME_UPDATE: timer.seconds.get("update", 0.0), K.TOKENS_PER_S: n_tokens / max(step_time, 1e-9)}
+            K.TIME_UPDATE: timer.seconds.get("update", 0.0), K.TOKENS_PER_S: n_tokens / max(step_time, 1e-9),
+            **_reward_throughput(exp, step_time)}
+
+
+def _reward_throughput(exp: Experience, step_time: float) -> dict[str, float]:
+    """The verifier's share of the step's time and the responses it scored per second of its time."""
+    reward_s = exp.seconds.get("reward", 0.0)
+    scored = exp.reward_scored if exp.reward_scored is not None else int(exp.rewards.numel())
+    return {K.TIME_REWARD_FRAC: reward_s / max(step_time, 1e-9),
+            K.REWARD_PER_S: scored / reward_s if reward_s > 0 else float("nan")}
 
 
 def _logprobs(model, rollout, spec: UpdateSpec) -> torch.Tensor:
