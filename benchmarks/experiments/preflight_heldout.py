@@ -339,7 +339,7 @@ def command(st: Stage, root: Path, budget_s: float | None = None, n_items: int |
     cfg, sets = (["--config", s.config] if s.config else []), _sets(s, root)
     if st.stage == "train":
         return [*CLI, "train", *([s.config] if s.config else []), *sets, "--set", f"trainer.seed={st.seed}",
-                "--set", f"trainer.run_dir={out}", "--set", "trainer.headroom=false", "--set", "task.n_eval=16",
+                "--set", f"trainer.run_dir={out}", "--set", "trainer.preflight=false", "--set", "task.n_eval=16",
                 "--overwrite"]
     if st.stage in ("start_verdict", "pilot"):
         pilot = s.pilot_steps() if st.stage == "pilot" else 0

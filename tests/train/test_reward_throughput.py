@@ -12,7 +12,7 @@ import pytest
 SMALL = ["model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
          "model.tokenizer_alphabet=printable", "task.name=short_code", "task.n_train=16", "task.n_eval=2",
          "rollout.prompts_per_step=2", "rollout.group_size=3", "rollout.max_new_tokens=24", "trainer.steps=2",
-         "trainer.eval_every=2", "trainer.headroom=false", "log.progress=false", "log.plots=false",
+         "trainer.eval_every=2", "trainer.preflight=false", "log.progress=false", "log.plots=false",
          "log.tensorboard=false", "sft.enabled=no"]
 
 
