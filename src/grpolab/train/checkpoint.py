@@ -105,7 +105,12 @@ class Checkpoint:
 def save_checkpoint(
     run_dir: str | Path, step: int, model, tokenizer, state: dict[str, Any], *, keep: int = 2
 ) -> Checkpoint:
-    """Write ``step``'s checkpoint atomically and prune all but the newest ``keep``."""
+    """Write ``step``'s checkpoint atomically and prune all but the newest ``keep``.
+
+    A model holding NaN or infinity is never written (:class:`~grpolab.train.nonfinite.NonFiniteError`)."""
+    from grpolab.train.nonfinite import require_finite_model
+
+    require_finite_model(model, f"weights of step {step} (its checkpoint was not written)")
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -48,10 +49,13 @@ from grpolab.train.setup import (
     build_task_splits,
     prepare_policy,
     record_sandbox_isolation,
+    refuse_float16,
     resolve_device,
     resolve_prompt_format,
     save_final,
+    trainable_dtype,
 )
+from grpolab.train.nonfinite import NonFiniteError, at_step
 from grpolab.train.state import TrainState
 from grpolab.train.step_metrics import metric_schema, step_metrics
 from grpolab.train.warm_start import warm_start, warm_start_status
@@ -142,7 +146,7 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         exp, sampling_metrics = collect_step(collector, state.sampler(),
                                              lambda n: state.next_prompts(train_items, n), cfg,
                                              n_train=len(train_items), generator=state.generator)
-        with timer("update"):
+        with timer("update"), nonfinite_stops(state.step + 1, run_dir):
             exp = learning_signal(exp, state, spec, advantage_fn)
             stats = update(state.policy, state.optimizer, state.scheduler,
                            without_truncated(exp) if cfg.objective.mask_truncated else exp, spec,
@@ -214,7 +218,9 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
 
         raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} exceeds the task's "
                           f"{len(train_items)} training items; lower it (--set rollout.prompts_per_step=N)")
+    refuse_float16(cfg.model)
     policy, tokenizer, from_scratch = build_policy(cfg.model, seed=cfg.trainer.seed, device=device)
+    policy = trainable_dtype(cfg.model, policy, log=log)
     fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log,
                                 context=model_context(policy))
     collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_token_ids(policy, tokenizer))
@@ -278,6 +284,16 @@ def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Con
 
         run_headroom_check(state.policy, state.tokenizer, eval_items, cfg, run_dir.path, log=log,
                            collector=collector)
+
+
+@contextmanager
+def nonfinite_stops(step: int, run_dir: RunDir):
+    """Re-raise a :class:`NonFiniteError` of ``step`` as the line naming the step and the last checkpoint."""
+    try:
+        yield
+    except NonFiniteError as e:
+        ckpt = run_dir.latest_checkpoint()
+        raise at_step(e, step, str(ckpt.path) if ckpt is not None else None) from None
 
 
 def learning_signal(exp: Experience, state: TrainState, spec: UpdateSpec, advantage_fn) -> Experience:

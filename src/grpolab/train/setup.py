@@ -70,6 +70,33 @@ def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
     return model, tokenizer, True
 
 
+FLOAT16_FIX = ("set model.dtype=float32, or bfloat16 for half the memory (float16 is fine for `grpolab eval`, "
+               "which takes no optimizer step)")
+
+
+def refuse_float16(cfg: ModelConfig) -> None:
+    """``model.dtype=float16`` cannot be trained: AdamW's update of float16 weights under- and
+    overflows (its epsilon, 1e-8, is 0 in float16), and every weight is NaN after the first
+    optimizer step, on a CPU or a GPU. grpolab keeps no float32 master copy, so it refuses
+    (:class:`ConfigError`) rather than train a model it would destroy."""
+    if cfg.dtype == "float16":
+        raise ConfigError("model.dtype=float16 cannot be trained: an optimizer step on float16 weights turns them "
+                          f"into NaN (AdamW's epsilon 1e-8 is 0 in float16); {FLOAT16_FIX}")
+
+
+def trainable_dtype(cfg: ModelConfig, model, log: Callable[[str], None] = print):
+    """The policy in a dtype an optimizer can step: a float16 checkpoint loaded with
+    ``model.dtype=auto`` is trained in float32 (and says so); an explicit float16 is refused
+    (:func:`refuse_float16`)."""
+    refuse_float16(cfg)
+    param = next(iter(model.parameters()), None)
+    if param is not None and param.dtype == torch.float16:
+        log(f"model.path={cfg.path} holds float16 weights, which an optimizer step turns into NaN: training in "
+            "float32 (model.dtype=bfloat16 halves the memory)")
+        model = model.float()
+    return model
+
+
 def prepare_policy(cfg: ModelConfig, model):
     """Add the configured LoRA adapters (``model.lora``) to the policy in place and route its SwiGLU
     MLPs through the activation-lean product (:func:`grpolab.models.memory.lean_swiglu`: the same
@@ -156,9 +183,13 @@ def prompt_format_line(cfg: Config, fmt) -> str:
 
 
 def save_final(cfg: ModelConfig, model, tokenizer, path: Path) -> Path:
-    """Write the trained policy to ``path``; with LoRA merged, the adapter (``model.lora_save``), or both."""
+    """Write the trained policy to ``path``; with LoRA merged, the adapter (``model.lora_save``), or both.
+    A model holding NaN or infinity is never written (:class:`~grpolab.train.nonfinite.NonFiniteError`)."""
     from grpolab.models import save_model
     from grpolab.models.lora import has_lora, merged_copy, save_adapter
+    from grpolab.train.nonfinite import require_finite_model
+
+    require_finite_model(model, f"final weights ({path} was not written)")
 
     if not has_lora(model):
         return save_model(model, tokenizer, path)
