@@ -333,6 +333,19 @@ def _train_run_dir(args: argparse.Namespace) -> str:
     return train_run_dir(args.config, args.overrides, args.resume)
 
 
+def _resume_hint(args: argparse.Namespace) -> str:
+    """``resume with `grpolab train --resume RUN_DIR` (continues from step N)``."""
+    run_dir = _train_run_dir(args)
+    try:
+        from grpolab.train.checkpoint import latest_checkpoint
+
+        ckpt = latest_checkpoint(run_dir)
+    except Exception:  # noqa: BLE001 - the hint must not fail; it names what it can
+        ckpt = None
+    where = f" (continues from its last checkpoint, step {ckpt.step})" if ckpt is not None else ""
+    return f"resume with `grpolab train --resume {run_dir}`{where}"
+
+
 def _quiet_transformers() -> None:
     """No per-file progress bars or info chatter from transformers on the command line."""
     try:
@@ -359,15 +372,19 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:  # Ctrl-C; in `train` also SIGTERM and SIGHUP (grpolab.train.signals)
+        name = getattr(e, "signal_name", "SIGINT")
+        said = "interrupted" if name == "SIGINT" else f"stopped by {name}"
         if args.command == "sft":  # the warm start continues from OUT.partial when run again
-            print("interrupted; run the same `grpolab sft` command again to continue from its last "
+            print(f"{said}; run the same `grpolab sft` command again to continue from its last "
                   "checkpoint (sft.save_every)", file=sys.stderr)
         elif args.command == "train":
-            print(f"interrupted; resume with `grpolab train --resume {_train_run_dir(args)}`", file=sys.stderr)
+            print(f"{said}; {_resume_hint(args)}", file=sys.stderr)
         else:
-            print("interrupted", file=sys.stderr)
-        return 130
+            print(said, file=sys.stderr)
+        import signal
+
+        return 128 + int(getattr(signal, name, signal.SIGINT))
 
 
 if __name__ == "__main__":

@@ -91,6 +91,9 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
 
     quiet = log if log is not None else (lambda _s: None)
     run = RunDir(cfg.trainer.run_dir)
+    if not resume:
+        run.check_owner()  # a user's folder: never written into, never deleted by --overwrite
+    run.check_free()  # another process trains there
     if not resume and not overwrite and (run.latest_checkpoint() is not None or (run.final / "config.json").exists()):
         raise RunDirError(
             f"{run.path} already holds a run. Continue it with `grpolab train --resume {run.path}`, start "

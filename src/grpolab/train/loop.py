@@ -56,6 +56,7 @@ from grpolab.train.setup import (
     trainable_dtype,
 )
 from grpolab.train.nonfinite import NonFiniteError, at_step
+from grpolab.train.signals import stop_signals
 from grpolab.train.state import TrainState
 from grpolab.train.step_metrics import metric_schema, step_metrics
 from grpolab.train.warm_start import warm_start, warm_start_status
@@ -116,10 +117,23 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     over in a run directory that holds a previous run (its outputs are deleted only once the new
     config's model and data have loaded; the cached warm start is kept if it was built with the
     same settings).
+
+    The run directory is claimed first (:meth:`RunDir.claim`): a folder that is not empty and was
+    not created by grpolab is refused, and so is one another process trains in (its pid named).
     """
+    run_dir = RunDir(cfg.trainer.run_dir)
+    lock = run_dir.claim(resume=resume)  # the marker file and the exclusive lock: one writer per run
+    try:
+        with stop_signals():  # SIGTERM and SIGHUP stop the run like Ctrl-C (grpolab.train.signals)
+            return _train(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
+    finally:
+        lock.release()
+
+
+def _train(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool,
+           log: Callable[[str], None]) -> TrainResult:
     t_start = time.time()
     bound_heap()  # freed tensors leave the process: no GiB of free heap held (grpolab.utils.heap)
-    run_dir = RunDir(cfg.trainer.run_dir)
     state, eval_items, train_items = start_run(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
     earlier = state.seconds  # wall time of the processes before this one (resumed runs)
     collector = collector_for(cfg, state.tokenizer, prompt_format=state.prompt_format, stop_ids=state.stop_ids)
