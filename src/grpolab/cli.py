@@ -334,16 +334,9 @@ def _train_run_dir(args: argparse.Namespace) -> str:
 
 
 def _resume_hint(args: argparse.Namespace) -> str:
-    """``resume with `grpolab train --resume RUN_DIR` (continues from step N)``."""
-    run_dir = _train_run_dir(args)
-    try:
-        from grpolab.train.checkpoint import latest_checkpoint
+    from grpolab.commands import resume_hint
 
-        ckpt = latest_checkpoint(run_dir)
-    except Exception:  # noqa: BLE001 - the hint must not fail; it names what it can
-        ckpt = None
-    where = f" (continues from its last checkpoint, step {ckpt.step})" if ckpt is not None else ""
-    return f"resume with `grpolab train --resume {run_dir}`{where}"
+    return resume_hint(_train_run_dir(args))
 
 
 def _quiet_transformers() -> None:

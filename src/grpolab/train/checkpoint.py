@@ -119,13 +119,11 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True)
-    tokenizer.save_pretrained(tmp / "model")
-    from grpolab.models.lora import LORA_CHECKPOINT_FILE, has_lora, lora_checkpoint_settings
-
-    if has_lora(model):  # so that load_model rebuilds the adapted layout (eval/credit of a run in progress)
-        atomic_write_text(tmp / "model" / LORA_CHECKPOINT_FILE, json.dumps(lora_checkpoint_settings(model)) + "\n")
-    torch.save(state, tmp / "state.pt")
+    try:
+        _write_checkpoint(tmp, model, tokenizer, state)
+    except BaseException:  # a full disk, a kill: the half-written folder frees its space; the last checkpoint stands
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -134,6 +132,17 @@ def save_checkpoint(
     for old in complete[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return Checkpoint(final, step)
+
+
+def _write_checkpoint(tmp: Path, model, tokenizer, state: dict[str, Any]) -> None:
+    """The files of one checkpoint, into the temporary folder ``tmp``."""
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
+    from grpolab.models.lora import LORA_CHECKPOINT_FILE, has_lora, lora_checkpoint_settings
+
+    if has_lora(model):  # so that load_model rebuilds the adapted layout (eval/credit of a run in progress)
+        atomic_write_text(tmp / "model" / LORA_CHECKPOINT_FILE, json.dumps(lora_checkpoint_settings(model)) + "\n")
+    torch.save(state, tmp / "state.pt")
 
 
 def latest_checkpoint(run_dir: str | Path) -> Checkpoint | None:

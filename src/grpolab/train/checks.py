@@ -14,7 +14,7 @@ from typing import Callable
 
 from grpolab.config import Config, ConfigError
 
-__all__ = ["check_train", "check_writable", "tokenizer_and_context"]
+__all__ = ["check_disk_space", "check_train", "check_writable", "tokenizer_and_context"]
 
 
 def check_writable(path: str | os.PathLike, what: str, *, directory: bool = False) -> Path:
@@ -128,3 +128,26 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     tok, context = tokenizer_and_context(cfg)
     if tok is not None:
         resolve_prompt_format(cfg, tok, list(train_items) + list(eval_items), log=quiet, context=context)
+    check_disk_space(cfg, tok)
+
+
+def check_disk_space(cfg: Config, tokenizer=None) -> None:
+    """The free space of ``trainer.run_dir`` against the checkpoints' size
+    (:func:`grpolab.train.diskspace.check_free_space`), from the weight files' sizes (the tiny
+    model: its parameters) without loading a model. The trainer checks again with the loaded model."""
+    from grpolab.train.diskspace import check_free_space, checkpoint_bytes
+
+    m = cfg.model
+    if m.path:
+        path = Path(m.path)
+        files = [path] if path.is_file() else [f for f in path.glob("*") if f.suffix in (".safetensors", ".bin", ".gguf")]
+        weights = sum(f.stat().st_size for f in files)
+    else:
+        from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+
+        tiny = TinyModelConfig(hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+                               num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size)
+        model = build_tiny_model(tokenizer if tokenizer is not None else build_tokenizer(), tiny, seed=0)
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    keep = cfg.trainer.keep_checkpoints
+    check_free_space(cfg.trainer.run_dir, checkpoint_bytes(weights, 0 if m.lora else weights, keep=keep), keep=keep)

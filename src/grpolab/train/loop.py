@@ -35,11 +35,12 @@ from grpolab.models import stop_token_ids
 from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import save_checkpoint
 from grpolab.train.collector import Collector, collector_for
+from grpolab.train.diskspace import check_free_space, checkpoint_bytes, disk_full_named, model_bytes
 from grpolab.train.step_batch import collect_step, without_truncated
 from grpolab.train.watch import TrainingWatch, memory_metrics
 from grpolab.train.evaluate import evaluate, per_family
 from grpolab.train.experience import Experience
-from grpolab.train.metrics_log import MetricsLog
+from grpolab.train.metrics_log import MetricsLog, keep_rows_through
 from grpolab.train.report import write_report
 from grpolab.train.rundir import RunDir
 from grpolab.train.completions import append_jsonl, completion_rows, examples_table
@@ -124,7 +125,8 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     run_dir = RunDir(cfg.trainer.run_dir)
     lock = run_dir.claim(resume=resume)  # the marker file and the exclusive lock: one writer per run
     try:
-        with stop_signals():  # SIGTERM and SIGHUP stop the run like Ctrl-C (grpolab.train.signals)
+        # SIGTERM and SIGHUP stop the run like Ctrl-C; a full disk is named (grpolab.train.signals, .diskspace)
+        with stop_signals(), disk_full_named(run_dir.path):
             return _train(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
     finally:
         lock.release()
@@ -139,11 +141,18 @@ def _train(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool,
     collector = collector_for(cfg, state.tokenizer, prompt_format=state.prompt_format, stop_ids=state.stop_ids)
     if state.step == 0:
         evaluate_start(state, collector, eval_items, cfg, run_dir, log=log)
+    resume_step = state.step if resume and state.step > 0 else None
     metrics_log = MetricsLog(run_dir.path, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb,
                              wandb_project=cfg.log.wandb_project, wandb_entity=cfg.log.wandb_entity,
                              wandb_run_name=cfg.log.wandb_run_name, wandb_mode=cfg.log.wandb_mode,
-                             config=cfg.to_dict(), resume_step=state.step if resume and state.step > 0 else None,
-                             schema=metric_schema(cfg))
+                             config=cfg.to_dict(), resume_step=resume_step, schema=metric_schema(cfg))
+    # the completions of the steps a resumed run replays are written once (its later rows are dropped)
+    broken = {"metrics.jsonl": metrics_log.dropped_lines,
+              "completions.jsonl": keep_rows_through(run_dir.path / "completions.jsonl", resume_step)}
+    for name, n in broken.items():
+        if n:
+            log(f"note: dropped {n} half-written line(s) of {run_dir.path / name} (a process killed while "
+                "writing it); the steps they belonged to run again")
     progress = _progress(cfg, initial=state.step, log=log)
     spec = UpdateSpec.from_config(cfg)
     if spec.micro_batch_size == 0 and spec.micro_batch_tokens == 0:
@@ -235,6 +244,9 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     refuse_float16(cfg.model)
     policy, tokenizer, from_scratch = build_policy(cfg.model, seed=cfg.trainer.seed, device=device)
     policy = trainable_dtype(cfg.model, policy, log=log)
+    weights, trainable = model_bytes(policy, lora=bool(cfg.model.lora))  # before the warm start and step 0
+    check_free_space(run_dir.path, checkpoint_bytes(weights, trainable, keep=cfg.trainer.keep_checkpoints),
+                     keep=cfg.trainer.keep_checkpoints)
     fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log,
                                 context=model_context(policy))
     collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_token_ids(policy, tokenizer))
