@@ -365,6 +365,11 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `grpolab ... | head`: the reader has what it wanted; no traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flush must not fail again
+        return 0
     except KeyboardInterrupt as e:  # Ctrl-C; in `train` also SIGTERM and SIGHUP (grpolab.train.signals)
         name = getattr(e, "signal_name", "SIGINT")
         said = "interrupted" if name == "SIGINT" else f"stopped by {name}"

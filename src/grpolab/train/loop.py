@@ -169,6 +169,7 @@ def _train(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool,
         exp, sampling_metrics = collect_step(collector, state.sampler(),
                                              lambda n: state.next_prompts(train_items, n), cfg,
                                              n_train=len(train_items), generator=state.generator)
+        lr = state.scheduler.get_last_lr()[0]  # the rate this step's (first) optimizer step runs at, as TRL/verl log
         with timer("update"), nonfinite_stops(state.step + 1, run_dir):
             exp = learning_signal(exp, state, spec, advantage_fn)
             stats = update(state.policy, state.optimizer, state.scheduler,
@@ -176,7 +177,7 @@ def _train(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool,
                            generator=state.generator)  # not the global stream, which evaluation draws from
         state.finish_step()
         row = K.checked({**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics,
-                         **exp.episode_metrics, **_throughput(state, exp, timer), **memory_metrics()})
+                         **exp.episode_metrics, K.LR: lr, **_throughput(exp, timer), **memory_metrics()})
         for line in watch.observe(state.step, row, exp.reward_error_example):  # a run that cannot learn says so
             warn(line)
         every = cfg.log.completions_every
@@ -249,7 +250,13 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
                      keep=cfg.trainer.keep_checkpoints)
     fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log,
                                 context=model_context(policy))
-    collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_token_ids(policy, tokenizer))
+    stop_ids = stop_token_ids(policy, tokenizer)
+    if not stop_ids:
+        log(f"warning: model.path={cfg.model.path} has no end-of-sequence token (no eos_token in its tokenizer, no "
+            f"eos_token_id in generation_config.json): every response will run to rollout.max_new_tokens="
+            f"{cfg.rollout.max_new_tokens}. Set the token that ends its answers as eos_token in the model's "
+            "tokenizer_config.json (or eos_token_id in generation_config.json)")
+    collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_ids)
     if overwrite and not resume:
         status, diffs = warm_start_status(run_dir.sft, cfg)
         if run_dir.start_over(keep_warm_start=status in ("match", "legacy")):  # say so only where it removed some
@@ -376,10 +383,10 @@ def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: floa
     return result
 
 
-def _throughput(state: TrainState, exp: Experience, timer: PhaseTimer) -> dict[str, float]:
+def _throughput(exp: Experience, timer: PhaseTimer) -> dict[str, float]:
     n_tokens = int(exp.rollout.response_mask.sum()) + int(exp.rollout.prompt_mask.sum())
     step_time = timer.total()
-    return {K.LR: state.scheduler.get_last_lr()[0], K.TIME_STEP: step_time,
+    return {K.TIME_STEP: step_time,
             K.TIME_ROLLOUT: exp.seconds.get("rollout", 0.0), K.TIME_REWARD: exp.seconds.get("reward", 0.0),
             K.TIME_UPDATE: timer.seconds.get("update", 0.0), K.TOKENS_PER_S: n_tokens / max(step_time, 1e-9)}
 

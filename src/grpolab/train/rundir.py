@@ -107,10 +107,20 @@ class RunDir:
         """The config the run was started with."""
         if not self.is_run():
             raise RunDirError(f"{self.path} is not a grpolab run directory (no config.yaml there)")
-        data = yaml.safe_load(self.config_file.read_text())
-        if not isinstance(data, dict):
-            raise RunDirError(f"{self.config_file} does not hold a config mapping; is it a grpolab run directory?")
-        return config_from_dict(data)
+        from grpolab.config import parse_yaml_text, read_text_file
+
+        fix = (f"rewrite it from the command that started the run (`grpolab train CONFIG --set ... --set "
+               f"trainer.run_dir={self.path} --dry-run` prints its config), or start a new run")
+        try:
+            data = parse_yaml_text(read_text_file(self.config_file, str(self.config_file)), str(self.config_file))
+            if not isinstance(data, dict):
+                raise ConfigError("it does not hold a config mapping")
+            return config_from_dict(data)
+        except RunDirError:
+            raise
+        except ConfigError as e:
+            raise RunDirError(f"{self.config_file} is corrupt ({str(e).removeprefix(str(self.config_file) + ' ')}); "
+                              f"{fix}") from None
 
     def write_config(self, cfg: Config) -> None:
         self.path.mkdir(parents=True, exist_ok=True)

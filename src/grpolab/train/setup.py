@@ -234,11 +234,16 @@ def build_task_splits(cfg: TaskConfig, *, seed: int = 0, log: Callable[[str], No
             continue
         except (FileNotFoundError, NotADirectoryError, ValueError) as e:
             raise ConfigError(f"task {cfg.name!r} (task.options): {e}") from None
+        except RuntimeError as e:  # a generated task whose prompt space holds fewer distinct prompts
+            if "prompt space" not in str(e):
+                raise
+            raise ConfigError(f"{key}={n}: {e}") from None
         available = getattr(task, "available", None)
         if log is not None and n is not None and callable(available) and available(split) > n:
             log(f"task: using {n} of the {available(split)} {split} items ({key}={n})")
     if problems:
         raise ConfigError(f"task {cfg.name!r}: " + "; ".join(problems))
+    _say_skipped_rows(task, cfg, log)
     train_items, eval_items = out["train"], out["eval"]
     if not train_items:
         raise ConfigError(f"task {cfg.name!r} produced no training items")
@@ -246,6 +251,18 @@ def build_task_splits(cfg: TaskConfig, *, seed: int = 0, log: Callable[[str], No
         raise ConfigError(f"task {cfg.name!r} produced no held-out items; raise task.n_eval or the "
                           "task's eval_fraction")
     return train_items, eval_items
+
+
+def _say_skipped_rows(task, cfg: TaskConfig, log: Callable[[str], None] | None) -> None:
+    """With ``task.options.on_bad_row=skip``: how many rows of each file were skipped, and which."""
+    if log is None:
+        return
+    for attr, key in (("skipped_rows", "path"), ("skipped_eval_rows", "eval_path")):
+        rows = getattr(task, attr, None) or []
+        if rows:
+            shown = ", ".join(str(r) for r in rows[:10]) + (", ..." if len(rows) > 10 else "")
+            log(f"task: skipped {len(rows)} bad row(s) of {cfg.options.get(key)} (on_bad_row=skip; rows {shown}); "
+                "on_bad_row=raise names the first one's problem")
 
 
 def uses_sandbox(cfg: Config, items) -> bool:
