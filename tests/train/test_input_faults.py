@@ -155,3 +155,40 @@ def test_a_model_without_an_eos_token_is_warned_about(tmp_path, capsys):
                                  f"trainer.run_dir={tmp_path / 'r'}")]) == 0
     out = capsys.readouterr().out
     assert f"warning: model.path={src} has no end-of-sequence token" in out and "eos_token" in out
+
+
+def test_memory_sized_settings_are_checked_before_the_warm_start(tmp_path, capsys):
+    from grpolab.config import ConfigError, load_config
+    from grpolab.train.memory_check import ModelDims, available_bytes, check_memory
+
+    # SmolLM2-135M's sizes: 30 layers, 3 key/value heads of 64, vocabulary 49,152, float32
+    dims = ModelDims(hidden=576, layers=30, kv_width=192, vocab=49152)
+    cfg = load_config(overrides=["rollout.prompts_per_step=8", "rollout.group_size=8", "rollout.max_new_tokens=256"])
+    check_memory(cfg, dims, n_demos=100, available=4 << 30)  # 64 samples: 0.77 GiB of cache, fits in 4 GiB
+    big = load_config(overrides=["rollout.prompts_per_step=8", "rollout.group_size=20000", "rollout.max_new_tokens=256"])
+    with pytest.raises(ConfigError, match=r"8 x 20000 = 160,000 samples .* hold at least 1,.* GiB while sampling, "
+                                          r"more than the 4.0 GiB available on cpu; lower rollout.group_size"):
+        check_memory(big, dims, n_demos=100, available=4 << 30)
+    sft = load_config(overrides=["sft.enabled=yes", "sft.batch_size=200000"])
+    with pytest.raises(ConfigError, match=r"sft.batch_size=200000 \(150,000 demonstrations a step\)"):
+        check_memory(sft, dims, n_demos=150000, available=4 << 30)
+    # the command: refused before the model trains (the default tiny model: 32 x 20000 samples need ~176 GiB)
+    if (available_bytes() or 0) > 200 << 30:
+        pytest.skip("this machine has more memory than the setting needs")
+    for dry in ([], ["--dry-run"]):
+        _one_error(capsys, ["train", *dry, *_sets("rollout.group_size=20000", f"trainer.run_dir={tmp_path / 'r'}")],
+                   "rollout.prompts_per_step x rollout.group_size = 32 x 20000", "lower rollout.group_size")
+    assert not (tmp_path / "r").exists() or not (tmp_path / "r" / "sft").exists()
+
+
+def test_a_huge_prompt_is_refused_before_tokenizing(tmp_path, capsys):
+    data = tmp_path / "d.jsonl"
+    rows = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(20)]
+    rows[5]["prompt"] = "1+" * 1_000_000 + "1="  # 2 MB
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    sets = [s for s in SMALL if not s.startswith("task.")] + [  # every row is used: the long one too
+        "task.name=dataset", f"task.options.path={data}", "task.n_train=all", "task.n_eval=all",
+        "rollout.prompt_truncation=left", f"trainer.run_dir={tmp_path / 'r'}"]
+    for dry in ([], ["--dry-run"]):
+        _one_error(capsys, ["train", *dry, *_sets(*sets)], "the prompt of row 5", "2,000,002 characters",
+                   "more than any prompt within the limit", "shorten or drop it")

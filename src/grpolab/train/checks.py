@@ -129,6 +129,12 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     if tok is not None:
         resolve_prompt_format(cfg, tok, list(train_items) + list(eval_items), log=quiet, context=context)
     check_disk_space(cfg, tok)
+    dims = model_dims(cfg, tok)
+    if dims is not None:
+        from grpolab.train.memory_check import check_memory
+
+        check_memory(cfg, dims, n_demos=sum(1 for it in train_items if it.demonstration),
+                     device=str(resolve_device(cfg.model.device)))
 
 
 def check_disk_space(cfg: Config, tokenizer=None) -> None:
@@ -151,3 +157,26 @@ def check_disk_space(cfg: Config, tokenizer=None) -> None:
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
     keep = cfg.trainer.keep_checkpoints
     check_free_space(cfg.trainer.run_dir, checkpoint_bytes(weights, 0 if m.lora else weights, keep=keep), keep=keep)
+
+
+def model_dims(cfg: Config, tokenizer=None):
+    """The configured model's :class:`~grpolab.train.memory_check.ModelDims` without loading its
+    weights (config.json, or the tiny model's settings); None when they cannot be read (GGUF)."""
+    import json
+
+    from grpolab.train.memory_check import ModelDims
+
+    m = cfg.model
+    elt = {"float16": 2, "bfloat16": 2}.get(m.dtype, 4)
+    if not m.path:
+        from grpolab.models import TinyModelConfig
+
+        tiny = TinyModelConfig(hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+                               num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size)
+        dims = ModelDims.from_config(tiny, elt)
+        return ModelDims(dims.hidden, dims.layers, dims.kv_width, len(tokenizer) if tokenizer is not None else 0, elt)
+    config = Path(m.path) / "config.json"
+    try:
+        return ModelDims.from_config(json.loads(config.read_text()), elt)
+    except (OSError, ValueError, TypeError):
+        return None

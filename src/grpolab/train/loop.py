@@ -40,6 +40,7 @@ from grpolab.train.step_batch import collect_step, without_truncated
 from grpolab.train.watch import TrainingWatch, memory_metrics
 from grpolab.train.evaluate import evaluate, per_family
 from grpolab.train.experience import Experience
+from grpolab.train.memory_check import ModelDims, check_memory
 from grpolab.train.metrics_log import MetricsLog, keep_rows_through
 from grpolab.train.report import write_report
 from grpolab.train.rundir import RunDir
@@ -245,7 +246,10 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     refuse_float16(cfg.model)
     policy, tokenizer, from_scratch = build_policy(cfg.model, seed=cfg.trainer.seed, device=device)
     policy = trainable_dtype(cfg.model, policy, log=log)
-    weights, trainable = model_bytes(policy, lora=bool(cfg.model.lora))  # before the warm start and step 0
+    # memory and disk before the warm start and step 0 (grpolab.train.memory_check, .diskspace)
+    check_memory(cfg, ModelDims.from_config(policy.config, next(policy.parameters()).element_size()),
+                 n_demos=sum(1 for it in train_items if it.demonstration), device=str(device))
+    weights, trainable = model_bytes(policy, lora=bool(cfg.model.lora))
     check_free_space(run_dir.path, checkpoint_bytes(weights, trainable, keep=cfg.trainer.keep_checkpoints),
                      keep=cfg.trainer.keep_checkpoints)
     fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log,

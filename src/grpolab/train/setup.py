@@ -120,6 +120,34 @@ def model_context(model) -> int | None:
     return int(n) if isinstance(n, int) and n > 0 else None
 
 
+def longest_token_chars(tokenizer) -> int:
+    """The most characters one token of ``tokenizer`` stands for (its longest vocabulary entry; 64 when
+    the vocabulary cannot be read)."""
+    try:
+        vocab = tokenizer.get_vocab()
+        return max(1, max(len(str(t)) for t in vocab))
+    except Exception:  # noqa: BLE001 - a tokenizer without a readable vocabulary: a generous bound
+        return 64
+
+
+def check_prompt_chars(items, limit: int, tokenizer, *, task: str) -> None:
+    """Refuse (:class:`ConfigError`) a prompt with more characters than ``limit`` tokens can hold
+    (``limit`` x the longest token), before it is tokenized: a 20 MB prompt aborted inside the Rust
+    tokenizer (SIGABRT) before the token check could speak. No check without a limit (``limit=0``)."""
+    if not limit:
+        return
+    bound = limit * longest_token_chars(tokenizer)
+    for i, it in enumerate(items):
+        n = len(it.prompt) + sum(len(str(m.get("content", ""))) for m in (getattr(it, "messages", None) or [])
+                                 if isinstance(m, dict))
+        if n > bound:
+            meta = getattr(it, "meta", None) or {}
+            where = f"row {meta['row']} of {meta['source']}" if "row" in meta and "source" in meta else f"item {i}"
+            raise ConfigError(
+                f"task {task!r}: the prompt of {where} ({it.prompt[:40]!r}...) has {n:,} characters, more than any "
+                f"prompt within the limit of {limit} tokens can hold ({bound:,} characters); shorten or drop it")
+
+
 def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str], None] = print,
                           context: int | None = None):
     """The run's :class:`grpolab.tasks.PromptFormat` with ``chat_template`` decided and the prompt
@@ -141,6 +169,7 @@ def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str],
         limit = 0 if cfg.env.name else prompt_limit(ro.max_prompt_tokens, ro.max_new_tokens, context)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    check_prompt_chars(items, limit, tokenizer, task=cfg.task.name)  # before any tokenizer sees a huge prompt
     lengths = []
     for i, it in enumerate(items):
         try:
