@@ -49,6 +49,10 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
         raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
     if pilot < 0:
         raise ConfigError(f"--pilot {pilot}: must be >= 0 GRPO steps (0 = no pilot)")
+    if out is not None:  # a file or a read-only folder is refused before the measuring, not after it
+        from grpolab.train.checks import check_writable
+
+        check_writable(out, "--out", directory=True)
     run = _open(model, config, overrides, n, log)
     cfg = run.config
     k = k or default_k(cfg)
