@@ -60,3 +60,9 @@ def test_policy_lag_beyond_the_run():
     with pytest.raises(ConfigError, match="trainer.policy_lag=10 is not below trainer.steps=10"):
         load_config(overrides=["trainer.steps=10", "trainer.policy_lag=10"])
     load_config(overrides=["trainer.steps=10", "trainer.policy_lag=9"])
+
+
+def test_odd_head_size():
+    with pytest.raises(ConfigError, match=r"= 33 / 1 = 33: the head size must be even"):
+        load_config(overrides=["model.hidden_size=33", "model.num_heads=1"])
+    load_config(overrides=["model.hidden_size=34", "model.num_heads=1"])
