@@ -150,3 +150,12 @@ def test_a_non_finite_model_is_never_saved(step_parts, tmp_path):
     with pytest.raises(NonFiniteError, match="was not written"):
         save_final(ModelConfig(), model, tok, tmp_path / "final")
     assert not (tmp_path / "final").exists()
+
+
+def test_a_diverging_warm_start_stops_and_saves_nothing(tmp_path, capsys):
+    run = tmp_path / "run"
+    err = _one_error(capsys, ["train", *_sets(*[s for s in SMALL if s != "sft.enabled=no"], "sft.enabled=yes",
+                                              "sft.lr=1e30", "sft.max_steps=6", "sft.eval_every=3",
+                                              "sft.batch_size=8", "sft.n_eval=4", f"trainer.run_dir={run}")])
+    assert err.startswith("error: the warm start stopped at its step ") and "lower sft.lr" in err
+    assert not (run / "sft" / "config.json").exists() and not (run / "final").exists()

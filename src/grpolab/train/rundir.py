@@ -196,8 +196,8 @@ class RunDir:
         """Create the directory, mark it as a grpolab run and take its exclusive lock (held until
         :meth:`RunLock.release` or the process ends, whichever comes first: the kernel releases a
         dead process's lock). A directory another process holds is refused (:class:`RunDirError`
-        naming its pid). ``resume``: the directory is a run (its config.yaml), the marker is added if missing."""
-        if not resume:
+        naming its pid). ``resume`` of a directory holding a run's config.yaml: the marker is added if missing."""
+        if not (resume and self.is_run()):
             self.check_owner()
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.marker.exists():
