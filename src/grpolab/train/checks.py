@@ -128,7 +128,7 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     tok, context = tokenizer_and_context(cfg)
     if tok is not None:
         resolve_prompt_format(cfg, tok, list(train_items) + list(eval_items), log=quiet, context=context)
-    check_disk_space(cfg, tok)
+    check_disk_space(cfg, tok, resumed=ckpt is not None)
     dims = model_dims(cfg, tok)
     if dims is not None:
         from grpolab.train.memory_check import check_memory
@@ -137,7 +137,7 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
                      device=str(resolve_device(cfg.model.device)))
 
 
-def check_disk_space(cfg: Config, tokenizer=None) -> None:
+def check_disk_space(cfg: Config, tokenizer=None, *, resumed: bool = False) -> None:
     """The free space of ``trainer.run_dir`` against the checkpoints' size
     (:func:`grpolab.train.diskspace.check_free_space`), from the weight files' sizes (the tiny
     model: its parameters) without loading a model. The trainer checks again with the loaded model."""
@@ -156,7 +156,8 @@ def check_disk_space(cfg: Config, tokenizer=None) -> None:
         model = build_tiny_model(tokenizer if tokenizer is not None else build_tokenizer(), tiny, seed=0)
         weights = sum(p.numel() * p.element_size() for p in model.parameters())
     keep = cfg.trainer.keep_checkpoints
-    check_free_space(cfg.trainer.run_dir, checkpoint_bytes(weights, 0 if m.lora else weights, keep=keep), keep=keep)
+    need = checkpoint_bytes(weights, 0 if m.lora else weights, keep=0 if resumed else keep)  # resumed: on disk already
+    check_free_space(cfg.trainer.run_dir, need, keep=keep)
 
 
 def model_dims(cfg: Config, tokenizer=None):

@@ -250,8 +250,8 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
     check_memory(cfg, ModelDims.from_config(policy.config, next(policy.parameters()).element_size()),
                  n_demos=sum(1 for it in train_items if it.demonstration), device=str(device))
     weights, trainable = model_bytes(policy, lora=bool(cfg.model.lora))
-    check_free_space(run_dir.path, checkpoint_bytes(weights, trainable, keep=cfg.trainer.keep_checkpoints),
-                     keep=cfg.trainer.keep_checkpoints)
+    keep = 0 if ckpt is not None else cfg.trainer.keep_checkpoints  # a resumed run's checkpoints are on disk already
+    check_free_space(run_dir.path, checkpoint_bytes(weights, trainable, keep=keep), keep=cfg.trainer.keep_checkpoints)
     fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log,
                                 context=model_context(policy))
     stop_ids = stop_token_ids(policy, tokenizer)
