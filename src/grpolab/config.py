@@ -315,6 +315,13 @@ class RolloutConfig:
         more=("Processes for verifiers that cost CPU (math-verify on LaTeX, sql, json_schema): 1 = score in the "
               "trainer's process (fastest for cheap checks such as plain numbers: no IPC). Sandboxed code "
               "verification always runs in parallel over the fork-server pool, whatever this is."))
+    user_reward_process: bool = _key(
+        False, "run the config's own rewards (module:function, entry points) in a worker process",
+        more=("In-process (the default), a reward that calls sys.exit or raises KeyboardInterrupt already scores 0 "
+              "as a failing reward and a working-directory change is undone; os._exit or a crash ends the trainer. "
+              "true: each call goes to one spawned worker process, and a worker that exits, crashes or times out "
+              "scores that completion 0 (the failing-reward warning) and is replaced. One pipe round trip per "
+              "completion. Built-in rewards are unaffected (rollout.reward_workers)."))
     dynamic_sampling: bool = _key(
         False, "DAPO dynamic sampling: drop groups whose rewards are all equal, refill",
         more=("DAPO's dynamic sampling (verl algorithm.filter_groups): drop every prompt group whose rewards are "

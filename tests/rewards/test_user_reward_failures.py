@@ -131,3 +131,54 @@ def test_a_reward_that_exits_and_moves_cannot_end_or_move_the_run(tmp_path, monk
     assert "the reward failed on every response" in out and "sys.exit(0)" in out
     assert os.getcwd() == str(work)
     assert (work / "run" / "final" / "config.json").exists() and not (tmp_path / "elsewhere" / "run").exists()
+
+
+def test_user_reward_process_survives_os_exit_and_crashes(tmp_path, monkeypatch):
+    # rollout.user_reward_process: os._exit (uncatchable in-process) ends only the worker; the call
+    # scores 0 with the reason, the next one gets a new worker
+    import os
+
+    from grpolab.rewards import resolve_reward, safe_score
+    from grpolab.rewards.user_worker import set_isolation
+
+    (tmp_path / "h62_iso.py").write_text(
+        "import os, sys\n"
+        "def fn(completion, reference):\n"
+        "    if completion == 'die':\n        os._exit(0)\n"
+        "    if completion == 'exit':\n        sys.exit(3)\n"
+        "    if completion == 'raise':\n        raise ValueError('bad ' + completion)\n"
+        "    os.chdir('/')\n"
+        "    return float(completion == reference)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    name = resolve_reward("h62_iso:fn")
+    cwd = os.getcwd()
+    set_isolation(True)
+    try:
+        assert safe_score(name, "4", "4").score == 1.0
+        died = safe_score(name, "die", "4")
+        assert died.score == 0.0 and "ended its worker process (exit code 0" in died.info["error"]
+        assert safe_score(name, "4", "4").score == 1.0  # a new worker
+        assert "the reward called sys.exit(3)" in safe_score(name, "exit", "4").info["error"]
+        assert "ValueError: bad raise" in safe_score(name, "raise", "4").info["error"]
+        assert os.getcwd() == cwd  # the worker's chdir never reaches the trainer
+    finally:
+        set_isolation(False)
+    assert safe_score(name, "4", "4").score == 1.0 and os.getcwd() == cwd  # in-process again, guarded
+
+
+@pytest.mark.slow  # each failing call starts a new worker (about 1 s each); the mechanism is tested above
+def test_a_run_with_a_reward_that_calls_os_exit_goes_on(tmp_path, monkeypatch, capsys):
+    from grpolab.cli import main
+
+    (tmp_path / "h62_osexit.py").write_text("import os\ndef fn(completion, reference):\n    os._exit(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run"
+    sets = ["model.hidden_size=32", "model.num_layers=1", "model.num_heads=2", "model.intermediate_size=64",
+            "task.n_train=8", "task.n_eval=2", "sft.enabled=no", "rollout.prompts_per_step=1",
+            "rollout.group_size=2", "rollout.max_new_tokens=4", "trainer.steps=1", "trainer.eval_every=1",
+            "trainer.headroom=false", "log.progress=false", "log.plots=false", "log.tensorboard=false",
+            "task.options.reward=h62_osexit:fn", "rollout.user_reward_process=true", f"trainer.run_dir={run}"]
+    assert main(["train", *sum([["--set", s] for s in sets], [])]) == 0
+    out = capsys.readouterr().out
+    assert "the reward failed on every response" in out and "ended its worker process" in out
+    assert (run / "final" / "config.json").exists()

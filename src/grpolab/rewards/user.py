@@ -91,7 +91,7 @@ def load_entry_point_reward(name: str) -> Callable[..., Any] | None:
             f"loaded: {type(exc).__name__}: {exc}"
         ) from None
     _check_signature(fn, f"reward {name!r} (entry point {ep.value!r})")
-    register_reward(name, overwrite=True)(guarded(fn))
+    register_reward(name, overwrite=True)(guarded(fn, name))
     return fn
 
 
@@ -106,13 +106,14 @@ def _trainer_owns_signals() -> bool:
     return bool(getattr(signal.getsignal(signal.SIGINT), "grpolab_stop", False))
 
 
-def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+def guarded(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
     """``fn`` as a reward that cannot end or move the run: ``SystemExit`` (``sys.exit``, ``exit()``)
     and a ``KeyboardInterrupt`` it raises itself become :class:`UserRewardExit` (an ``Exception``,
     so :func:`~grpolab.rewards.safe_score` scores the completion 0 with ``info["error"]`` and the
     trainer warns about a failing reward), and a change of the working directory is undone. A real
     Ctrl-C, SIGTERM or SIGHUP (:class:`~grpolab.errors.Interrupted`) still stops the run.
-    ``os._exit`` cannot be caught in-process."""
+    ``os._exit`` cannot be caught in-process: with ``rollout.user_reward_process`` the call runs in
+    a worker process under its registry ``name`` (:mod:`grpolab.rewards.user_worker`)."""
     import functools
     import os
 
@@ -120,6 +121,11 @@ def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
+        from grpolab.rewards.user_worker import isolation
+
+        worker = isolation() if name is not None else None
+        if worker is not None:
+            return worker.call(name, args, kwargs)
         cwd = os.getcwd()
         try:
             return fn(*args, **kwargs)
@@ -209,7 +215,7 @@ def _resolve_name(spec: str) -> str:
         return spec
     if ":" in spec:
         fn = _import_function(spec)
-        register_reward(spec, overwrite=True)(guarded(fn))
+        register_reward(spec, overwrite=True)(guarded(fn, spec))
         return spec
     if load_entry_point_reward(spec) is not None:
         return spec

@@ -32,6 +32,7 @@ from grpolab import objectives as obj
 from grpolab import step_row as K
 from grpolab.config import Config
 from grpolab.models import stop_token_ids
+from grpolab.rewards.user_worker import set_isolation
 from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import save_checkpoint
 from grpolab.train.collector import Collector, collector_for
@@ -125,11 +126,13 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     """
     run_dir = RunDir(cfg.trainer.run_dir)
     lock = run_dir.claim(resume=resume)  # the marker file and the exclusive lock: one writer per run
+    set_isolation(cfg.rollout.user_reward_process)  # the config's own rewards in a worker process, if asked
     try:
         # SIGTERM and SIGHUP stop the run like Ctrl-C; a full disk is named (grpolab.train.signals, .diskspace)
         with stop_signals(), disk_full_named(run_dir.path):
             return _train(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
     finally:
+        set_isolation(False)
         lock.release()
 
 
