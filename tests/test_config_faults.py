@@ -66,3 +66,15 @@ def test_odd_head_size():
     with pytest.raises(ConfigError, match=r"= 33 / 1 = 33: the head size must be even"):
         load_config(overrides=["model.hidden_size=33", "model.num_heads=1"])
     load_config(overrides=["model.hidden_size=34", "model.num_heads=1"])
+
+
+@pytest.mark.parametrize("text,needle", [("runs:\n  - {optim.lr: 1e-4\n", "is not valid YAML"),
+                                         ("runs:\n  - {optim.lr: 1, optim.lr: 2}\n", "is given twice")])
+def test_malformed_design_file(tmp_path, text, needle):
+    from grpolab.sweep import load_design
+
+    path = tmp_path / "design.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as e:
+        load_design(path)
+    assert str(e.value).startswith(f"design file {path}") and needle in str(e.value) and "\n" not in str(e.value)
