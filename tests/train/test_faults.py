@@ -9,7 +9,8 @@ completions.jsonl hold the same rows once each, and what the user read was one c
 - SIGTERM (a batch scheduler): handled like Ctrl-C, with the resume hint;
 - two processes on one run directory.
 
-Every process runs with one torch thread so that the runs are bit-for-bit comparable.
+Every run trains in a process of its own with one torch thread, so that the runs are bit-for-bit
+comparable whatever the test process has set.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def _argv(run, *extra):
     return ["train", *sum([["--set", s] for s in [*SMALL, f"trainer.run_dir={run}", *extra]], [])]
 
 
-def _grpolab(argv, *, fault="none", point="none", n=0, filler="", timeout=300):
+def _grpolab(argv, *, fault="none", point="none", n=0, filler="", timeout=1200):
     return subprocess.run([sys.executable, "-c", RUNNER, fault, point, str(n), filler, *argv], env=_env(),
                           capture_output=True, text=True, timeout=timeout)
 
@@ -120,8 +121,8 @@ def _one_thread():
 
 
 def _main(argv, capsys):
-    """``grpolab ARGV`` in this process (no second import of torch), as the subprocesses run it:
-    one torch thread. Returns ``(rc, stdout, stderr lines)``."""
+    """``grpolab ARGV`` in this process (for the commands that refuse before any training): one
+    torch thread. Returns ``(rc, stdout, stderr lines)``."""
     capsys.readouterr()
     with _one_thread():
         rc = main(argv)
@@ -130,9 +131,11 @@ def _main(argv, capsys):
 
 
 def _resume(run, capsys):
-    rc, out, err = _main(["train", "--resume", str(run)], capsys)
-    assert rc == 0, err
-    return out
+    """``grpolab train --resume RUN`` in a fresh process, as the baseline ran: this process's state
+    (what other tests set: torch flags, registries) plays no part in the comparison."""
+    done = _grpolab(["train", "--resume", str(run)])
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def _stable(run):
@@ -156,8 +159,8 @@ def _assert_same_run(run, base):
 @pytest.fixture(scope="module")
 def baseline(tmp_path_factory):
     run = tmp_path_factory.mktemp("faults") / "base"
-    with _one_thread():
-        assert main(_argv(run)) == 0
+    done = _grpolab(_argv(run))  # a process of its own, like every run it is compared with
+    assert done.returncode == 0, done.stderr[-3000:]
     steps = [r["step"] for r in _completions(run)]
     assert sorted(set(steps)) == [1, 2, 3]
     return run
@@ -179,11 +182,11 @@ def test_sigterm_stops_like_ctrl_c_with_the_resume_hint(baseline, tmp_path, caps
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-c", RUNNER, "none", "none", "0", "", *_argv(run, "trainer.steps=3")],
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 240
+    deadline = time.time() + 900
     while not (run / "checkpoints" / "latest").exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGTERM)
-    _out, err = proc.communicate(timeout=120)
+    _out, err = proc.communicate(timeout=600)
     if proc.returncode == 0:
         pytest.skip("the run finished before SIGTERM arrived (a very fast machine)")
     lines = [line for line in err.splitlines() if line.strip()]
@@ -201,7 +204,7 @@ def test_two_processes_on_one_run_dir(baseline, tmp_path, capsys):
     proc = subprocess.Popen([sys.executable, "-c", slow, "kill", "sampling", "2", "", *_argv(run)], env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.time() + 240
+        deadline = time.time() + 900
         while not (run / "checkpoints" / "latest").exists() and time.time() < deadline:
             assert proc.poll() is None, proc.stderr.read()[-2000:]
             time.sleep(0.05)
