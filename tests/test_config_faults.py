@@ -62,10 +62,13 @@ def test_policy_lag_beyond_the_run():
     load_config(overrides=["trainer.steps=10", "trainer.policy_lag=9"])
 
 
-def test_odd_head_size():
-    with pytest.raises(ConfigError, match=r"= 33 / 1 = 33: the head size must be even"):
-        load_config(overrides=["model.hidden_size=33", "model.num_heads=1"])
-    load_config(overrides=["model.hidden_size=34", "model.num_heads=1"])
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_odd_head_size(tmp_path, capsys, dry):
+    capsys.readouterr()
+    assert main(["train", *dry, "--set", "model.hidden_size=33", "--set", "model.num_heads=1",
+                 "--set", f"trainer.run_dir={tmp_path / 'r'}"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "= 33 / 1 = 33: the tiny model's head size must be even" in err[0]
 
 
 @pytest.mark.parametrize("text,needle", [("runs:\n  - {optim.lr: 1e-4\n", "is not valid YAML"),

@@ -149,11 +149,6 @@ class ModelConfig:
             raise ConfigError(
                 f"model.hidden_size={self.hidden_size} must be divisible by model.num_heads={self.num_heads}"
             )
-        if (self.hidden_size // self.num_heads) % 2:
-            raise ConfigError(
-                f"model.hidden_size / model.num_heads = {self.hidden_size} / {self.num_heads} = "
-                f"{self.hidden_size // self.num_heads}: the head size must be even (rotary position embeddings "
-                "rotate pairs of dimensions); change model.hidden_size or model.num_heads")
         if not isinstance(self.lora, dict):
             raise ConfigError(f"model.lora must be a mapping such as {{r: 16, alpha: 32}}, got {self.lora!r}")
         if self.lora:

@@ -191,4 +191,4 @@ def test_a_huge_prompt_is_refused_before_tokenizing(tmp_path, capsys):
         "rollout.prompt_truncation=left", f"trainer.run_dir={tmp_path / 'r'}"]
     for dry in ([], ["--dry-run"]):
         _one_error(capsys, ["train", *dry, *_sets(*sets)], "the prompt of row 5", "2,000,002 characters",
-                   "more than any prompt within the limit", "shorten or drop it")
+                   "times what the prompt limit of", "so it is not tokenized; shorten or drop it")

@@ -87,7 +87,8 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     model's files and tokenizer, and every prompt against the prompt limit. Raises
     :class:`ConfigError` (or its :class:`~grpolab.train.rundir.RunDirError`) for the first problem."""
     from grpolab.train.rundir import RunDir, RunDirError
-    from grpolab.train.setup import build_task_splits, refuse_float16, resolve_device, resolve_prompt_format
+    from grpolab.train.setup import (build_task_splits, check_head_size, refuse_float16, resolve_device,
+                                     resolve_prompt_format)
 
     quiet = log if log is not None else (lambda _s: None)
     run = RunDir(cfg.trainer.run_dir)
@@ -107,6 +108,7 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         check_resume_steps(cfg, ckpt.step, run)
     resolve_device(cfg.model.device)
     refuse_float16(cfg.model)
+    check_head_size(cfg.model)
     if cfg.model.lora:
         from grpolab.models.lora import require_peft
 

@@ -34,6 +34,17 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def check_head_size(cfg: ModelConfig) -> None:
+    """The tiny model's head size (``hidden_size / num_heads``) must be even: rotary position
+    embeddings rotate pairs of dimensions (an odd one failed inside the first forward)."""
+    head = cfg.hidden_size // cfg.num_heads
+    if not cfg.path and head % 2:
+        raise ConfigError(
+            f"model.hidden_size / model.num_heads = {cfg.hidden_size} / {cfg.num_heads} = {head}: the tiny model's "
+            "head size must be even (rotary position embeddings rotate pairs of dimensions); change "
+            "model.hidden_size or model.num_heads")
+
+
 def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
     """``(model, tokenizer, from_scratch)``: a local HF model, or the tiny default built from scratch.
 
@@ -57,6 +68,7 @@ def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
             raise ConfigError(f"model.path={cfg.path!r}: its weights file cannot be read ({e}); the file is "
                               "corrupt or truncated: save or copy the model again") from None
         return model, tokenizer, False
+    check_head_size(cfg)
     tokenizer = build_tokenizer(PRINTABLE_ALPHABET if cfg.tokenizer_alphabet == "printable" else None)
     tiny = TinyModelConfig(
         hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
@@ -130,13 +142,19 @@ def longest_token_chars(tokenizer) -> int:
         return 64
 
 
+#: how many times the characters ``limit`` tokens can hold a prompt may have before it is refused
+#: untokenized: below it ``rollout.prompt_truncation=left/right`` cuts prompts as usual
+PROMPT_CHAR_MARGIN = 16
+
+
 def check_prompt_chars(items, limit: int, tokenizer, *, task: str) -> None:
-    """Refuse (:class:`ConfigError`) a prompt with more characters than ``limit`` tokens can hold
-    (``limit`` x the longest token), before it is tokenized: a 20 MB prompt aborted inside the Rust
-    tokenizer (SIGABRT) before the token check could speak. No check without a limit (``limit=0``)."""
+    """Refuse (:class:`ConfigError`) a prompt with more than :data:`PROMPT_CHAR_MARGIN` times the
+    characters ``limit`` tokens can hold (``limit`` x the longest token), before it is tokenized: a
+    20 MB prompt aborted inside the Rust tokenizer (SIGABRT) before the token check could speak.
+    No check without a limit (``limit=0``)."""
     if not limit:
         return
-    bound = limit * longest_token_chars(tokenizer)
+    bound = PROMPT_CHAR_MARGIN * limit * longest_token_chars(tokenizer)
     for i, it in enumerate(items):
         n = len(it.prompt) + sum(len(str(m.get("content", ""))) for m in (getattr(it, "messages", None) or [])
                                  if isinstance(m, dict))
@@ -144,8 +162,9 @@ def check_prompt_chars(items, limit: int, tokenizer, *, task: str) -> None:
             meta = getattr(it, "meta", None) or {}
             where = f"row {meta['row']} of {meta['source']}" if "row" in meta and "source" in meta else f"item {i}"
             raise ConfigError(
-                f"task {task!r}: the prompt of {where} ({it.prompt[:40]!r}...) has {n:,} characters, more than any "
-                f"prompt within the limit of {limit} tokens can hold ({bound:,} characters); shorten or drop it")
+                f"task {task!r}: the prompt of {where} ({it.prompt[:40]!r}...) has {n:,} characters, more than "
+                f"{PROMPT_CHAR_MARGIN} times what the prompt limit of {limit} tokens can hold ({bound:,} characters), "
+                "so it is not tokenized; shorten or drop it")
 
 
 def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str], None] = print,
