@@ -42,6 +42,12 @@ def main(argv=None) -> int:
     p.add_argument("--plain", action="store_true", help="TRL's own GRPOTrainer (its dapo loss) instead of grpolab's")
     p.add_argument("--out", default="runs/trl_smollm2_sums", help="where final/ (a plain HF model) is written")
     args = p.parse_args(argv)
+    try:
+        import trl  # noqa: F401
+    except ImportError:
+        print("error: this example needs TRL, which is not installed: pip install -e \".[trl]\" (from the grpolab "
+              "repository; -c constraints-cpu.txt pins the tested versions)", file=sys.stderr)
+        return 2
 
     from grpolab.config import ConfigError, load_config
     from grpolab.integrations.trl.recipe import StepClock, build_trl_trainer, save_trl_policy

@@ -306,6 +306,12 @@ def _train_run_dir(args: argparse.Namespace) -> str:
     return train_run_dir(args.config, args.overrides, args.resume)
 
 
+def _resume_hint(args: argparse.Namespace) -> str:
+    from grpolab.commands import resume_hint
+
+    return resume_hint(_train_run_dir(args))
+
+
 def _quiet_transformers() -> None:
     """No per-file progress bars or info chatter from transformers on the command line."""
     try:
@@ -332,15 +338,24 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except BrokenPipeError:  # `grpolab ... | head`: the reader has what it wanted; no traceback
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit flush must not fail again
+        return 0
+    except KeyboardInterrupt as e:  # Ctrl-C; in `train` also SIGTERM and SIGHUP (grpolab.train.signals)
+        name = getattr(e, "signal_name", "SIGINT")
+        said = "interrupted" if name == "SIGINT" else f"stopped by {name}"
         if args.command == "sft":  # the warm start continues from OUT.partial when run again
-            print("interrupted; run the same `grpolab sft` command again to continue from its last "
+            print(f"{said}; run the same `grpolab sft` command again to continue from its last "
                   "checkpoint (sft.save_every)", file=sys.stderr)
         elif args.command == "train":
-            print(f"interrupted; resume with `grpolab train --resume {_train_run_dir(args)}`", file=sys.stderr)
+            print(f"{said}; {_resume_hint(args)}", file=sys.stderr)
         else:
-            print("interrupted", file=sys.stderr)
-        return 130
+            print(said, file=sys.stderr)
+        import signal
+
+        return 128 + int(getattr(signal, name, signal.SIGINT))
 
 
 if __name__ == "__main__":

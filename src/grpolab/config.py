@@ -310,6 +310,13 @@ class RolloutConfig:
         more=("Processes for verifiers that cost CPU (math-verify on LaTeX, sql, json_schema): 1 = score in the "
               "trainer's process (fastest for cheap checks such as plain numbers: no IPC). Sandboxed code "
               "verification always runs in parallel over the fork-server pool, whatever this is."))
+    user_reward_process: bool = _key(
+        False, "run the config's own rewards (module:function, entry points) in a worker process",
+        more=("In-process (the default), a reward that calls sys.exit or raises KeyboardInterrupt already scores 0 "
+              "as a failing reward and a working-directory change is undone; os._exit or a crash ends the trainer. "
+              "true: each call goes to one spawned worker process, and a worker that exits, crashes or times out "
+              "scores that completion 0 (the failing-reward warning) and is replaced. One pipe round trip per "
+              "completion. Built-in rewards are unaffected (rollout.reward_workers)."))
     dynamic_sampling: bool = _key(
         False, "DAPO dynamic sampling: drop groups whose rewards are all equal, refill",
         more=("DAPO's dynamic sampling (verl algorithm.filter_groups): drop every prompt group whose rewards are "
@@ -489,6 +496,11 @@ class TrainerConfig:
             _positive(f"trainer.{k}", getattr(self, k))
         for k in ("micro_batch_size", "micro_batch_tokens", "policy_lag"):
             _positive(f"trainer.{k}", getattr(self, k), zero_ok=True)
+        if not 0 <= self.seed < 2**32:  # numpy's seed range: a larger or negative one fails at the run's start
+            raise ConfigError(f"trainer.seed={self.seed} must be in [0, 2**32 - 1] (numpy's seed range)")
+        if self.policy_lag >= self.steps:
+            raise ConfigError(f"trainer.policy_lag={self.policy_lag} is not below trainer.steps={self.steps}: no "
+                              "update would ever use a lagged policy; lower it (0 = on-policy)")
         b = self.preflight_budget
         if isinstance(b, bool) or not isinstance(b, (int, float)) or not b >= 0 or b == float("inf"):
             raise ConfigError(f"trainer.preflight_budget={b!r} must be a number of seconds >= 0 (0 = no limit), "
@@ -872,7 +884,7 @@ def _coerce(key: str, value: Any, tp: Any) -> Any:
         return str(value)
     if origin is dict or tp is dict:
         if isinstance(value, str):
-            value = yaml.safe_load(value)
+            value = _yaml_value(key, value)
         if not isinstance(value, dict):
             raise ConfigError(f"{key} must be a mapping, got {value!r}")
         return value
@@ -906,8 +918,9 @@ def _set(cfg: Config, dotted: str, value: Any) -> None:
     section = getattr(cfg, parts[0])
     hints = typing.get_type_hints(type(section))
     if len(parts) == 3 and parts[1] == "options" and isinstance(getattr(section, "options", None), dict):
-        section.options[parts[2]] = yaml.safe_load(value) if isinstance(value, str) else value
+        section.options[parts[2]] = _yaml_value(dotted, value) if isinstance(value, str) else value
         return
+    hints = {f.name: hints[f.name] for f in dataclasses.fields(section)}  # settings, not class constants
     if len(parts) != 2 or parts[1] not in hints:
         names = ", ".join(f"{parts[0]}.{k}" for k in hints)
         raise ConfigError(f"unknown config key {dotted!r}; {parts[0]} has: {names}")
@@ -925,16 +938,67 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML would keep the last silently)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: set = set()
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"the key {key!r} is given twice (line {key_node.start_mark.line + 1}); keep one",
+                key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def _yaml_value(key: str, text: str) -> Any:
+    """A ``--set`` value (or a ``--design`` entry) parsed as YAML; malformed YAML is one :class:`ConfigError`."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{key}={text!r} is not valid YAML ({_one_line(e)}); quote it or fix the brackets") from None
+
+
+def parse_yaml_text(text: str, what: str) -> Any:
+    """YAML text (a config file's, ``what`` names it): one :class:`ConfigError` line for malformed YAML
+    or a key given twice."""
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{what} is not valid YAML: {_one_line(e)}") from None
+
+
+def read_text_file(p: Path, what: str) -> str:
+    """The UTF-8 text of ``p``; another encoding or a binary file is one :class:`ConfigError`."""
+    try:
+        return p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start}); save it "
+                          "as UTF-8 (a YAML file of sections: model, task, ...)") from None
+
+
 def _read_yaml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
+    what = f"config file {str(p)!r}"
     if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} not found")
-    try:
-        loaded = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+        raise ConfigError(f"{what} not found")
+    text = read_text_file(p, what)
+    loaded = parse_yaml_text(text, what)
+    if loaded is None:
+        raise ConfigError(f"{what} is empty (no settings); give a file with sections such as `trainer: {{steps: 50}}`, "
+                          "or leave the file out to use the defaults")
     if not isinstance(loaded, dict):
-        raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections")
+        raise ConfigError(f"{what} must hold a mapping of sections")
     return loaded
 
 

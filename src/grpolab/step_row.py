@@ -163,7 +163,7 @@ REWARD_OVERLONG_PENALTY = _m("reward/overlong_penalty", "mean overlong shaping a
                              "sees (objective.overlong_buffer; <= 0)", "sampling")
 
 # --- time, throughput, memory (grpolab.train.loop, grpolab.train.watch) -------------------------
-LR = _m("lr", "learning rate after the step's optimizer steps", "run", "actor/lr")
+LR = _m("lr", "learning rate the step's first optimizer step ran at (as TRL and verl log it)", "run", "actor/lr")
 TIME_STEP = _m("time/step", "wall time of the step, seconds (sampling to the update's end)", "run",
                "timing_s/step")
 TIME_ROLLOUT = _m("time/rollout", "seconds spent sampling", "run", "timing_s/gen")

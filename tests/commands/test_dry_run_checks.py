@@ -43,14 +43,17 @@ def test_missing_data(tmp_path, capsys, dry):
 
 
 def test_occupied_run_dir_is_refused_by_dry_run_too(tmp_path, capsys):
+    from grpolab.train.rundir import MARKER
+
     run = tmp_path / "run"
     (run / "final").mkdir(parents=True)
     (run / "final" / "config.json").write_text("{}")
+    (run / MARKER).write_text("")  # a grpolab run's folder (a user's folder is refused: test_run_ownership.py)
     _error(capsys, ["train", "--dry-run", *_sets(f"trainer.run_dir={run}")], "already holds a run", "--overwrite")
     # with --overwrite the dry run passes and still writes nothing
     assert main(["train", "--dry-run", "--overwrite", *_sets(f"trainer.run_dir={run}")]) == 0
     assert "every check `grpolab train` runs first passed" in capsys.readouterr().out
-    assert sorted(p.name for p in run.iterdir()) == ["final"]
+    assert sorted(p.name for p in run.iterdir()) == [MARKER, "final"]
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")

@@ -17,7 +17,7 @@ exits with code 2.
 """
 
 from grpolab.config import ConfigError
-from grpolab.commands.config import config_command, dry_run, train_run_dir
+from grpolab.commands.config import config_command, dry_run, resume_hint, train_run_dir
 from grpolab.commands.credit import credit_command
 from grpolab.commands.diagnose import diagnose_command
 from grpolab.commands.models import eval_command, models_import_command
@@ -26,4 +26,5 @@ from grpolab.commands.sweep import compare_command, sweep_command
 from grpolab.commands.train import sft_command, train_command
 
 __all__ = ["ConfigError", "compare_command", "config_command", "dry_run", "credit_command", "diagnose_command", "eval_command",
-           "models_import_command", "preflight_command", "sft_command", "sweep_command", "train_command", "train_run_dir"]
+           "models_import_command", "preflight_command", "sft_command", "resume_hint", "sweep_command", "train_command",
+           "train_run_dir"]

@@ -7,7 +7,7 @@ from typing import Callable
 
 from grpolab.config import load_config
 
-__all__ = ["config_command", "dry_run", "key_rows", "train_run_dir"]
+__all__ = ["config_command", "dry_run", "key_rows", "resume_hint", "train_run_dir"]
 
 
 def train_run_dir(config: str | None, overrides: list[str], resume: str | None) -> str:
@@ -19,6 +19,18 @@ def train_run_dir(config: str | None, overrides: list[str], resume: str | None) 
         return str(load_config(config, overrides).trainer.run_dir)
     except Exception:  # a hint must never fail
         return "RUN_DIR"
+
+
+def resume_hint(run_dir: str) -> str:
+    """``resume with `grpolab train --resume RUN_DIR` (continues from its last checkpoint, step N)``."""
+    try:
+        from grpolab.train.checkpoint import latest_checkpoint
+
+        ckpt = latest_checkpoint(run_dir)
+    except Exception:  # noqa: BLE001 - a hint must never fail; it names what it can
+        ckpt = None
+    where = f" (continues from its last checkpoint, step {ckpt.step})" if ckpt is not None else ""
+    return f"resume with `grpolab train --resume {run_dir}`{where}"
 
 
 def key_rows(section: str | None = None) -> list[tuple[str, str, str, str]]:

@@ -63,15 +63,20 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
     extended in place; train on from it with ``--set model.path=OUT`` and another ``--out``.)"""
     from grpolab.runs import open_run
     from grpolab.train.loop import seed_everything
+    from grpolab.train.setup import refuse_float16, trainable_dtype
+    from grpolab.train.signals import stop_signals
     from grpolab.train.warm_start import build_warm_start
 
     cfg = load_config(config, overrides)
+    refuse_float16(cfg.model)  # the warm start takes optimizer steps too
     if _keep_or_refuse(out, cfg, overwrite=overwrite, log=log):
         return 0
     seed_everything(cfg.trainer.seed)
     run = open_run(None, cfg, train_items=True, log=log)  # the model sft.* trains, its prompt format
-    saved, res = build_warm_start(cfg, run.model, run.tokenizer, run.train_items, run.eval_items, out, log=log,
-                                  collector=run.collector)
+    model = trainable_dtype(cfg.model, run.model, log=log)  # a float16 checkpoint trains in float32
+    with stop_signals():  # SIGTERM and SIGHUP stop it like Ctrl-C (the hint: run the same command again)
+        saved, res = build_warm_start(cfg, model, run.tokenizer, run.train_items, run.eval_items, out, log=log,
+                                      collector=run.collector)
     log(f"saved warm-started model to {saved} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "
         f"{'validation' if cfg.sft.select_on == 'validation' else 'held-out'} items)")
     return 0

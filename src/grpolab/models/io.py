@@ -53,6 +53,7 @@ def _check_model_dir(path: Path) -> None:
             f"{str(path)!r} is not a Hugging Face model directory: config.json is missing "
             f"(found: {present or 'nothing'})"
         )
+    _check_causal_lm(path / "config.json")
     if not any((path / f).is_file() for f in WEIGHT_FILES):
         raise FileNotFoundError(
             f"{str(path)!r} has config.json but no weights: expected one of {list(WEIGHT_FILES)} "
@@ -64,6 +65,27 @@ def _check_model_dir(path: Path) -> None:
             f"(found: {present}); save the tokenizer next to the model "
             "(tokenizer.save_pretrained(path) or grpolab.models.save_model)"
         )
+
+
+#: architecture names of models that generate text left to right (``architectures`` in config.json)
+CAUSAL_LM_SUFFIXES = ("ForCausalLM", "LMHeadModel", "ForConditionalGeneration")
+
+
+def _check_causal_lm(config_json: Path) -> None:
+    """Refuse (ValueError) a model whose config.json names only architectures that are not causal
+    language models (a BERT ``BertForMaskedLM``, a classifier): grpolab samples text token by token
+    and would train a masked-LM head as if it were one. A config without ``architectures`` is trusted."""
+    import json
+
+    try:
+        archs = json.loads(config_json.read_text()).get("architectures") or []
+    except (OSError, ValueError, AttributeError):
+        return  # transformers names an unreadable config.json itself
+    if archs and not any(str(a).endswith(CAUSAL_LM_SUFFIXES) for a in archs):
+        raise ValueError(
+            f"{str(config_json.parent)!r} is a {', '.join(map(str, archs))}, not a causal language model "
+            f"(an architecture ending in {' / '.join(CAUSAL_LM_SUFFIXES)}): grpolab trains models that write "
+            "their answer token by token; pick a decoder model such as SmolLM2 or Qwen2.5")
 
 
 def load_model(path, *, dtype="auto", device="cpu", attn_implementation: str | None = None,

@@ -16,7 +16,8 @@
 A user function has the built-ins' signature, ``fn(completion, reference, **options) ->
 RewardResult | float``, and runs under the same contract: the trainer calls it through
 :func:`grpolab.rewards.safe_score`, so an exception, a non-finite or non-numeric score, or a
-time-out scores 0.0 with ``info["error"]``. In a weighted list each part is scored on its own: a
+time-out scores 0.0 with ``info["error"]``; so does a reward that calls ``sys.exit`` or raises
+``KeyboardInterrupt`` (:func:`guarded`), and a working-directory change is undone. In a weighted list each part is scored on its own: a
 failing part contributes 0, names itself in ``info["error"]`` and leaves the other parts' scores
 standing. Every part gets the item's reward options that it declares (all of them when it takes
 ``**options``) updated with the part's own ``options``.
@@ -48,8 +49,10 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "RewardPart",
     "RewardSpecError",
+    "UserRewardExit",
     "WeightedReward",
     "entry_point_rewards",
+    "guarded",
     "load_entry_point_reward",
     "resolve_reward",
 ]
@@ -88,8 +91,62 @@ def load_entry_point_reward(name: str) -> Callable[..., Any] | None:
             f"loaded: {type(exc).__name__}: {exc}"
         ) from None
     _check_signature(fn, f"reward {name!r} (entry point {ep.value!r})")
-    register_reward(name, overwrite=True)(fn)
+    register_reward(name, overwrite=True)(guarded(fn, name))
     return fn
+
+
+class UserRewardExit(RuntimeError):
+    """A user reward tried to end the process (``sys.exit``, ``KeyboardInterrupt``): its failure."""
+
+
+def _trainer_owns_signals() -> bool:
+    """Whether the trainer's stop handlers are installed (a real Ctrl-C then raises :class:`Interrupted`)."""
+    import signal
+
+    return bool(getattr(signal.getsignal(signal.SIGINT), "grpolab_stop", False))
+
+
+def guarded(fn: Callable[..., Any], name: str | None = None) -> Callable[..., Any]:
+    """``fn`` as a reward that cannot end or move the run: ``SystemExit`` (``sys.exit``, ``exit()``)
+    and a ``KeyboardInterrupt`` it raises itself become :class:`UserRewardExit` (an ``Exception``,
+    so :func:`~grpolab.rewards.safe_score` scores the completion 0 with ``info["error"]`` and the
+    trainer warns about a failing reward), and a change of the working directory is undone. A real
+    Ctrl-C, SIGTERM or SIGHUP (:class:`~grpolab.errors.Interrupted`) still stops the run.
+    ``os._exit`` cannot be caught in-process: with ``rollout.user_reward_process`` the call runs in
+    a worker process under its registry ``name`` (:mod:`grpolab.rewards.user_worker`)."""
+    import functools
+    import os
+
+    from grpolab.errors import Interrupted
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from grpolab.rewards.user_worker import isolation
+
+        worker = isolation() if name is not None else None
+        if worker is not None:
+            return worker.call(name, args, kwargs)
+        cwd = os.getcwd()
+        try:
+            return fn(*args, **kwargs)
+        except SystemExit as exc:
+            raise UserRewardExit(f"the reward called sys.exit({exc.code!r}); a reward returns a score, it "
+                                 "cannot end the run") from None
+        except KeyboardInterrupt as exc:
+            if isinstance(exc, Interrupted) or not _trainer_owns_signals():
+                raise
+            raise UserRewardExit("the reward raised KeyboardInterrupt; a reward returns a score, it cannot "
+                                 "end the run") from None
+        finally:
+            try:
+                moved = os.getcwd() != cwd
+            except OSError:  # it deleted the folder it moved to
+                moved = True
+            if moved:
+                os.chdir(cwd)
+
+    call.grpolab_guarded = True  # type: ignore[attr-defined]
+    return call
 
 
 def _check_signature(fn: Any, what: str) -> None:
@@ -158,7 +215,7 @@ def _resolve_name(spec: str) -> str:
         return spec
     if ":" in spec:
         fn = _import_function(spec)
-        register_reward(spec, overwrite=True)(fn)
+        register_reward(spec, overwrite=True)(guarded(fn, spec))
         return spec
     if load_entry_point_reward(spec) is not None:
         return spec

@@ -100,9 +100,11 @@ def load_design(path: str | Path, seeds: list[int] | None = None) -> list[RunSpe
     repeated for each of ``seeds`` (default ``[0]``), and giving both is an error. Values are kept
     as written where the file quotes them (write ``"1e-4"`` to keep that spelling in run names).
     """
+    from grpolab.config import parse_yaml_text, read_text_file
+
     path = Path(path)
-    try:
-        doc = yaml.safe_load(path.read_text())
+    try:  # malformed YAML, a duplicated key or another encoding: one error naming the file
+        doc = parse_yaml_text(read_text_file(path, f"design file {path}"), f"design file {path}")
     except OSError as e:
         raise ValueError(f"cannot read design file {path}: {e.strerror}") from None
     rows = doc.get("runs") if isinstance(doc, dict) else None

@@ -233,6 +233,10 @@ def _row_to_item(
             f"got {type(prompt).__name__} {prompt!r:.80}; fix the row or pass on_bad_row='skip'"
         )
     answer = data[answer_field][i]
+    if (isinstance(answer, float) and answer != answer) or (isinstance(answer, str) and answer.strip().lower() in
+                                                            ("nan", "+nan", "-nan")):
+        raise ValueError(f"{where}: {answer_field!r} is NaN (a missing value?), which no completion can match; "
+                         "fix the row or pass on_bad_row='skip'")
     if isinstance(answer, (int, float)) and not isinstance(answer, bool):
         answer = str(answer)
     if isinstance(answer, (list, dict)):  # structured references (code tests, sql, json_schema)

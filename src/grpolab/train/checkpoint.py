@@ -105,7 +105,12 @@ class Checkpoint:
 def save_checkpoint(
     run_dir: str | Path, step: int, model, tokenizer, state: dict[str, Any], *, keep: int = 2
 ) -> Checkpoint:
-    """Write ``step``'s checkpoint atomically and prune all but the newest ``keep``."""
+    """Write ``step``'s checkpoint atomically and prune all but the newest ``keep``.
+
+    A model holding NaN or infinity is never written (:class:`~grpolab.train.nonfinite.NonFiniteError`)."""
+    from grpolab.train.nonfinite import require_finite_model
+
+    require_finite_model(model, f"weights of step {step} (its checkpoint was not written)")
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     name = f"step_{step:06d}"
@@ -114,13 +119,11 @@ def save_checkpoint(
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True)
-    tokenizer.save_pretrained(tmp / "model")
-    from grpolab.models.lora import LORA_CHECKPOINT_FILE, has_lora, lora_checkpoint_settings
-
-    if has_lora(model):  # so that load_model rebuilds the adapted layout (eval/credit of a run in progress)
-        atomic_write_text(tmp / "model" / LORA_CHECKPOINT_FILE, json.dumps(lora_checkpoint_settings(model)) + "\n")
-    torch.save(state, tmp / "state.pt")
+    try:
+        _write_checkpoint(tmp, model, tokenizer, state)
+    except BaseException:  # a full disk, a kill: the half-written folder frees its space; the last checkpoint stands
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
@@ -129,6 +132,17 @@ def save_checkpoint(
     for old in complete[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return Checkpoint(final, step)
+
+
+def _write_checkpoint(tmp: Path, model, tokenizer, state: dict[str, Any]) -> None:
+    """The files of one checkpoint, into the temporary folder ``tmp``."""
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
+    from grpolab.models.lora import LORA_CHECKPOINT_FILE, has_lora, lora_checkpoint_settings
+
+    if has_lora(model):  # so that load_model rebuilds the adapted layout (eval/credit of a run in progress)
+        atomic_write_text(tmp / "model" / LORA_CHECKPOINT_FILE, json.dumps(lora_checkpoint_settings(model)) + "\n")
+    torch.save(state, tmp / "state.pt")
 
 
 def latest_checkpoint(run_dir: str | Path) -> Checkpoint | None:

@@ -14,7 +14,7 @@ from typing import Callable
 
 from grpolab.config import Config, ConfigError
 
-__all__ = ["check_train", "check_writable", "tokenizer_and_context"]
+__all__ = ["check_disk_space", "check_train", "check_writable", "tokenizer_and_context"]
 
 
 def check_writable(path: str | os.PathLike, what: str, *, directory: bool = False) -> Path:
@@ -87,10 +87,14 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     model's files and tokenizer, and every prompt against the prompt limit. Raises
     :class:`ConfigError` (or its :class:`~grpolab.train.rundir.RunDirError`) for the first problem."""
     from grpolab.train.rundir import RunDir, RunDirError
-    from grpolab.train.setup import build_task_splits, resolve_device, resolve_prompt_format
+    from grpolab.train.setup import (build_task_splits, check_head_size, refuse_float16, resolve_device,
+                                     resolve_prompt_format)
 
     quiet = log if log is not None else (lambda _s: None)
     run = RunDir(cfg.trainer.run_dir)
+    if not resume:
+        run.check_owner()  # a user's folder: never written into, never deleted by --overwrite
+    run.check_free()  # another process trains there
     if not resume and not overwrite and (run.latest_checkpoint() is not None or (run.final / "config.json").exists()):
         raise RunDirError(
             f"{run.path} already holds a run. Continue it with `grpolab train --resume {run.path}`, start "
@@ -103,6 +107,8 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
 
         check_resume_steps(cfg, ckpt.step, run)
     resolve_device(cfg.model.device)
+    refuse_float16(cfg.model)
+    check_head_size(cfg.model)
     if cfg.model.lora:
         from grpolab.models.lora import require_peft
 
@@ -124,3 +130,56 @@ def check_train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     tok, context = tokenizer_and_context(cfg)
     if tok is not None:
         resolve_prompt_format(cfg, tok, list(train_items) + list(eval_items), log=quiet, context=context)
+    check_disk_space(cfg, tok, resumed=ckpt is not None)
+    dims = model_dims(cfg, tok)
+    if dims is not None:
+        from grpolab.train.memory_check import check_memory
+
+        check_memory(cfg, dims, n_demos=sum(1 for it in train_items if it.demonstration),
+                     device=str(resolve_device(cfg.model.device)))
+
+
+def check_disk_space(cfg: Config, tokenizer=None, *, resumed: bool = False) -> None:
+    """The free space of ``trainer.run_dir`` against the checkpoints' size
+    (:func:`grpolab.train.diskspace.check_free_space`), from the weight files' sizes (the tiny
+    model: its parameters) without loading a model. The trainer checks again with the loaded model."""
+    from grpolab.train.diskspace import check_free_space, checkpoint_bytes
+
+    m = cfg.model
+    if m.path:
+        path = Path(m.path)
+        files = [path] if path.is_file() else [f for f in path.glob("*") if f.suffix in (".safetensors", ".bin", ".gguf")]
+        weights = sum(f.stat().st_size for f in files)
+    else:
+        from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+
+        tiny = TinyModelConfig(hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+                               num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size)
+        model = build_tiny_model(tokenizer if tokenizer is not None else build_tokenizer(), tiny, seed=0)
+        weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    keep = cfg.trainer.keep_checkpoints
+    need = checkpoint_bytes(weights, 0 if m.lora else weights, keep=0 if resumed else keep)  # resumed: on disk already
+    check_free_space(cfg.trainer.run_dir, need, keep=keep)
+
+
+def model_dims(cfg: Config, tokenizer=None):
+    """The configured model's :class:`~grpolab.train.memory_check.ModelDims` without loading its
+    weights (config.json, or the tiny model's settings); None when they cannot be read (GGUF)."""
+    import json
+
+    from grpolab.train.memory_check import ModelDims
+
+    m = cfg.model
+    elt = {"float16": 2, "bfloat16": 2}.get(m.dtype, 4)
+    if not m.path:
+        from grpolab.models import TinyModelConfig
+
+        tiny = TinyModelConfig(hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+                               num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size)
+        dims = ModelDims.from_config(tiny, elt)
+        return ModelDims(dims.hidden, dims.layers, dims.kv_width, len(tokenizer) if tokenizer is not None else 0, elt)
+    config = Path(m.path) / "config.json"
+    try:
+        return ModelDims.from_config(json.loads(config.read_text()), elt)
+    except (OSError, ValueError, TypeError):
+        return None

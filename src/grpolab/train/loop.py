@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -31,14 +32,17 @@ from grpolab import objectives as obj
 from grpolab import step_row as K
 from grpolab.config import Config
 from grpolab.models import stop_token_ids
+from grpolab.rewards.user_worker import set_isolation
 from grpolab.rollout import response_logprobs
 from grpolab.train.checkpoint import save_checkpoint
 from grpolab.rollout.collector import Collector, collector_for
+from grpolab.train.diskspace import check_free_space, checkpoint_bytes, disk_full_named, model_bytes
 from grpolab.train.step_batch import collect_step, without_truncated
 from grpolab.train.watch import TrainingWatch, memory_metrics
 from grpolab.measure.evaluate import evaluate, per_family
 from grpolab.rollout.experience import Experience
-from grpolab.train.metrics_log import MetricsLog
+from grpolab.train.memory_check import ModelDims, check_memory
+from grpolab.train.metrics_log import MetricsLog, keep_rows_through
 from grpolab.train.report import write_report
 from grpolab.train.rundir import RunDir
 from grpolab.train.completions import append_jsonl, completion_rows, examples_table
@@ -48,10 +52,14 @@ from grpolab.train.setup import (
     build_task_splits,
     prepare_policy,
     record_sandbox_isolation,
+    refuse_float16,
     resolve_device,
     resolve_prompt_format,
     save_final,
+    trainable_dtype,
 )
+from grpolab.train.nonfinite import NonFiniteError, at_step
+from grpolab.train.signals import stop_signals
 from grpolab.train.state import TrainState
 from grpolab.train.step_metrics import metric_schema, step_metrics
 from grpolab.train.warm_start import warm_start, warm_start_status
@@ -112,20 +120,43 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
     over in a run directory that holds a previous run (its outputs are deleted only once the new
     config's model and data have loaded; the cached warm start is kept if it was built with the
     same settings).
+
+    The run directory is claimed first (:meth:`RunDir.claim`): a folder that is not empty and was
+    not created by grpolab is refused, and so is one another process trains in (its pid named).
     """
+    run_dir = RunDir(cfg.trainer.run_dir)
+    lock = run_dir.claim(resume=resume)  # the marker file and the exclusive lock: one writer per run
+    set_isolation(cfg.rollout.user_reward_process)  # the config's own rewards in a worker process, if asked
+    try:
+        # SIGTERM and SIGHUP stop the run like Ctrl-C; a full disk is named (grpolab.train.signals, .diskspace)
+        with stop_signals(), disk_full_named(run_dir.path):
+            return _train(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
+    finally:
+        set_isolation(False)
+        lock.release()
+
+
+def _train(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool,
+           log: Callable[[str], None]) -> TrainResult:
     t_start = time.time()
     bound_heap()  # freed tensors leave the process: no GiB of free heap held (grpolab.utils.heap)
-    run_dir = RunDir(cfg.trainer.run_dir)
     state, eval_items, train_items = start_run(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
     earlier = state.seconds  # wall time of the processes before this one (resumed runs)
     collector = collector_for(cfg, state.tokenizer, prompt_format=state.prompt_format, stop_ids=state.stop_ids)
     if state.step == 0:
         evaluate_start(state, collector, eval_items, cfg, run_dir, log=log)
+    resume_step = state.step if resume and state.step > 0 else None
     metrics_log = MetricsLog(run_dir.path, tensorboard=cfg.log.tensorboard, wandb=cfg.log.wandb,
                              wandb_project=cfg.log.wandb_project, wandb_entity=cfg.log.wandb_entity,
                              wandb_run_name=cfg.log.wandb_run_name, wandb_mode=cfg.log.wandb_mode,
-                             config=cfg.to_dict(), resume_step=state.step if resume and state.step > 0 else None,
-                             schema=metric_schema(cfg))
+                             config=cfg.to_dict(), resume_step=resume_step, schema=metric_schema(cfg))
+    # the completions of the steps a resumed run replays are written once (its later rows are dropped)
+    broken = {"metrics.jsonl": metrics_log.dropped_lines,
+              "completions.jsonl": keep_rows_through(run_dir.path / "completions.jsonl", resume_step)}
+    for name, n in broken.items():
+        if n:
+            log(f"note: dropped {n} half-written line(s) of {run_dir.path / name} (a process killed while "
+                "writing it); the steps they belonged to run again")
     progress = _progress(cfg, initial=state.step, log=log)
     spec = UpdateSpec.from_config(cfg)
     if spec.micro_batch_size == 0 and spec.micro_batch_tokens == 0:
@@ -142,14 +173,15 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         exp, sampling_metrics = collect_step(collector, state.sampler(),
                                              lambda n: state.next_prompts(train_items, n), cfg,
                                              n_train=len(train_items), generator=state.generator)
-        with timer("update"):
+        lr = state.scheduler.get_last_lr()[0]  # the rate this step's (first) optimizer step runs at, as TRL/verl log
+        with timer("update"), nonfinite_stops(state.step + 1, run_dir):
             exp = learning_signal(exp, state, spec, advantage_fn)
             stats = update(state.policy, state.optimizer, state.scheduler,
                            without_truncated(exp) if cfg.objective.mask_truncated else exp, spec,
                            generator=state.generator)  # not the global stream, which evaluation draws from
         state.finish_step()
         row = K.checked({**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics,
-                         **exp.episode_metrics, **_throughput(state, exp, timer), **memory_metrics()})
+                         **exp.episode_metrics, K.LR: lr, **_throughput(exp, timer), **memory_metrics()})
         for line in watch.observe(state.step, row, exp.reward_error_example):  # a run that cannot learn says so
             warn(line)
         every = cfg.log.completions_every
@@ -214,10 +246,24 @@ def start_run(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool = F
 
         raise ConfigError(f"rollout.prompts_per_step={cfg.rollout.prompts_per_step} exceeds the task's "
                           f"{len(train_items)} training items; lower it (--set rollout.prompts_per_step=N)")
+    refuse_float16(cfg.model)
     policy, tokenizer, from_scratch = build_policy(cfg.model, seed=cfg.trainer.seed, device=device)
+    policy = trainable_dtype(cfg.model, policy, log=log)
+    # memory and disk before the warm start and step 0 (grpolab.train.memory_check, .diskspace)
+    check_memory(cfg, ModelDims.from_config(policy.config, next(policy.parameters()).element_size()),
+                 n_demos=sum(1 for it in train_items if it.demonstration), device=str(device))
+    weights, trainable = model_bytes(policy, lora=bool(cfg.model.lora))
+    keep = 0 if ckpt is not None else cfg.trainer.keep_checkpoints  # a resumed run's checkpoints are on disk already
+    check_free_space(run_dir.path, checkpoint_bytes(weights, trainable, keep=keep), keep=cfg.trainer.keep_checkpoints)
     fmt = resolve_prompt_format(cfg, tokenizer, list(train_items) + list(eval_items), log=log,
                                 context=model_context(policy))
-    collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_token_ids(policy, tokenizer))
+    stop_ids = stop_token_ids(policy, tokenizer)
+    if not stop_ids:
+        log(f"warning: model.path={cfg.model.path} has no end-of-sequence token (no eos_token in its tokenizer, no "
+            f"eos_token_id in generation_config.json): every response will run to rollout.max_new_tokens="
+            f"{cfg.rollout.max_new_tokens}. Set the token that ends its answers as eos_token in the model's "
+            "tokenizer_config.json (or eos_token_id in generation_config.json)")
+    collector = collector_for(cfg, tokenizer, prompt_format=fmt, stop_ids=stop_ids)
     if overwrite and not resume:
         status, diffs = warm_start_status(run_dir.sft, cfg)
         if run_dir.start_over(keep_warm_start=status in ("match", "legacy")):  # say so only where it removed some
@@ -280,6 +326,16 @@ def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Con
                             collector=collector)
 
 
+@contextmanager
+def nonfinite_stops(step: int, run_dir: RunDir):
+    """Re-raise a :class:`NonFiniteError` of ``step`` as the line naming the step and the last checkpoint."""
+    try:
+        yield
+    except NonFiniteError as e:
+        ckpt = run_dir.latest_checkpoint()
+        raise at_step(e, step, str(ckpt.path) if ckpt is not None else None) from None
+
+
 def learning_signal(exp: Experience, state: TrainState, spec: UpdateSpec, advantage_fn) -> Experience:
     """Advantages, behaviour and reference log-probs, and the credit step's per-token advantages."""
     rollout = exp.rollout
@@ -334,10 +390,10 @@ def finish_run(state: TrainState, cfg: Config, run_dir: RunDir, *, seconds: floa
     return result
 
 
-def _throughput(state: TrainState, exp: Experience, timer: PhaseTimer) -> dict[str, float]:
+def _throughput(exp: Experience, timer: PhaseTimer) -> dict[str, float]:
     n_tokens = int(exp.rollout.response_mask.sum()) + int(exp.rollout.prompt_mask.sum())
     step_time = timer.total()
-    return {K.LR: state.scheduler.get_last_lr()[0], K.TIME_STEP: step_time,
+    return {K.TIME_STEP: step_time,
             K.TIME_ROLLOUT: exp.seconds.get("rollout", 0.0), K.TIME_REWARD: exp.seconds.get("reward", 0.0),
             K.TIME_UPDATE: timer.seconds.get("update", 0.0), K.TOKENS_PER_S: n_tokens / max(step_time, 1e-9),
             **_reward_throughput(exp, step_time)}

@@ -20,6 +20,32 @@ def _clean(v: Any) -> Any:
     return v
 
 
+def keep_rows_through(path: str | Path, step: int | None) -> int:
+    """Rewrite the JSON-lines file ``path`` keeping the rows of steps ``<= step`` (a resumed run
+    writes the later steps again, once); ``step=None`` removes the file (a run that starts over).
+    A line that does not parse -- the half-written last line of a killed process -- is dropped;
+    returns how many were. Rows without a ``step`` stay."""
+    path = Path(path)
+    if not path.exists():
+        return 0
+    if step is None:
+        path.unlink()
+        return 0
+    kept, broken = [], 0
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            broken += 1
+            continue
+        if not isinstance(row, dict) or row.get("step", -1) is None or row.get("step", -1) <= step:
+            kept.append(line)
+    atomic_write_text(path, "".join(line + "\n" for line in kept))
+    return broken
+
+
 class MetricsLog:
     """Appends one JSON object per step to ``metrics.jsonl`` and mirrors scalars to TB / wandb.
 
@@ -44,14 +70,9 @@ class MetricsLog:
         self.keys: dict[str, None] = dict.fromkeys(schema)
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None and self.path.exists():
-            # Drop rows written after the checkpoint we resume from, so the log matches a run
-            # that was never interrupted.
-            kept = [line for line in self.path.read_text().splitlines() if line.strip()
-                    and json.loads(line).get("step", -1) <= resume_step]
-            atomic_write_text(self.path, "".join(line + "\n" for line in kept))
-        elif resume_step is None and self.path.exists():
-            self.path.unlink()
+        # a resumed run drops the rows written after its checkpoint (the log then matches a run that was
+        # never interrupted) and a half-written last line; a run that starts over, the whole file
+        self.dropped_lines = keep_rows_through(self.path, resume_step)
         self._fh = self.path.open("a", encoding="utf-8")
         self._tb = None
         if tensorboard:
@@ -99,7 +120,17 @@ class MetricsLog:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of ``RUN_DIR/metrics.jsonl``; a line that does not parse (half-written by a killed
+    process) is left out."""
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows

@@ -31,6 +31,7 @@ from grpolab import objectives as obj
 from grpolab import step_row as K
 from grpolab.config import Config, ObjectiveConfig
 from grpolab.rollout import response_logprobs
+from grpolab.train.nonfinite import check_finite_loss, check_finite_norm, require_finite_model
 
 if TYPE_CHECKING:
     from grpolab.rollout.experience import Experience
@@ -233,6 +234,7 @@ def _forward_backward(policy, part, adv, old_logp, ref_logp, W, spec: UpdateSpec
         lp.logp, lp.logp.detach() if old_logp is None else old_logp, adv, part.response_mask,
         group_ids=part.group_ids, ref_logp=ref_logp, weights=W, **spec.loss.kwargs(),
     )
+    check_finite_loss(loss)  # a NaN loss never reaches the gradient (grpolab.train.nonfinite)
     loss.backward()
     n_tok = float(part.response_mask.sum())
     valid = part.response_mask.bool()
@@ -241,14 +243,19 @@ def _forward_backward(policy, part, adv, old_logp, ref_logp, W, spec: UpdateSpec
 
 
 def _optimizer_step(policy, optimizer, scheduler, grad_clip: float) -> float:
-    """Clip, step the optimizer and the schedule; returns the gradient norm before clipping."""
+    """Clip, step the optimizer and the schedule; returns the gradient norm before clipping.
+
+    Raises :class:`~grpolab.train.nonfinite.NonFiniteError` for a non-finite gradient norm (before
+    the step) or non-finite trainable weights (after it)."""
     for p in policy.parameters():  # a mini-batch with nothing to learn still steps AdamW
         if p.requires_grad and p.grad is None:
             p.grad = torch.zeros_like(p)
-    gn = torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip if grad_clip > 0 else float("inf"))
+    gn = float(torch.nn.utils.clip_grad_norm_(policy.parameters(), grad_clip if grad_clip > 0 else float("inf")))
+    check_finite_norm(gn)  # before the step: the weights stay finite
     optimizer.step()
     scheduler.step()
-    return float(gn)
+    require_finite_model(policy, "weights after the optimizer step", trainable_only=True)
+    return gn
 
 
 def auto_micro_batch_tokens(model: torch.nn.Module, budget_bytes: int | None = None) -> int:

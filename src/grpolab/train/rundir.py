@@ -30,8 +30,14 @@ from grpolab.config import Config, ConfigError, config_from_dict
 from grpolab.train.checkpoint import Checkpoint, latest_checkpoint, remove_stale_temporaries
 from grpolab.utils.io import atomic_write_text
 
-__all__ = ["RESUME_FIXED_KEYS", "RunDir", "RunDirError", "config_differences", "in_progress_dir", "resolve_model",
+__all__ = ["LOCK_FILE", "MARKER", "RESUME_FIXED_KEYS", "RunDir", "RunDirError", "RunLock", "config_differences", "in_progress_dir", "resolve_model",
            "snapshots_dir"]
+
+
+#: the file that marks a directory as a grpolab run (written when a run starts)
+MARKER = ".grpolab-run"
+#: the file whose ``flock`` one process holds while it trains in the directory; it holds that pid
+LOCK_FILE = ".grpolab-lock"
 
 
 class RunDirError(ConfigError):
@@ -101,10 +107,20 @@ class RunDir:
         """The config the run was started with."""
         if not self.is_run():
             raise RunDirError(f"{self.path} is not a grpolab run directory (no config.yaml there)")
-        data = yaml.safe_load(self.config_file.read_text())
-        if not isinstance(data, dict):
-            raise RunDirError(f"{self.config_file} does not hold a config mapping; is it a grpolab run directory?")
-        return config_from_dict(data)
+        from grpolab.config import parse_yaml_text, read_text_file
+
+        fix = (f"rewrite it from the command that started the run (`grpolab train CONFIG --set ... --set "
+               f"trainer.run_dir={self.path} --dry-run` prints its config), or start a new run")
+        try:
+            data = parse_yaml_text(read_text_file(self.config_file, str(self.config_file)), str(self.config_file))
+            if not isinstance(data, dict):
+                raise ConfigError("it does not hold a config mapping")
+            return config_from_dict(data)
+        except RunDirError:
+            raise
+        except ConfigError as e:
+            raise RunDirError(f"{self.config_file} is corrupt ({str(e).removeprefix(str(self.config_file) + ' ')}); "
+                              f"{fix}") from None
 
     def write_config(self, cfg: Config) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
@@ -120,6 +136,11 @@ class RunDir:
 
         saved = self.load_config()
         cfg = merge_config(saved, path, overrides)
+        asked = cfg.trainer.run_dir
+        if asked != saved.trainer.run_dir and os.path.abspath(asked) != os.path.abspath(self.path):
+            raise RunDirError(
+                f"--resume {self.path} with trainer.run_dir={asked!r}: a resumed run stays in its directory; drop "
+                f"trainer.run_dir to continue {self.path}, or start a new run in {asked} without --resume")
         cfg.trainer.run_dir = str(self.path)
         old, new = saved.to_dict(), cfg.to_dict()
         changed = [d for key in RESUME_FIXED_KEYS
@@ -152,6 +173,45 @@ class RunDir:
             f"training stopped before the warm start finished; continue it with `grpolab train "
             f"--resume {self.path}`")
 
+    # ------------------------------------------------------------------ ownership
+    @property
+    def marker(self) -> Path:
+        """The file that says "grpolab wrote this run directory" (:data:`MARKER`)."""
+        return self.path / MARKER
+
+    def check_owner(self) -> None:
+        """Refuse (:class:`RunDirError`) a directory that is not empty and holds no grpolab run
+        marker: grpolab writes (and ``--overwrite`` deletes) only in folders it created."""
+        if not self.path.is_dir() or self.marker.exists():
+            return
+        entries = sorted(p.name for p in self.path.iterdir())
+        if entries:
+            shown = ", ".join(entries[:4]) + (", ..." if len(entries) > 4 else "")
+            raise RunDirError(
+                f"trainer.run_dir={str(self.path)!r} is not empty ({shown}) and was not created by grpolab (no "
+                f"{MARKER} file): grpolab never writes into or deletes files it did not create; pick a new or "
+                "empty directory with --set trainer.run_dir=PATH")
+
+    def claim(self, *, resume: bool = False) -> "RunLock":
+        """Create the directory, mark it as a grpolab run and take its exclusive lock (held until
+        :meth:`RunLock.release` or the process ends, whichever comes first: the kernel releases a
+        dead process's lock). A directory another process holds is refused (:class:`RunDirError`
+        naming its pid). ``resume`` of a directory holding a run's config.yaml: the marker is added if missing."""
+        if not (resume and self.is_run()):
+            self.check_owner()
+        self.path.mkdir(parents=True, exist_ok=True)
+        if not self.marker.exists():
+            atomic_write_text(self.marker, "This directory is a grpolab run (trainer.run_dir); "
+                              "grpolab's --overwrite deletes only folders holding this file.\n")
+        return RunLock.acquire(self.path / LOCK_FILE)
+
+    def check_free(self) -> None:
+        """Refuse a directory another process holds the lock of (what :meth:`claim` would refuse), without
+        taking the lock or writing anything."""
+        lock_path = self.path / LOCK_FILE
+        if lock_path.exists():
+            RunLock.acquire(lock_path, create=False).release()
+
     # ------------------------------------------------------------------ housekeeping
     def clean_stale(self) -> list[Path]:
         """Remove temporary folders and files left by a killed process (their writer is gone)."""
@@ -173,6 +233,37 @@ class RunDir:
         return gone
 
 
+
+
+class RunLock:
+    """An exclusive ``fcntl.flock`` on ``RUN_DIR/.grpolab-lock``, whose text is the holder's pid."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path, self.fd = path, fd
+
+    @classmethod
+    def acquire(cls, path: Path, *, create: bool = True) -> "RunLock":
+        import fcntl
+
+        fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise RunDirError(
+                f"{path.parent} is in use by another grpolab process (pid {holder}): two writers would overwrite "
+                f"each other's checkpoints. Wait for it to finish (or stop it: kill {holder}), or pick another "
+                "directory with --set trainer.run_dir=PATH") from None
+        if create:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return cls(path, fd)
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # closing the descriptor releases the flock
+            self.fd = -1
 
 
 def snapshots_dir(out: str | os.PathLike) -> Path:

@@ -34,6 +34,17 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def check_head_size(cfg: ModelConfig) -> None:
+    """The tiny model's head size (``hidden_size / num_heads``) must be even: rotary position
+    embeddings rotate pairs of dimensions (an odd one failed inside the first forward)."""
+    head = cfg.hidden_size // cfg.num_heads
+    if not cfg.path and head % 2:
+        raise ConfigError(
+            f"model.hidden_size / model.num_heads = {cfg.hidden_size} / {cfg.num_heads} = {head}: the tiny model's "
+            "head size must be even (rotary position embeddings rotate pairs of dimensions); change "
+            "model.hidden_size or model.num_heads")
+
+
 def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
     """``(model, tokenizer, from_scratch)``: a local HF model, or the tiny default built from scratch.
 
@@ -57,6 +68,7 @@ def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
             raise ConfigError(f"model.path={cfg.path!r}: its weights file cannot be read ({e}); the file is "
                               "corrupt or truncated: save or copy the model again") from None
         return model, tokenizer, False
+    check_head_size(cfg)
     tokenizer = build_tokenizer(PRINTABLE_ALPHABET if cfg.tokenizer_alphabet == "printable" else None)
     tiny = TinyModelConfig(
         hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
@@ -68,6 +80,33 @@ def build_policy(cfg: ModelConfig, *, seed: int, device: torch.device):
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model, tokenizer, True
+
+
+FLOAT16_FIX = ("set model.dtype=float32, or bfloat16 for half the memory (float16 is fine for `grpolab eval`, "
+               "which takes no optimizer step)")
+
+
+def refuse_float16(cfg: ModelConfig) -> None:
+    """``model.dtype=float16`` cannot be trained: AdamW's update of float16 weights under- and
+    overflows (its epsilon, 1e-8, is 0 in float16), and every weight is NaN after the first
+    optimizer step, on a CPU or a GPU. grpolab keeps no float32 master copy, so it refuses
+    (:class:`ConfigError`) rather than train a model it would destroy."""
+    if cfg.dtype == "float16":
+        raise ConfigError("model.dtype=float16 cannot be trained: an optimizer step on float16 weights turns them "
+                          f"into NaN (AdamW's epsilon 1e-8 is 0 in float16); {FLOAT16_FIX}")
+
+
+def trainable_dtype(cfg: ModelConfig, model, log: Callable[[str], None] = print):
+    """The policy in a dtype an optimizer can step: a float16 checkpoint loaded with
+    ``model.dtype=auto`` is trained in float32 (and says so); an explicit float16 is refused
+    (:func:`refuse_float16`)."""
+    refuse_float16(cfg)
+    param = next(iter(model.parameters()), None)
+    if param is not None and param.dtype == torch.float16:
+        log(f"model.path={cfg.path} holds float16 weights, which an optimizer step turns into NaN: training in "
+            "float32 (model.dtype=bfloat16 halves the memory)")
+        model = model.float()
+    return model
 
 
 def prepare_policy(cfg: ModelConfig, model):
@@ -93,6 +132,41 @@ def model_context(model) -> int | None:
     return int(n) if isinstance(n, int) and n > 0 else None
 
 
+def longest_token_chars(tokenizer) -> int:
+    """The most characters one token of ``tokenizer`` stands for (its longest vocabulary entry; 64 when
+    the vocabulary cannot be read)."""
+    try:
+        vocab = tokenizer.get_vocab()
+        return max(1, max(len(str(t)) for t in vocab))
+    except Exception:  # noqa: BLE001 - a tokenizer without a readable vocabulary: a generous bound
+        return 64
+
+
+#: how many times the characters ``limit`` tokens can hold a prompt may have before it is refused
+#: untokenized: below it ``rollout.prompt_truncation=left/right`` cuts prompts as usual
+PROMPT_CHAR_MARGIN = 16
+
+
+def check_prompt_chars(items, limit: int, tokenizer, *, task: str) -> None:
+    """Refuse (:class:`ConfigError`) a prompt with more than :data:`PROMPT_CHAR_MARGIN` times the
+    characters ``limit`` tokens can hold (``limit`` x the longest token), before it is tokenized: a
+    20 MB prompt aborted inside the Rust tokenizer (SIGABRT) before the token check could speak.
+    No check without a limit (``limit=0``)."""
+    if not limit:
+        return
+    bound = PROMPT_CHAR_MARGIN * limit * longest_token_chars(tokenizer)
+    for i, it in enumerate(items):
+        n = len(it.prompt) + sum(len(str(m.get("content", ""))) for m in (getattr(it, "messages", None) or [])
+                                 if isinstance(m, dict))
+        if n > bound:
+            meta = getattr(it, "meta", None) or {}
+            where = f"row {meta['row']} of {meta['source']}" if "row" in meta and "source" in meta else f"item {i}"
+            raise ConfigError(
+                f"task {task!r}: the prompt of {where} ({it.prompt[:40]!r}...) has {n:,} characters, more than "
+                f"{PROMPT_CHAR_MARGIN} times what the prompt limit of {limit} tokens can hold ({bound:,} characters), "
+                "so it is not tokenized; shorten or drop it")
+
+
 def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str], None] = print,
                           context: int | None = None):
     """The run's :class:`grpolab.tasks.PromptFormat` with ``chat_template`` decided and the prompt
@@ -114,6 +188,7 @@ def resolve_prompt_format(cfg: Config, tokenizer, items, *, log: Callable[[str],
         limit = 0 if cfg.env.name else prompt_limit(ro.max_prompt_tokens, ro.max_new_tokens, context)
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    check_prompt_chars(items, limit, tokenizer, task=cfg.task.name)  # before any tokenizer sees a huge prompt
     lengths = []
     for i, it in enumerate(items):
         try:
@@ -156,9 +231,13 @@ def prompt_format_line(cfg: Config, fmt) -> str:
 
 
 def save_final(cfg: ModelConfig, model, tokenizer, path: Path) -> Path:
-    """Write the trained policy to ``path``; with LoRA merged, the adapter (``model.lora_save``), or both."""
+    """Write the trained policy to ``path``; with LoRA merged, the adapter (``model.lora_save``), or both.
+    A model holding NaN or infinity is never written (:class:`~grpolab.train.nonfinite.NonFiniteError`)."""
     from grpolab.models import save_model
     from grpolab.models.lora import has_lora, merged_copy, save_adapter
+    from grpolab.train.nonfinite import require_finite_model
+
+    require_finite_model(model, f"final weights ({path} was not written)")
 
     if not has_lora(model):
         return save_model(model, tokenizer, path)
@@ -203,11 +282,16 @@ def build_task_splits(cfg: TaskConfig, *, seed: int = 0, log: Callable[[str], No
             continue
         except (FileNotFoundError, NotADirectoryError, ValueError) as e:
             raise ConfigError(f"task {cfg.name!r} (task.options): {e}") from None
+        except RuntimeError as e:  # a generated task whose prompt space holds fewer distinct prompts
+            if "prompt space" not in str(e):
+                raise
+            raise ConfigError(f"{key}={n}: {e}") from None
         available = getattr(task, "available", None)
         if log is not None and n is not None and callable(available) and available(split) > n:
             log(f"task: using {n} of the {available(split)} {split} items ({key}={n})")
     if problems:
         raise ConfigError(f"task {cfg.name!r}: " + "; ".join(problems))
+    _say_skipped_rows(task, cfg, log)
     train_items, eval_items = out["train"], out["eval"]
     if not train_items:
         raise ConfigError(f"task {cfg.name!r} produced no training items")
@@ -215,6 +299,18 @@ def build_task_splits(cfg: TaskConfig, *, seed: int = 0, log: Callable[[str], No
         raise ConfigError(f"task {cfg.name!r} produced no held-out items; raise task.n_eval or the "
                           "task's eval_fraction")
     return train_items, eval_items
+
+
+def _say_skipped_rows(task, cfg: TaskConfig, log: Callable[[str], None] | None) -> None:
+    """With ``task.options.on_bad_row=skip``: how many rows of each file were skipped, and which."""
+    if log is None:
+        return
+    for attr, key in (("skipped_rows", "path"), ("skipped_eval_rows", "eval_path")):
+        rows = getattr(task, attr, None) or []
+        if rows:
+            shown = ", ".join(str(r) for r in rows[:10]) + (", ..." if len(rows) > 10 else "")
+            log(f"task: skipped {len(rows)} bad row(s) of {cfg.options.get(key)} (on_bad_row=skip; rows {shown}); "
+                "on_bad_row=raise names the first one's problem")
 
 
 def uses_sandbox(cfg: Config, items) -> bool:

@@ -34,6 +34,7 @@ import torch
 from grpolab.teacher_text import TeacherPrompt, check_template
 from grpolab.train.checkpoint import rng_state, set_rng_state
 from grpolab.measure.evaluate import evaluate
+from grpolab.train.nonfinite import NonFiniteError, check_finite_loss, check_finite_norm, require_finite_model
 from grpolab.train.optim import build_scheduler
 from grpolab.rollout.prompts import encode_prompts
 from grpolab.rollout.text import assistant_turn_end, encode_completion
@@ -314,10 +315,16 @@ def _sft_step(state: SFTState, tokenizer, demos, spec: SFTSpec) -> tuple[float, 
                               teacher=spec.teacher, prompt_format=spec.prompt_format,
                               teacher_rows=round(spec.privileged_share * len(batch)))
     loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
+    try:  # the non-finite guard (grpolab.train.nonfinite): the warm start stops at the step it diverges
+        check_finite_loss(loss)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        check_finite_norm(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+        opt.step()
+        require_finite_model(model, "weights after the optimizer step", trainable_only=True)
+    except NonFiniteError as e:
+        raise NonFiniteError(f"the warm start stopped at its step {state.step + 1}: {e}; nothing of it was saved. "
+                             f"To fix: lower sft.lr, or train in float32 or bfloat16 (model.dtype)") from None
     lr_used = opt.param_groups[0]["lr"]
     state.scheduler.step()
     state.step += 1
