@@ -16,7 +16,8 @@ from grpolab.cli import main
 from grpolab.config import load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 from grpolab.tasks import get_task
-from grpolab.train import TrainState, UpdateSpec, make_collector, update
+from grpolab.rollout import make_collector
+from grpolab.train import TrainState, UpdateSpec, update
 from grpolab.train.checkpoint import save_checkpoint
 from grpolab.train.loop import learning_signal
 from grpolab.train.nonfinite import NonFiniteError
