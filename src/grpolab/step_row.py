@@ -174,7 +174,7 @@ TOKENS_PER_S = _m("tokens_per_s", "prompt + response tokens of the step per seco
                   "perf/throughput")
 TIME_REWARD_FRAC = _m("time/reward_frac", "time/reward / time/step: the verifier's share of the step's wall time",
                       "run")
-REWARD_PER_S = _m("reward/per_s", "responses scored per second of time/reward (the code verifier: programs run in "
+TIME_REWARD_PER_S = _m("time/reward_per_s", "responses scored per second of time/reward (the code verifier: programs run in "
                   "the sandbox per second); null when no time was spent scoring", "run")
 MEMORY_PEAK_RSS_MB = _m("memory/peak_rss_mb", "this process's peak resident memory so far, MiB", "run")
 MEMORY_CUDA_PEAK_MB = _m("memory/cuda_peak_mb", "peak memory the torch allocator held on the GPU, MiB (with a "

@@ -1,6 +1,6 @@
 """The sandbox under a training run (issue 61, item 3): a short_code run's step rows carry the
 verifier's share of the step time (``time/reward_frac``), the programs it ran per second
-(``reward/per_s``) and no verifier errors (``reward/errors``: a sandbox failure is one), with the
+(``time/reward_per_s``) and no verifier errors (``reward/errors``: a sandbox failure is one), with the
 real sandbox required (GRPOLAB_REQUIRE_SANDBOX=1)."""
 
 from __future__ import annotations
@@ -32,5 +32,5 @@ def test_code_run_records_reward_share_programs_per_second_and_no_errors(tmp_pat
         assert 0 < row["time/reward"] < row["time/step"]
         assert row["time/reward_frac"] == pytest.approx(row["time/reward"] / row["time/step"])
         assert 0 < row["time/reward_frac"] < 1
-        assert row["reward/per_s"] == pytest.approx(6 / row["time/reward"])
-        assert math.isfinite(row["reward/per_s"]) and row["reward/per_s"] > 0
+        assert row["time/reward_per_s"] == pytest.approx(6 / row["time/reward"])
+        assert math.isfinite(row["time/reward_per_s"]) and row["time/reward_per_s"] > 0

@@ -131,6 +131,10 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         # SIGTERM and SIGHUP stop the run like Ctrl-C; a full disk is named (grpolab.train.signals, .diskspace)
         with stop_signals(), disk_full_named(run_dir.path):
             return _train(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
+    except BaseException:
+        lock.release()
+        run_dir.discard_unused_claim()  # refused before any work: leave no folder behind
+        raise
     finally:
         set_isolation(False)
         lock.release()
@@ -404,7 +408,7 @@ def _reward_throughput(exp: Experience, step_time: float) -> dict[str, float]:
     reward_s = exp.seconds.get("reward", 0.0)
     scored = exp.reward_scored if exp.reward_scored is not None else int(exp.rewards.numel())
     return {K.TIME_REWARD_FRAC: reward_s / max(step_time, 1e-9),
-            K.REWARD_PER_S: scored / reward_s if reward_s > 0 else float("nan")}
+            K.TIME_REWARD_PER_S: scored / reward_s if reward_s > 0 else float("nan")}
 
 
 def _logprobs(model, rollout, spec: UpdateSpec) -> torch.Tensor:

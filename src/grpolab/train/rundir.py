@@ -70,6 +70,7 @@ class RunDir:
         if not str(path).strip():
             raise RunDirError("the run directory is empty; set trainer.run_dir=PATH")
         self.path = Path(path)
+        self.created = False  # set by claim(): whether it made the directory
 
     # ------------------------------------------------------------------ layout
     @property
@@ -199,11 +200,19 @@ class RunDir:
         naming its pid). ``resume`` of a directory holding a run's config.yaml: the marker is added if missing."""
         if not (resume and self.is_run()):
             self.check_owner()
+        self.created = not self.path.exists()
         self.path.mkdir(parents=True, exist_ok=True)
         if not self.marker.exists():
             atomic_write_text(self.marker, "This directory is a grpolab run (trainer.run_dir); "
                               "grpolab's --overwrite deletes only folders holding this file.\n")
         return RunLock.acquire(self.path / LOCK_FILE)
+
+    def discard_unused_claim(self) -> None:
+        """Remove the directory :meth:`claim` created when the run wrote nothing into it but the marker and
+        the lock (a run refused before its work leaves no trace); any other directory is left as it is."""
+        if self.created and self.path.is_dir() and \
+                {p.name for p in self.path.iterdir()} <= {MARKER, LOCK_FILE}:
+            shutil.rmtree(self.path, ignore_errors=True)
 
     def check_free(self) -> None:
         """Refuse a directory another process holds the lock of (what :meth:`claim` would refuse), without
