@@ -34,7 +34,10 @@ def test_analyse_applies_the_registered_test(tmp_path):
     for seed, d in zip((100, 101, 102), (0.01, 0.02, 0.03)):
         _record(tmp_path, "ba_pairsum", seed, {"balanced": {"final": 0.5 + d, "start": 0.5},
                                                 "token": {"final": 0.5, "start": 0.5}})
-    res = prereg.analyse("ba_pairsum", tmp_path)
+    with pytest.raises(SystemExit, match="3 of the 10 registered seeds are recorded"):
+        prereg.analyse("ba_pairsum", tmp_path)  # the endpoint is read once, after the 10th seed
+    res = prereg.analyse("ba_pairsum", tmp_path, partial=True)
+    assert res["partial_look"] is True
     c = res["comparison"]
     assert c["value"] == pytest.approx(0.02) and c["sign_flip_p"] == pytest.approx(0.25)
     assert c["margin"] == 0.03 and c["verdict"] == "inconclusive"  # a margin was registered
