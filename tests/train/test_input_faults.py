@@ -14,36 +14,17 @@ import sys
 
 import pytest
 
+from cli_helpers import one_error, sets, tiny_run
 from grpolab.cli import main
 from grpolab.train.metrics_log import read_metrics
 
-SMALL = [
-    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
-    "task.options.max_digits=1", "task.options.max_terms=2", "task.n_train=16", "task.n_eval=4",
-    "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4",
-    "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2", "trainer.preflight=false",
-    "log.progress=false", "log.plots=false", "log.tensorboard=false",
-]
-
-
-def _sets(*values):
-    return sum([["--set", v] for v in values], [])
-
-
-def _one_error(capsys, argv, *needles):
-    capsys.readouterr()
-    rc = main(argv)
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert rc == 2 and len(err) == 1 and err[0].startswith("error: "), (rc, err)
-    for n in needles:
-        assert n in err[0], err[0]
-    return err[0]
+SMALL = tiny_run(2)
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     run = tmp_path_factory.mktemp("inputs") / "run"
-    assert main(["train", *_sets(*SMALL, "optim.lr=1e-3", "optim.warmup_steps=4", f"trainer.run_dir={run}")]) == 0
+    assert main(["train", *sets(*SMALL, "optim.lr=1e-3", "optim.warmup_steps=4", f"trainer.run_dir={run}")]) == 0
     return run
 
 
@@ -66,7 +47,7 @@ def test_lr_is_the_rate_each_step_ran_at(finished):
 ])
 def test_corrupt_config_yaml_on_resume(run, capsys, text, needle):
     (run / "config.yaml").write_text(text, errors="surrogateescape")
-    _one_error(capsys, ["train", "--resume", str(run), *_sets("trainer.steps=3")],
+    one_error(capsys, ["train", "--resume", str(run), *sets("trainer.steps=3")],
                f"{run / 'config.yaml'} is corrupt", needle, "rewrite it from the command that started the run")
 
 
@@ -90,7 +71,7 @@ def test_half_written_last_line_note(run, capsys):
     with open(run / "metrics.jsonl", "a") as f:
         f.write('{"step": 3, "reward/me')
     capsys.readouterr()
-    assert main(["train", "--resume", str(run), *_sets("trainer.steps=3")]) == 0
+    assert main(["train", "--resume", str(run), *sets("trainer.steps=3")]) == 0
     out = capsys.readouterr().out
     assert f"note: dropped 1 half-written line(s) of {run / 'metrics.jsonl'}" in out
     assert [r["step"] for r in read_metrics(run)] == [1, 2, 3]
@@ -101,7 +82,7 @@ def test_dry_run_into_a_closed_pipe(tmp_path):
     os.close(read)  # `| head` that has already exited
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-m", "grpolab.cli", "train", "--dry-run",
-                           *_sets(*SMALL, f"trainer.run_dir={tmp_path / 'r'}")], stdout=write,
+                           *sets(*SMALL, f"trainer.run_dir={tmp_path / 'r'}")], stdout=write,
                           stderr=subprocess.PIPE, text=True, env=env, timeout=120)
     os.close(write)
     assert done.returncode == 0 and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr, done.stderr
@@ -113,7 +94,7 @@ def test_a_bert_checkpoint_is_refused(tmp_path, capsys):
     (bert / "config.json").write_text(json.dumps({"architectures": ["BertForMaskedLM"], "model_type": "bert"}))
     (bert / "model.safetensors").write_bytes(b"")
     for dry in ([], ["--dry-run"]):
-        _one_error(capsys, ["train", *dry, *_sets(*SMALL, f"model.path={bert}", f"trainer.run_dir={tmp_path / 'r'}")],
+        one_error(capsys, ["train", *dry, *sets(*SMALL, f"model.path={bert}", f"trainer.run_dir={tmp_path / 'r'}")],
                    "is a BertForMaskedLM, not a causal language model")
 
 
@@ -124,8 +105,8 @@ def test_the_string_nan_is_no_answer_and_skipped_rows_are_counted(tmp_path, caps
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     task = ["task.name=dataset", f"task.options.path={data}", "task.n_train=8", "task.n_eval=3",
             "rollout.prompts_per_step=2", "sft.enabled=no", f"trainer.run_dir={tmp_path / 'r'}"]
-    _one_error(capsys, ["train", "--dry-run", *_sets(*task)], "row 3", "is NaN", "on_bad_row='skip'")
-    args = ["train", *_sets(*[s for s in SMALL if not s.startswith("task.")], *task, "task.options.on_bad_row=skip",
+    one_error(capsys, ["train", "--dry-run", *sets(*task)], "row 3", "is NaN", "on_bad_row='skip'")
+    args = ["train", *sets(*[s for s in SMALL if not s.startswith("task.")], *task, "task.options.on_bad_row=skip",
                             "trainer.steps=1")]
     capsys.readouterr()
     assert main(args) == 0
@@ -133,7 +114,7 @@ def test_the_string_nan_is_no_answer_and_skipped_rows_are_counted(tmp_path, caps
 
 
 def test_n_eval_beyond_the_prompt_space(tmp_path, capsys):
-    _one_error(capsys, ["train", "--dry-run", *_sets(*SMALL[:-1], "task.n_eval=5000",
+    one_error(capsys, ["train", "--dry-run", *sets(*SMALL[:-1], "task.n_eval=5000",
                                                      f"trainer.run_dir={tmp_path / 'r'}")],
                "task.n_eval=5000: task 'arith' could only find", "prompt space is too small")
 
@@ -151,7 +132,7 @@ def test_a_model_without_an_eos_token_is_warned_about(tmp_path, capsys):
     model.save_pretrained(src)
     tok.save_pretrained(src)
     capsys.readouterr()
-    assert main(["train", *_sets(*SMALL, f"model.path={src}", "trainer.steps=1",
+    assert main(["train", *sets(*SMALL, f"model.path={src}", "trainer.steps=1",
                                  f"trainer.run_dir={tmp_path / 'r'}")]) == 0
     out = capsys.readouterr().out
     assert f"warning: model.path={src} has no end-of-sequence token" in out and "eos_token" in out
@@ -176,7 +157,7 @@ def test_memory_sized_settings_are_checked_before_the_warm_start(tmp_path, capsy
     if (available_bytes() or 0) > 200 << 30:
         pytest.skip("this machine has more memory than the setting needs")
     for dry in ([], ["--dry-run"]):
-        _one_error(capsys, ["train", *dry, *_sets("rollout.group_size=20000", f"trainer.run_dir={tmp_path / 'r'}")],
+        one_error(capsys, ["train", *dry, *sets("rollout.group_size=20000", f"trainer.run_dir={tmp_path / 'r'}")],
                    "rollout.prompts_per_step x rollout.group_size = 32 x 20000", "lower rollout.group_size")
     assert not (tmp_path / "r").exists() or not (tmp_path / "r" / "sft").exists()
 
@@ -186,9 +167,9 @@ def test_a_huge_prompt_is_refused_before_tokenizing(tmp_path, capsys):
     rows = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(20)]
     rows[5]["prompt"] = "1+" * 1_000_000 + "1="  # 2 MB
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    sets = [s for s in SMALL if not s.startswith("task.")] + [  # every row is used: the long one too
+    overrides = [s for s in SMALL if not s.startswith("task.")] + [  # every row is used: the long one too
         "task.name=dataset", f"task.options.path={data}", "task.n_train=all", "task.n_eval=all",
         "rollout.prompt_truncation=left", f"trainer.run_dir={tmp_path / 'r'}"]
     for dry in ([], ["--dry-run"]):
-        _one_error(capsys, ["train", *dry, *_sets(*sets)], "the prompt of row 5", "2,000,002 characters",
+        one_error(capsys, ["train", *dry, *sets(*overrides)], "the prompt of row 5", "2,000,002 characters",
                    "times what the prompt limit of", "so it is not tokenized; shorten or drop it")
