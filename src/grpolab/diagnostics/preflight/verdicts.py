@@ -393,6 +393,12 @@ def _credit(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict
                          "precondition only: where it held, RLSD and GEAR did not beat GRPO" if v == INDICATED else note)
 
 
+def _against(low: float, high: float, t: float) -> Verdict:
+    """An interval against a threshold: indicated when it lies at or above ``t``, not indicated when below it,
+    can't tell when it spans it."""
+    return INDICATED if low >= t else NOT_INDICATED if high < t else CANT_TELL
+
+
 def _error_readability(rd: dict, t: float) -> tuple[Verdict, str, str]:
     """The RLSD/GEAR precondition from a readability row: ``(verdict, rests_on, note)``.
 
@@ -415,7 +421,7 @@ def _error_readability(rd: dict, t: float) -> tuple[Verdict, str, str]:
                  + (f"; {beside}" if beside else ""))
         return CANT_TELL, rests, "too few erroneous or reworded-correct responses to decide: measure more items"
     rests = f"error AUC {auc:.3f} [{ci[0]:.3f}, {ci[1]:.3f}] ({n})" + (f"; {beside}" if beside else "")
-    v = INDICATED if ci[0] >= t else NOT_INDICATED if ci[1] < t else CANT_TELL
+    v = _against(ci[0], ci[1], t)
     return v, rests, "" if v != CANT_TELL else "the interval spans the threshold: measure more items"
 
 
@@ -431,9 +437,9 @@ def _balanced(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdi
     lo, hi = lc["ratio_ci"]
     rests = (f"ratio {lc['fail_success_length_ratio']:.3f} [{lo:.3f}, {hi:.3f}] over {lc['mixed_groups']} mixed "
              f"groups ({lc['responses']} responses)")
-    v = INDICATED if lo >= t else (NOT_INDICATED if hi < t else CANT_TELL)
+    v = _against(lo, hi, t)
     row = MethodVerdict(v, rests, thr, src, ["objective.aggregation=balanced"] if v == INDICATED else [],
-                        "precondition only: where it held, balanced lost to token aggregation" if v == INDICATED
+                        "precondition only: where it held, balanced did not beat token aggregation" if v == INDICATED
                         else "")
     return _within_grpo(row, prior["grpo"], "the aggregation only weighs GRPO's per-token losses")
 
