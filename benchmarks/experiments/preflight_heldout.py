@@ -31,7 +31,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from grpolab.diagnostics.inference import Verdict, mcnemar_items, paired_seed_test
+from grpolab.diagnostics.inference import Verdict, mcnemar_items, paired_seed_test, t_ppf
 from grpolab.diagnostics.stats import wilson_interval
 from grpolab.utils.io import atomic_write_json, atomic_write_text
 
@@ -40,20 +40,23 @@ SMOL = "models/smollm2-135m-instruct"
 
 # ---- the protocol's constants (frozen with this file) ------------------------------------------------
 GENERATOR_SEED = 59  #: the settings generator's seed (issue 59)
-TRAIN_SEEDS = (1000, 1001, 1002, 1003, 1004, 1005)  #: training seeds of every setting (label)
+TRAIN_SEEDS = (1000, 1001, 1002, 1003, 1004, 1005, 1006, 1007)  #: training seeds of every setting (label)
 PILOT_SEEDS = (2000, 2001)  #: the pilot's training seed: the first decides, the second is the retest
 MEASURE_SEED = 3000  #: `grpolab preflight --seed` (the sampling of its measurements), every stage
 ALPHA = 0.05  #: the label test's level
-MARGIN = 0.03  #: equivalence margin of "no gain" (3 points of held-out greedy accuracy)
+MARGIN = 0.03  #: "no gain": the one-sided (1 - ALPHA) upper bound of the mean gain is below this (3 points)
 LABEL_ITEMS = 256  #: held-out items of the label (all of them where the task holds fewer)
 MINIWOB_LABEL_ITEMS = 200  #: per MiniWoB++ task (one task per run)
 PILOT_FRACTION = 0.25  #: `--pilot` steps as a share of the run's steps
-COST_SHARE = 0.25  #: the verdict's budget: this share of the wall time of the setting's first training seed
+COST_SHARE = 0.25  #: the pilot verdict's budget: this share of the wall time of the setting's first training seed
 PASSK_MARGIN = 0.05  #: pass@k-only rule: go where pass@k - greedy >= this
 DEGENERATE_AFTER = 0.30  #: a seed's final model answers >= this share of items with its most common answer
 DEGENERATE_RISE = 0.20  #: ... and that share rose by >= this over the starting model's
 HIGH_LR_SHARE = 1 / 3  #: share of each stratum crossed with a learning rate 10x the recipe's
 PREFLIGHT_ITEMS = {"smollm2": 64, "tiny": 256, "miniwob": 40}  #: `--n` of the verdict stages
+#: the verdict stages: the start alone (no budget), the pilot within COST_SHARE of a run (the headline; on
+#: both pilot seeds) and the same pilot with no budget (exploratory, seed PILOT_SEEDS[0])
+VERDICT_STAGES = ("start_verdict", "pilot", "pilot_full")
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,7 @@ class Recipe:
     def sets(self) -> list[str]:
         return [f"trainer.steps={self.steps}", f"rollout.prompts_per_step={self.prompts_per_step}",
                 f"rollout.group_size={self.group_size}", f"optim.lr={self.lr:g}",
-                f"rollout.max_new_tokens={self.max_new_tokens}", f"trainer.eval_every={self.steps}",
-                f"trainer.save_every={self.steps}"]
+                f"rollout.max_new_tokens={self.max_new_tokens}", f"trainer.eval_every={self.steps}"]
 
 
 @dataclass(frozen=True)
@@ -175,9 +177,12 @@ def candidate_pools() -> dict[str, list[Setting]]:
             "min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2}}, cap=32, config=rg, task="reasoning_gym"),
         _smol("rg/letter_counting_long", {"name": "letter_counting", "size": 2000, "eval_fraction": 0.5, "config": {
             "min_words": 15, "max_words": 25}}, cap=32, config=rg, task="reasoning_gym"),
-        _smol("rg/basic_division", {"name": "basic_arithmetic", "size": 2000, "eval_fraction": 0.5, "config": {
-            "min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 2, "operators": ["/"]}},
-              cap=32, config=rg, task="reasoning_gym"),
+        # basic_arithmetic's "/" was dropped before the freeze: its items do not match their answers
+        # ("Calculate 1 / 5." -> 5 in the installed reasoning-gym), so its multiplication stands in, of two
+        # 2-digit numbers (1-2 digits gave 192 distinct of the first 256 held-out questions: criterion (c))
+        _smol("rg/basic_mult2x2", {"name": "basic_arithmetic", "size": 2000, "eval_fraction": 0.5, "config": {
+            "min_terms": 2, "max_terms": 2, "min_digits": 2, "max_digits": 2, "operators": ["*"],
+            "allow_parentheses": False, "allow_negation": False}}, cap=32, config=rg, task="reasoning_gym"),
     ]
     tool_warm = ("--set", "model.hidden_size=128", "--set", "model.num_layers=2", "--set", "model.intermediate_size=256",
                  "--set", "sft.batch_size=32", "--set", "sft.eval_every=40", "--set", "sft.n_eval=32", "--set",
@@ -188,6 +193,8 @@ def candidate_pools() -> dict[str, list[Setting]]:
         _tiny("short_arith/digits2+1", "short_arith", {"digits": [2, 1]}, warm_extra=PRINTABLE),
         _tiny("arith2", "arith", {"max_digits": 2}),
         _tiny("reverse6-9", "reverse", {"min_len": 6, "max_len": 9}),
+        _tiny("arith2terms3", "arith", {"min_terms": 2, "max_terms": 2, "max_digits": 3}),
+        _tiny("arith4-5terms", "arith", {"min_terms": 4, "max_terms": 5}),
         _tiny("tool_arith/2terms+-", "tool_arith", {"max_terms": 2, "ops": "+-"}, config="examples/tool_arith.yaml",
               recipe=Recipe(steps=20, prompts_per_step=8, group_size=8, lr=3e-4, max_new_tokens=48),
               warm_extra=tool_warm),
@@ -200,7 +207,7 @@ def candidate_pools() -> dict[str, list[Setting]]:
 
 
 #: how many settings each stratum contributes (26 in all)
-DRAWS = {"smollm2-arith": 9, "reasoning-gym": 3, "tiny": 4, "miniwob": 4, "verifiers": 6}
+DRAWS = {"smollm2-arith": 9, "reasoning-gym": 3, "tiny": 5, "miniwob": 5, "verifiers": 4}
 
 
 def _with_high_lr(s: Setting) -> Setting:
@@ -276,9 +283,10 @@ def in_sample_clashes(settings: list[Setting]) -> list[str]:
 
 # ---- the runner --------------------------------------------------------------------------------------
 CLI = [sys.executable, "-m", "grpolab.cli"]
-#: rough seconds per generated token on the shared 2-core machine, one torch thread (from the in-sample
-#: calibration's wall times; an ESTIMATE for --dry-run, never used by a verdict or a label)
-SECONDS_PER_TOKEN = {"smollm2": 0.15, "tiny": 0.0005, "miniwob": 0.004}
+#: rough CPU seconds per generated token, one torch thread (an ESTIMATE for --dry-run, never used by a verdict
+#: or a label). SmolLM2: a 10-step run of examples/smollm2_sums.yaml (cap 12, the in-sample setting) took
+#: 111 CPU s (171 s wall on the loaded machine) before the freeze -> 111 / (10 x 32 x 12 x 1.5) = 0.019
+SECONDS_PER_TOKEN = {"smollm2": 0.02, "tiny": 0.0005, "miniwob": 0.004}
 
 
 @dataclass(frozen=True)
@@ -286,7 +294,7 @@ class Stage:
     """One unit of work: a stage of a setting on one seed, with its record's path."""
 
     setting: Setting
-    stage: str  #: "train" | "start_verdict" | "pilot" | "eval_start" | "eval_final"
+    stage: str  #: "train" | one of VERDICT_STAGES | "eval_start" | "eval_final"
     seed: int
 
     def record_path(self, root: Path) -> Path:
@@ -297,16 +305,19 @@ class Stage:
 
 
 def plan(settings: list[Setting]) -> list[Stage]:
-    """Every stage, in the order run: each setting's first training seed (its wall time sets the verdicts'
-    budget), then the verdicts (start, two pilots), the other seeds, then the evaluations. Stage-major, so
-    a study stopped half-way holds whole stages of many settings rather than all of a few."""
+    """Every stage, in the order run: each setting's first training seed (its wall time sets the pilot's
+    budget) with the starting model's and that seed's evaluations and the evaluation of its first-quarter
+    checkpoint; then the verdicts (start, two budgeted pilots, the unbudgeted pilot); then the other seeds,
+    each evaluated right after it trains (a run's model is deleted once evaluated: 8 seeds x 26 settings
+    of SmolLM2 would not fit on the disk). Seed-major, so a study stopped half-way holds every setting's
+    verdicts and whole seeds of many settings rather than all of a few."""
     first, rest = TRAIN_SEEDS[0], TRAIN_SEEDS[1:]
-    out = [Stage(s, "train", first) for s in settings]
+    out = [st for s in settings for st in (Stage(s, "train", first), Stage(s, "eval_start", 0),
+                                           Stage(s, "prefix_eval", first), Stage(s, "eval_final", first))]
     out += [Stage(s, "start_verdict", MEASURE_SEED) for s in settings]
     out += [Stage(s, "pilot", p) for p in PILOT_SEEDS for s in settings]
-    out += [Stage(s, "train", seed) for seed in rest for s in settings]
-    out += [Stage(s, "eval_start", 0) for s in settings]
-    out += [Stage(s, "eval_final", seed) for seed in TRAIN_SEEDS for s in settings]
+    out += [Stage(s, "pilot_full", PILOT_SEEDS[0]) for s in settings]
+    out += [st for seed in rest for s in settings for st in (Stage(s, "train", seed), Stage(s, "eval_final", seed))]
     return out
 
 
@@ -338,28 +349,43 @@ def command(st: Stage, root: Path, budget_s: float | None = None, n_items: int |
     s, out = st.setting, st.out_dir(root)
     cfg, sets = (["--config", s.config] if s.config else []), _sets(s, root)
     if st.stage == "train":
+        # the first seed keeps a checkpoint every pilot_steps() steps: its first-quarter model is evaluated
+        # (stage prefix_eval); saving does not touch the run's random state
+        p, first = s.pilot_steps(), st.seed == TRAIN_SEEDS[0]
+        save = [f"trainer.save_every={p}", f"trainer.keep_checkpoints={s.recipe.steps // p + 1}"] if first else [
+            f"trainer.save_every={s.recipe.steps}"]
         return [*CLI, "train", *([s.config] if s.config else []), *sets, "--set", f"trainer.seed={st.seed}",
                 "--set", f"trainer.run_dir={out}", "--set", "trainer.preflight=false", "--set", "task.n_eval=16",
-                "--overwrite"]
-    if st.stage in ("start_verdict", "pilot"):
-        pilot = s.pilot_steps() if st.stage == "pilot" else 0
+                *[x for kv in save for x in ("--set", kv)], "--overwrite"]
+    if st.stage in VERDICT_STAGES:
+        pilot = 0 if st.stage == "start_verdict" else s.pilot_steps()
         seed = PILOT_SEEDS[0] if st.stage == "start_verdict" else st.seed
         return [*CLI, "preflight", start_model(s, root), *cfg, *sets, "--set", f"trainer.seed={seed}",
                 "--n", str(PREFLIGHT_ITEMS[s.model]), "--seed", str(MEASURE_SEED), "--no-readability",
                 "--pilot", str(pilot), "--budget", f"{budget_s or 0:.0f}", "--out", str(out)]
-    if st.stage not in ("eval_start", "eval_final"):
+    if st.stage not in ("eval_start", "eval_final", "prefix_eval"):
         raise ValueError(f"unknown stage {st.stage!r}")
-    model = (str(root / "runs" / s.slug() / f"train-{st.seed}" / "final") if st.stage == "eval_final"
-             else start_model(s, root))
-    return [*CLI, "eval", model, *cfg, *sets, "--samples", "0", "--examples", "0", "--n", str(n_items or s.label_items()),
+    run = root / "runs" / s.slug() / f"train-{st.seed}"
+    model = {"eval_final": str(run / "final"), "eval_start": start_model(s, root),
+             "prefix_eval": str(prefix_checkpoint(run, s))}[st.stage]
+    n = min(n_items or s.label_items(), PREFLIGHT_ITEMS[s.model]) if st.stage == "prefix_eval" else (
+        n_items or s.label_items())
+    return [*CLI, "eval", model, *cfg, *sets, "--samples", "0", "--examples", "0", "--n", str(n),
             "--completions", str(out / "greedy.jsonl")]
+
+
+def prefix_checkpoint(run: Path, s: Setting) -> Path:
+    """The first seed's model after pilot_steps() steps (the run's own first quarter)."""
+    return run / "checkpoints" / f"step_{s.pilot_steps():06d}" / "model"
 
 
 def run_command(cmd: list[str], log: Path) -> tuple[int, float, float]:
     """``(rc, cpu_s, wall_s)``: the command's exit status, its CPU seconds (user + system, its waited-for
     children included) and wall seconds."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    # the frozen checkout's src/, whatever grpolab the interpreter would import otherwise (an editable
+    # install of another checkout): the gate below checks this tree, so this tree's code must run
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), "PYTHONPATH": str(ROOT / "src")}
     t0 = time.time()
     with open(log, "a") as f:
         f.write(f"$ {' '.join(cmd)}\n")
@@ -398,21 +424,22 @@ def read_completions(path: Path) -> dict:
 
 def stage_data(st: Stage, root: Path) -> dict:
     out = st.out_dir(root)
-    if st.stage in ("start_verdict", "pilot"):
+    if st.stage in VERDICT_STAGES:
         return read_preflight(json.loads((out / "preflight.json").read_text()))
-    if st.stage.startswith("eval"):
+    if st.stage in ("eval_start", "eval_final", "prefix_eval"):
         return read_completions(out / "greedy.jsonl")
-    return {"final": str(out / "final"), "reward_mean": read_train_rewards(out)}
+    return {"final": str(out / "final"), "reward_mean": read_train_rewards(out),
+            "with_signal": read_train_rewards(out, "groups/with_signal")}
 
 
-def read_train_rewards(run_dir: Path) -> list[float]:
-    """The run's ``reward/mean`` per step from its ``metrics.jsonl`` (docs/metrics.md), in step order."""
+def read_train_rewards(run_dir: Path, key: str = "reward/mean") -> list[float]:
+    """The run's ``key`` per step from its ``metrics.jsonl`` (docs/metrics.md), in step order."""
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return []
     rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
-    rows = sorted((r for r in rows if "reward/mean" in r and "step" in r), key=lambda r: r["step"])
-    return [float(r["reward/mean"]) for r in rows]
+    rows = sorted((r for r in rows if key in r and "step" in r), key=lambda r: r["step"])
+    return [float(r[key]) for r in rows]
 
 
 # ---- the freeze gate -----------------------------------------------------------------------------------
@@ -431,9 +458,10 @@ def frozen_commit() -> str:
         raise RuntimeError("the protocol is a DRAFT: commit it in one commit titled 'freeze' before any run "
                            "(studies/preflight_heldout/README.md)")
     changed = _git("diff", "--name-only", head[0], "--", *PROTOCOL_FILES, "src")
-    if changed:
-        raise RuntimeError(f"changed since the freeze {head[0][:10]}: {changed.split()}; a change after the freeze "
-                           "is a new protocol on new settings (README)")
+    untracked = _git("ls-files", "--others", "--exclude-standard", "--", "src")
+    if changed or untracked:
+        raise RuntimeError(f"changed since the freeze {head[0][:10]}: {(changed + ' ' + untracked).split()}; a change "
+                           "after the freeze is a new protocol on new settings (README)")
     return head[0]
 
 
@@ -448,16 +476,19 @@ def execute(st: Stage, root: Path, commit: str) -> dict | None:
     path = st.record_path(root)
     if path.exists():
         return json.loads(path.read_text())
-    budget = budget_for(st.setting, root) if st.stage in ("start_verdict", "pilot") else None
-    if st.stage in ("start_verdict", "pilot") and budget is None:
+    budget = budget_for(st.setting, root) if st.stage == "pilot" else None
+    if st.stage == "pilot" and budget is None:
         return None  # its first training seed has not run yet
+    if st.setting.model == "smollm2" and not (ROOT / SMOL / "config.json").exists():
+        raise RuntimeError(f"{SMOL} is missing: run `grpolab models import smollm2-135m-instruct --out {SMOL}` "
+                           "in this checkout first (docs/real-models.md)")
     if st.setting.warm and not (root / "warm" / st.setting.warm_key() / "sft.json").exists():
         warm = [*CLI, "sft", *st.setting.warm, "--out", str(root / "warm" / st.setting.warm_key())]
         rc, cpu, wall = run_command(warm, root / "logs" / f"{st.setting.warm_key()}.log")
         if rc != 0:
             raise RuntimeError(f"warm start failed (rc {rc}): {' '.join(warm)}")
     n_items = None
-    if st.stage.startswith("eval"):
+    if st.stage in ("eval_start", "eval_final", "prefix_eval"):
         chk = check_setup(st.setting, root)
         if not chk["ok"]:
             raise RuntimeError(f"{st.setting.name}: {chk.get('error', chk)}")
@@ -470,7 +501,22 @@ def execute(st: Stage, root: Path, commit: str) -> dict | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     # a failed command is kept beside (retried by the next invocation), never as the stage's record
     atomic_write_json(path if rc == 0 else path.with_name(f"{path.stem}.failed-{int(time.time())}.json"), rec)
+    if rc == 0 and st.stage in ("eval_final", "prefix_eval") and Stage(
+            st.setting, "eval_final", st.seed).record_path(root).exists():
+        release_run(st, root)
     return rec if rc == 0 else None
+
+
+def release_run(st: Stage, root: Path) -> None:
+    """Delete an evaluated run's models (final/, checkpoints/): its record holds the greedy completions, and
+    8 seeds x 26 settings of SmolLM2 models (~1 GB a run) would not fit on the disk. The first seed's
+    checkpoints stay until its first-quarter model is evaluated."""
+    import shutil
+
+    run = root / "runs" / st.setting.slug() / f"train-{st.seed}"
+    shutil.rmtree(run / "final", ignore_errors=True)
+    if st.seed != TRAIN_SEEDS[0] or Stage(st.setting, "prefix_eval", st.seed).record_path(root).exists():
+        shutil.rmtree(run / "checkpoints", ignore_errors=True)
 
 
 # ---- the label ---------------------------------------------------------------------------------------
@@ -503,18 +549,25 @@ def seed_gain(start: dict, final: dict) -> dict:
             "degenerate": flagged, "items_test": mcnemar_items(final["solved"], start["solved"]).to_dict()}
 
 
+def upper_bound(c) -> float:
+    """The one-sided (1 - ALPHA) upper t bound of a :class:`PairedComparison`'s mean gain."""
+    return c.mean + t_ppf(1 - ALPHA, c.n - 1) * c.sd / math.sqrt(c.n)
+
+
 def label_of(gains: list[float]) -> tuple[str, dict]:
     """gain / no gain / unclear from the seeds' held-out gains (:func:`paired_seed_test` of final vs start
-    accuracy, paired by seed, alpha ALPHA, TOST margin MARGIN): "gain" where the test is significant and the
-    mean is > 0; "no gain" where it is equivalent to 0 within +-MARGIN, or significantly < 0; else
-    "unclear". With 6 seeds the exact sign-flip p is at least 2/64 = 0.031, so a gain needs every seed up
-    (5 seeds could never reach 0.05: 2/32 = 0.0625)."""
+    accuracy, paired by seed, alpha ALPHA): "gain" where the test is significant (t and exact sign-flip
+    both reject) and the mean is > 0; "no gain" where it is significant and the mean is < 0, or where the
+    one-sided (1 - ALPHA) upper t bound of the mean gain is below MARGIN (the run gains less than 3
+    points, whatever else it does); else "unclear". With 8 seeds one seed that did not move still leaves
+    a gain on the others detectable (sign-flip p 4/256); with 5 it never could (2/32 = 0.0625)."""
     if len(gains) < 5:
         raise ValueError(f"a label needs >= 5 seeds' gains, got {len(gains)}")
     c = paired_seed_test(gains, [0.0] * len(gains), alpha=ALPHA, margin=MARGIN)
+    test = {**c.to_dict(), "upper_one_sided": upper_bound(c)}
     if c.verdict is Verdict.SIGNIFICANT:
-        return (GAIN if c.mean > 0 else NO_GAIN), c.to_dict()
-    return (NO_GAIN if c.verdict is Verdict.EQUIVALENT else UNCLEAR), c.to_dict()
+        return (GAIN if c.mean > 0 else NO_GAIN), test
+    return (NO_GAIN if upper_bound(c) < MARGIN else UNCLEAR), test
 
 
 def setting_label(seeds: list[dict]) -> dict:
@@ -557,6 +610,25 @@ def prefix_verdict(rewards: list[float], steps: int) -> str:
     return GO if sum(r[h:]) / len(r[h:]) - sum(r[:h]) / h >= PREFIX_RISE else NO_GO
 
 
+def prefix_eval_verdict(recs: dict) -> str:
+    """EXPLORATORY: the run's own first quarter as the pilot, read by the preflight's pilot rule
+    (:func:`grpolab.diagnostics.preflight.pilot.pilot_rule`: the paired change of greedy success on the
+    preflight's items between the starting model and seed TRAIN_SEEDS[0]'s checkpoint after pilot_steps()
+    steps; can't tell where none of those steps had a group with signal)."""
+    from grpolab.diagnostics.preflight.pilot import pilot_rule
+
+    after = recs[("prefix_eval", TRAIN_SEEDS[0])]["data"]
+    start = recs[("eval_start", 0)]["data"]
+    n = len(after["solved"])
+    if start["prompts"][:n] != after["prompts"]:
+        raise ValueError("the first-quarter model was evaluated on other items than the start's first ones")
+    train = recs[("train", TRAIN_SEEDS[0])]["data"]
+    steps = max(1, round(len(train.get("reward_mean", [])) * PILOT_FRACTION))
+    updates = sum(x > 0 for x in train.get("with_signal", [])[:steps])
+    return _MAP[str(pilot_rule([float(x) for x in start["solved"][:n]], [float(x) for x in after["solved"]],
+                               updates=updates))]
+
+
 def hit(verdict: str, label: str) -> bool:
     """A verdict agrees with a label: go with gain, no go with no gain (a degenerate gain is no gain);
     "can't tell" and an "unclear" label are misses."""
@@ -565,7 +637,9 @@ def hit(verdict: str, label: str) -> bool:
 
 # ---- the report ------------------------------------------------------------------------------------------
 RULES = ("pilot", "start", "always_go", "passk_only")
-EXPLORATORY = ("run_prefix",)  #: reported beside, never the headline (issue 59 item 4: cheaper signals)
+#: reported beside, never the headline: the run's own first quarter (issue 59 item 4: cheaper signals) and
+#: the same pilot with no budget (what the pilot decides when it may cost what it costs; its cost is reported)
+EXPLORATORY = ("run_prefix", "prefix_eval", "pilot_full")
 #: the paired comparisons between rules (exact McNemar over settings); the first two are the targets
 PAIRS = (("pilot", "always_go"), ("pilot", "start"), ("start", "always_go"), ("pilot", "passk_only"))
 
@@ -584,6 +658,7 @@ def load_records(root: Path) -> dict[str, dict[tuple[str, int], dict]]:
 def setting_row(name: str, recs: dict) -> dict | None:
     """One setting's label, verdicts, hits and costs; None while a stage it needs is missing."""
     need = [("start_verdict", MEASURE_SEED), ("eval_start", 0), *[("pilot", p) for p in PILOT_SEEDS],
+            ("pilot_full", PILOT_SEEDS[0]), ("prefix_eval", TRAIN_SEEDS[0]),
             *[(st, s) for s in TRAIN_SEEDS for st in ("train", "eval_final")]]
     if any(k not in recs for k in need):
         return None
@@ -592,11 +667,17 @@ def setting_row(name: str, recs: dict) -> dict | None:
     verdicts = rule_verdicts(recs[("start_verdict", MEASURE_SEED)]["data"],
                              [recs[("pilot", p)]["data"] for p in PILOT_SEEDS])
     steps = max(1, round(len(recs[("train", TRAIN_SEEDS[0])]["data"].get("reward_mean", [])) * PILOT_FRACTION))
+    verdicts["pilot_full"] = _MAP[recs[("pilot_full", PILOT_SEEDS[0])]["data"]["verdict"]]
+    verdicts["prefix_eval"] = prefix_eval_verdict(recs)
     verdicts["run_prefix"] = prefix_verdict(recs[("train", TRAIN_SEEDS[0])]["data"].get("reward_mean", []), steps)
     run_cpu = sorted(recs[("train", s)]["cpu_s"] for s in TRAIN_SEEDS)[len(TRAIN_SEEDS) // 2]  # median
     cost = {"start": recs[("start_verdict", MEASURE_SEED)]["cpu_s"] / run_cpu,
             "pilot": recs[("pilot", PILOT_SEEDS[0])]["cpu_s"] / run_cpu, "always_go": 0.0}
     cost["passk_only"] = cost["start"]
+    cost["pilot_full"] = recs[("pilot_full", PILOT_SEEDS[0])]["cpu_s"] / run_cpu
+    # its extra cost: the first-quarter model's evaluation and the start's on the same items (taken as
+    # equal); the quarter of training is the run's own (spent anyway when it goes on)
+    cost["prefix_eval"] = 2 * recs[("prefix_eval", TRAIN_SEEDS[0])]["cpu_s"] / run_cpu
     cost["run_prefix"] = 0.0  # no extra cost: the run's own first quarter (PILOT_FRACTION of its steps)
     return {"setting": name, "seeds": dict(zip(map(str, TRAIN_SEEDS), seeds)), **label, "verdicts": verdicts,
             "hits": {r: hit(verdicts[r], label["label"]) for r in (*RULES, *EXPLORATORY, "pilot_retest")},
@@ -743,6 +824,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--root", default="runs/heldout", help="records, runs and logs (resumable)")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and estimated cost; run nothing")
     ap.add_argument("--only", nargs="*", default=None, help="setting names (default: all)")
+    ap.add_argument("--strata", nargs="*", default=None, help="strata (default: all); two runners on disjoint "
+                    "strata share no warm start, so they may run side by side on a 2-core machine")
     ap.add_argument("--check", action="store_true", help="validate every setting's config and count its held-out "
                     "items (loads no model); the reviewer's check before the freeze")
     ap.add_argument("--report", action="store_true", help="write --json/--md from the records; run nothing")
@@ -753,7 +836,8 @@ def main(argv: list[str] | None = None) -> None:
     clashes = in_sample_clashes(settings)
     if clashes:
         raise SystemExit(f"error: settings repeat the in-sample calibration: {clashes}")
-    chosen = [s for s in settings if args.only is None or s.name in args.only]
+    chosen = [s for s in settings if (args.only is None or s.name in args.only)
+              and (args.strata is None or s.stratum in args.strata)]
     if args.dry_run:
         print(dry_run(chosen))
         return
