@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOL = "models/smollm2-135m-instruct"
 
 # ---- the protocol's constants (frozen with this file) ------------------------------------------------
-GENERATOR_SEED = 59  #: the settings generator's seed (issue 59)
+GENERATOR_SEED = 60  #: the settings generator's seed (protocol v2; v1 drew with 59, see the README)
 TRAIN_SEEDS = (1000, 1001, 1002, 1003, 1004, 1005, 1006, 1007)  #: training seeds of every setting (label)
 PILOT_SEEDS = (2000, 2001)  #: the pilot's training seed: the first decides, the second is the retest
 MEASURE_SEED = 3000  #: `grpolab preflight --seed` (the sampling of its measurements), every stage
@@ -48,7 +48,7 @@ MARGIN = 0.03  #: "no gain": the one-sided (1 - ALPHA) upper bound of the mean g
 LABEL_ITEMS = 256  #: held-out items of the label (all of them where the task holds fewer)
 MINIWOB_LABEL_ITEMS = 200  #: per MiniWoB++ task (one task per run)
 PILOT_FRACTION = 0.25  #: `--pilot` steps as a share of the run's steps
-COST_SHARE = 0.25  #: the pilot verdict's budget: this share of the wall time of the setting's first training seed
+COST_SHARE = 0.25  #: the pilot verdict's budget: this share of the CPU seconds of the setting's first training seed
 PASSK_MARGIN = 0.05  #: pass@k-only rule: go where pass@k - greedy >= this
 DEGENERATE_AFTER = 0.30  #: a seed's final model answers >= this share of items with its most common answer
 DEGENERATE_RISE = 0.20  #: ... and that share rose by >= this over the starting model's
@@ -156,7 +156,6 @@ def candidate_pools() -> dict[str, list[Setting]]:
         _smol("mixed0-20", {"max_operand": 20, "ops": "+-", "eval_fraction": 0.5}),
         _smol("diff0-50", {"max_operand": 50, "ops": "-", **ef}),
         _smol("digits2+2", {"digits": [2, 2], "max_operand": None, "ops": "+", **ef}),
-        _smol("digits3+1", {"digits": [3, 1], "max_operand": None, "ops": "+", **ef}),
         _smol("diffdigits2-1", {"digits": [2, 1], "max_operand": None, "ops": "-", **ef}),
         _smol("sums0-30", {"max_operand": 30, "ops": "+", "eval_fraction": 0.5}),
         _smol("sums0-20/cap16", {"max_operand": 20, "ops": "+", "eval_fraction": 0.5}, cap=16),
@@ -269,6 +268,9 @@ IN_SAMPLE: dict[str, tuple] = {
         "click-tab", "click-link", "click-button", "click-option", "click-widget", "focus-text-2", "click-dialog-2",
         "click-test-transfer")},
 }
+#: settings an earlier version of this protocol ran (v1, frozen at 9385e0c, stopped after one record:
+#: seed 1000 of this setting's run): never drawn again, under any learning rate
+RUN_BEFORE = ("smollm2/digits3+1",)
 #: the tasks (model, task name, task options) whose starting-model numbers this project has seen
 SEEN_TASKS = {(k[0], k[1], k[2]) for k in IN_SAMPLE.values()}
 
@@ -278,7 +280,7 @@ def in_sample_clashes(settings: list[Setting]) -> list[str]:
     task (model, task, options) under another cap or template is allowed; the same name or key is not."""
     keys = set(IN_SAMPLE.values())
     return [s.name for s in settings if s.name in IN_SAMPLE or s.key() in keys
-            or s.name.removesuffix("/lr-high") in IN_SAMPLE]
+            or s.name.removesuffix("/lr-high") in (*IN_SAMPLE, *RUN_BEFORE)]
 
 
 # ---- the runner --------------------------------------------------------------------------------------
@@ -466,9 +468,13 @@ def frozen_commit() -> str:
 
 
 def budget_for(s: Setting, root: Path) -> float | None:
-    """The verdict stages' --budget: COST_SHARE x the wall seconds of the setting's first training seed."""
+    """The pilot's --budget (wall seconds): COST_SHARE x the CPU seconds of the setting's first training seed.
+    CPU, not wall: a wall time depends on what else the machine ran then (protocol v1 took it from the
+    wall time, so a seed trained under load would have granted a later pilot on a quiet machine several
+    times a quarter of the run's work). With one torch thread a quiet machine's wall ~ CPU; under load the
+    pilot gets less CPU than the budget's seconds, never more."""
     rec = Stage(s, "train", TRAIN_SEEDS[0]).record_path(root)
-    return COST_SHARE * json.loads(rec.read_text())["wall_s"] if rec.exists() else None
+    return COST_SHARE * json.loads(rec.read_text())["cpu_s"] if rec.exists() else None
 
 
 def execute(st: Stage, root: Path, commit: str) -> dict | None:
@@ -855,6 +861,11 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(rec["summary"]["headline"]))
         return
     try:
+        import grpolab
+
+        if Path(grpolab.__file__).resolve().parents[1] != ROOT / "src":
+            raise RuntimeError(f"grpolab is imported from {Path(grpolab.__file__).parent}, not this checkout's "
+                               f"src/: run with PYTHONPATH={ROOT / 'src'}")
         commit = frozen_commit()
         for st in plan(chosen):
             rec = execute(st, root, commit)

@@ -318,3 +318,21 @@ def test_dry_run_says_its_cost_is_an_estimate(ho):
     text = ho.dry_run(ho.draw_settings())
     assert "ESTIMATED" in text and "not a measurement" in text and text.count("\n") == 2 * 26 + 2
     assert "--set 'task.options.ops=\"-\"'" in text  # the exact overrides are printed
+
+
+def test_pilot_budget_is_a_quarter_of_the_first_seeds_cpu_seconds(ho, tmp_path):
+    """Protocol v2: CPU, not wall -- a seed trained on a loaded machine (wall 693 s for 88 CPU s in v1's
+    one record) must not grant a later pilot several times a quarter of the run's work."""
+    s = ho.draw_settings()[0]
+    assert ho.budget_for(s, tmp_path) is None
+    _write(tmp_path, s.name, "train", ho.TRAIN_SEEDS[0], {"final": "x"}, 88.0)
+    rec = ho.Stage(s, "train", ho.TRAIN_SEEDS[0]).record_path(tmp_path)
+    rec.write_text(json.dumps({**json.loads(rec.read_text()), "wall_s": 693.0}))
+    assert ho.budget_for(s, tmp_path) == pytest.approx(22.0)
+
+
+def test_no_setting_an_earlier_protocol_ran_is_drawn_again(ho):
+    names = {s.name.removesuffix("/lr-high") for s in ho.draw_settings()}
+    assert not names & set(ho.RUN_BEFORE)
+    again = ho._smol("digits3+1", {"digits": [3, 1], "max_operand": None, "ops": "+", "eval_fraction": 0.2})
+    assert ho.in_sample_clashes([ho._with_high_lr(again)]) == ["smollm2/digits3+1/lr-high"]
