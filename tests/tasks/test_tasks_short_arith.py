@@ -76,3 +76,47 @@ def test_worked_demonstrations_show_the_column_by_column_working():
         assert w.demonstration.endswith(f"\nAnswer: {w.reference}")
     with pytest.raises(ValueError, match="demonstration must be one of"):
         ShortArithTask(demonstration="steps")
+
+
+def test_reworded_solutions_by_hand():
+    assert worked_solution(47, "+", 8, 1)[0] == (
+        "next column: 7 + 8 = 15, so put down 5 and carry one. next column: 4 + 1 = 5. That makes 47 + 8 = 55.\n"
+        "Answer: 55")
+    assert worked_solution(52, "-", 17, 2)[0] == (
+        "then 2 - 7: borrow 10, 5. then 5 - 1 - 1 = 3. All together 52 - 17 = 35.\nAnswer: 35")
+    assert worked_solution(30, "+", 5, 3)[0] == "the column gives 0 + 5 = 5. Hence 30 + 5 = 35.\nAnswer: 35"
+    for bad in (-1, 4, True, "1"):
+        with pytest.raises(ValueError, match="style must be an int in 0..3"):
+            worked_solution(47, "+", 8, bad)
+
+
+def test_every_rewording_re_derives_as_correct_and_an_injected_error_is_found():
+    """Each style's solution is a right worked answer to the re-deriver (no error, the final answer
+    right), and one wrong column value in it is found at that value: a teacher shown a rewording gets the
+    same numbers in other words."""
+    from grpolab.diagnostics.rederive import rederive_short_arith
+
+    for a, op, b in [(47, "+", 8), (99, "+", 99), (100, "-", 3), (52, "-", 17), (30, "+", 5), (408, "+", 96)]:
+        for style in range(4):
+            text, _ = worked_solution(a, op, b, style)
+            r = rederive_short_arith(f"What is {a} {op} {b}?", text)
+            assert r.error_char is None and r.final_correct and r.claims >= 2, (style, text, r)
+    for style in range(4):
+        wrong = worked_solution(47, "+", 8, style)[0].replace("= 15", "= 16", 1)
+        r = rederive_short_arith("What is 47 + 8?", wrong)
+        assert r.error_char == wrong.index("16") + 1 and (r.written, r.expected) == ("16", "15"), (style, r)
+
+
+def test_reworded_privileged_and_demonstration_leave_the_items_alone():
+    base = ShortArithTask(digits=[2, 1], demonstration="worked").items("train", 40)
+    rew = ShortArithTask(digits=[2, 1], privileged="reworded", demonstration="reworded").items("train", 40)
+    assert [i.prompt for i in base] == [i.prompt for i in rew]  # the random stream is untouched
+    styles = set()
+    for b0, r in zip(base, rew):
+        assert r.privileged == r.demonstration != b0.demonstration  # another wording of the same working
+        assert r.privileged.splitlines()[-1] == b0.demonstration.splitlines()[-1] == f"Answer: {r.reference}"
+        assert r.score(r.privileged).score == 1.0
+        styles.add(r.privileged.split(" ")[0])
+    assert styles == {"next", "then", "the"}  # all three rewordings occur
+    with pytest.raises(ValueError, match="privileged must be one of"):
+        ShortArithTask(privileged="paraphrase")

@@ -31,32 +31,42 @@ import random
 from grpolab.tasks.arith import PRIVILEGED_KINDS
 from grpolab.tasks.base import ProceduralTask, TaskItem, register_task
 
-__all__ = ["DEMONSTRATION_KINDS", "ShortArithTask", "worked_solution"]
+#: What an item's ``privileged`` holds (option ``privileged``): arith's kinds and "reworded", the worked
+#: solution in another wording (:data:`STYLES`)
+PRIVILEGED = (*PRIVILEGED_KINDS, "reworded")
+
+__all__ = ["DEMONSTRATION_KINDS", "PRIVILEGED", "STYLES", "ShortArithTask", "reworded_style", "worked_solution"]
 
 #: What an item's ``demonstration`` holds (option ``demonstration``).
-DEMONSTRATION_KINDS = ("number", "worked")
+DEMONSTRATION_KINDS = ("number", "worked", "reworded")
 
 
 def _digits_of(n: int, width: int) -> list[int]:
     return [(n // 10**i) % 10 for i in range(width)]  # least significant first
 
 
-def worked_solution(a: int, op: str, b: int) -> tuple[str, int]:
-    """``(text, carries)``: the column-by-column working of ``a op b`` ending with ``Answer: N``.
+#: The wordings of a worked solution (:func:`worked_solution`'s ``style``): the same column steps and
+#: numbers in other sentences. Style 0 is the canonical one the ``worked`` demonstration writes; 1-3 are
+#: the rewordings ``privileged: reworded`` / ``demonstration: reworded`` use (a teacher that sees one
+#: cannot copy its text token by token, only its numbers: issue 60's paraphrase-trained teacher).
+#: Each entry: (a column without a carry, one with a carry, the closing sentence), formatted with
+#: ``e`` (the column's expression), ``v`` (its value), ``d`` (the digit written), ``s`` (the restated sum).
+STYLES = (
+    ("{e} = {v}", "{e} = {v}: write {d}, carry 1", "So {s}."),
+    ("next column: {e} = {v}", "next column: {e} = {v}, so put down {d} and carry one", "That makes {s}."),
+    ("then {e} = {v}", "then {e} = {v} (keep {d}, carry 1)", "All together {s}."),
+    ("the column gives {e} = {v}", "the column gives {e} = {v}; the digit is {d} with 1 carried", "Hence {s}."),
+)
 
-    ``worked_solution(47, "+", 8)`` -> ``("7 + 8 = 15: write 5, carry 1. 4 + 1 = 5. So 47 + 8 = 55.\\nAnswer: 55", 1)``
-    (the answer line is the last line, so the solution itself passes the "final_line" verifier).
-    """
-    if op not in "+-" or len(op) != 1:
-        raise ValueError(f"op must be '+' or '-', got {op!r}")
-    if a < 0 or b < 0 or (op == "-" and b > a):
-        raise ValueError(f"worked_solution needs non-negative operands and a non-negative result, got {a}{op}{b}")
-    result = a + b if op == "+" else a - b
+
+def _column_steps(a: int, op: str, b: int) -> tuple[list[tuple[str, int, str]], int]:
+    """``([(expression, value, kind), ...], carries)`` of ``a op b`` column by column, ones first; kind is
+    "plain", "carry" (a sum >= 10 before the last column) or "borrow" (a difference below 0)."""
     top, bottom = (a, b) if op == "-" or a >= b else (b, a)  # columns of the longer number
     width = len(str(top))
     dt, db = _digits_of(top, width), _digits_of(bottom, width)
     n_bottom = len(str(bottom))
-    steps: list[str] = []
+    steps: list[tuple[str, int, str]] = []
     carry = carries = 0
     for i in range(width):
         x, y, in_b = dt[i], db[i], i < n_bottom
@@ -66,17 +76,49 @@ def worked_solution(a: int, op: str, b: int) -> tuple[str, int]:
         expr = f"{x}" + (f" {sign} {y}" if in_b else "") + (f" {sign} {carry}" if carry else "")
         value = x + y + carry if op == "+" else x - y - carry
         if op == "+" and value >= 10 and i < width - 1:
-            steps.append(f"{expr} = {value}: write {value % 10}, carry 1")
+            steps.append((expr, value, "carry"))
             carry, carries = 1, carries + 1
         elif op == "-" and value < 0:
-            steps.append(f"{expr}: borrow 10, {value + 10}")
+            steps.append((expr, value, "borrow"))
             carry, carries = 1, carries + 1
         else:
-            steps.append(f"{expr} = {value}")
+            steps.append((expr, value, "plain"))
             carry = 0
+    return steps, carries
+
+
+def worked_solution(a: int, op: str, b: int, style: int = 0) -> tuple[str, int]:
+    """``(text, carries)``: the column-by-column working of ``a op b`` ending with ``Answer: N``.
+
+    ``worked_solution(47, "+", 8)`` -> ``("7 + 8 = 15: write 5, carry 1. 4 + 1 = 5. So 47 + 8 = 55.\\nAnswer: 55", 1)``
+    (the answer line is the last line, so the solution itself passes the "final_line" verifier).
+    ``style`` 1-3 words the same steps otherwise (:data:`STYLES`); a borrow reads ``x - y: borrow 10, z``
+    in every style (the form :mod:`grpolab.diagnostics.rederive` checks).
+    """
+    if op not in "+-" or len(op) != 1:
+        raise ValueError(f"op must be '+' or '-', got {op!r}")
+    if a < 0 or b < 0 or (op == "-" and b > a):
+        raise ValueError(f"worked_solution needs non-negative operands and a non-negative result, got {a}{op}{b}")
+    if isinstance(style, bool) or not isinstance(style, int) or not 0 <= style < len(STYLES):
+        raise ValueError(f"style must be an int in 0..{len(STYLES) - 1}, got {style!r}")
+    plain, carried, close = STYLES[style]
+    result = a + b if op == "+" else a - b
+    steps, carries = _column_steps(a, op, b)
+    out = []
+    for expr, value, kind in steps:
+        if kind == "borrow":
+            out.append(plain.replace("{e} = {v}", "{e}: borrow 10, {b}").format(e=expr, b=value + 10))
+        else:
+            out.append((carried if kind == "carry" else plain).format(e=expr, v=value, d=value % 10))
     # the most significant digit comes out of the last step; the sentence below states the total
-    text = ". ".join(steps) + f". So {a} {op} {b} = {result}.\nAnswer: {result}"
+    text = ". ".join(out) + ". " + close.format(s=f"{a} {op} {b} = {result}") + f"\nAnswer: {result}"
     return text, carries
+
+
+def reworded_style(a: int, op: str, b: int) -> int:
+    """The rewording (1..3) an item's reworded solution uses: fixed by its operands, so the task's
+    random stream (and every other option's items) is untouched."""
+    return 1 + (a * 7 + b * 13 + (op == "-")) % (len(STYLES) - 1)
 
 
 @register_task("short_arith")
@@ -89,11 +131,13 @@ class ShortArithTask(ProceduralTask):
             (e.g. 20: the 441 sums ``0 + 0`` .. ``20 + 20``).
         shuffle: with ``digits``, put the operands in either order (a difference keeps the larger first).
         ops: a non-empty subset of "+-".
-        privileged: "solution" (the worked solution), "hint" (its first step) or "answer".
+        privileged: "solution" (the worked solution), "hint" (its first step), "answer", or
+            "reworded" (the worked solution in one of :data:`STYLES`' other wordings, fixed per item).
         demonstration: what a supervised warm start learns to write: "number" (default, the answer
-            alone) or "worked" (the worked solution, ending with its ``Answer: N`` line, which the
+            alone), "worked" (the worked solution, ending with its ``Answer: N`` line, which the
             ``final_line`` verifier accepts): responses that show their working, where a teacher
-            shown the solution can point at the first wrong step (docs/credit.md).
+            shown the solution can point at the first wrong step (docs/credit.md); or "reworded"
+            (the same rewording as ``privileged: reworded``).
         seed, eval_fraction: see :class:`grpolab.tasks.ProceduralTask` (``eval_fraction`` defaults
             to 0.2 here). The prompt space is finite and small, so :meth:`available` counts each
             split exactly and ``items(split, None)`` returns all of it (at most 4096 / 256 items).
@@ -116,8 +160,8 @@ class ShortArithTask(ProceduralTask):
             raise ValueError(f"short_arith: shuffle must be true or false, got {shuffle!r}")
         if not ops or not isinstance(ops, str) or set(ops) - set("+-"):
             raise ValueError(f"short_arith: ops must be a non-empty subset of '+-', got {ops!r}")
-        if privileged not in PRIVILEGED_KINDS:
-            raise ValueError(f"short_arith: privileged must be one of {PRIVILEGED_KINDS}, got {privileged!r}")
+        if privileged not in PRIVILEGED:
+            raise ValueError(f"short_arith: privileged must be one of {PRIVILEGED}, got {privileged!r}")
         if demonstration not in DEMONSTRATION_KINDS:
             raise ValueError(f"short_arith: demonstration must be one of {DEMONSTRATION_KINDS}, got {demonstration!r}")
         self.demonstration = demonstration
@@ -185,15 +229,17 @@ class ShortArithTask(ProceduralTask):
         if op == "-" and b > a:
             a, b = b, a
         solution, carries = worked_solution(a, op, b)
+        reworded = worked_solution(a, op, b, reworded_style(a, op, b))[0]
         answer = str(a + b if op == "+" else a - b)
-        privileged = {"solution": solution, "hint": solution.split(". ")[0], "answer": answer}[self.privileged]
+        privileged = {"solution": solution, "hint": solution.split(". ")[0], "answer": answer,
+                      "reworded": reworded}[self.privileged]
         return TaskItem(
             prompt=f"What is {a} {op} {b}?",
             reference=answer,
             privileged=privileged,
             reward="final_line",
             reward_options={"expression": f"{a} {op} {b}"},
-            demonstration=solution if self.demonstration == "worked" else answer,
+            demonstration={"worked": solution, "reworded": reworded, "number": answer}[self.demonstration],
             meta={"difficulty": carries, "family": "carry" if carries else "no carry",
                   "digits": [len(str(a)), len(str(b))], "op": op},
         )
