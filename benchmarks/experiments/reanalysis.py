@@ -195,6 +195,10 @@ def _max_drop(v: dict) -> str:
     return f"{max(v['max_drop']):.3f}"
 
 
+def _departed(v: dict) -> str:
+    return " ".join(f"{x:.3f}" for x in v.get("metrics", {}).get("credit/segment_token_frac", []) if x is not None)
+
+
 STUDIES = {  # claim id -> (record, variants key path, baseline, page, what, extra columns)
     "credit_tiny": ("credit.json", None, "grpo", "docs/results/credit.md",
                     "tiny model, 100 steps at 8 prompts x 8, final held-out accuracy (256 items), 5 seeds", {}),
@@ -206,7 +210,8 @@ STUDIES = {  # claim id -> (record, variants key path, baseline, page, what, ext
                           {"steps to grpo's final": _steps_to, "collapsed": _collapsed}),
     "real_credit": ("real_credit.json", "variants", "grpo", "docs/results/real_credit.md",
                     "SmolLM2 sums, 10 steps, final held-out accuracy (219 items), 3 seeds",
-                    {"steps to grpo's final": _steps_to, "largest drop below best (worst seed)": _max_drop}),
+                    {"steps to grpo's final": _steps_to, "largest drop below best (worst seed)": _max_drop,
+                     "departed tokens": _departed}),
 }
 
 
