@@ -56,6 +56,8 @@ def render(claim: dict) -> str:
     cells = []
     for v in claim["values"]:
         x = resolve(record, v["field"])
+        if "minus" in v:  # a difference of two fields, e.g. a seed's final minus its start
+            x = x - resolve(record, v["minus"])
         if v.get("op") == "mean":
             x = sum(x) / len(x)
         elif "op" in v:
