@@ -21,6 +21,12 @@ ROOT = Path(__file__).resolve().parents[2]
 _YAML = yaml.safe_load((ROOT / "docs" / "claims.yaml").read_text())
 REGISTRY = _YAML["claims"]
 SCAN = _YAML["scan"]
+#: numbers in a scanned region that are not measurements (settings, targets, thresholds, sizes) and
+#: results no committed record holds, said so on the page (each: doc, text, why)
+NOT_RESULTS = _YAML.get("not_results") or []
+UNBACKED = _YAML.get("unbacked") or []
+#: an unbacked snippet tells the reader so in its own words
+UNBACKED_WORDS = ("unbacked", "not stored", "no committed record", "stores no per-seed")
 LEDGER_PATH = ROOT / "docs" / "claims_untied.yaml"
 
 #: a number stated as a result: signed (+7.5, -0.3), a decimal (0.973), or with a unit (85%, 4.8x, 3.34 nats,
@@ -155,11 +161,11 @@ def _claim_spans(doc: str, text: str) -> list[tuple[int, int]]:
         index.append(i)
     flat_s = "".join(flat)
     spans = []
-    for c in REGISTRY:
+    for c in [*REGISTRY, *NOT_RESULTS, *UNBACKED]:
         if c["doc"] != doc:
             continue
         try:
-            want = _flat(render(c))
+            want = _flat(render(c) if "record" in c else c["text"])
         except (KeyError, FileNotFoundError, IndexError):
             continue  # test_claim_agrees_with_its_record reports it
         start = flat_s.find(want)
@@ -209,6 +215,16 @@ def test_ledger_lists_only_lines_that_still_hold_untied_numbers():
         "\n".join(stale[:40])
 
 
+@pytest.mark.parametrize("entry", NOT_RESULTS + UNBACKED, ids=[f"{e['doc']}:{e['text'][:40]}" for e in NOT_RESULTS + UNBACKED])
+def test_not_result_and_unbacked_snippets_are_on_their_pages(entry):
+    assert {"doc", "text", "why"} <= set(entry), entry
+    assert _flat(entry["text"]) in _flat((ROOT / entry["doc"]).read_text()), \
+        f"{entry['doc']} no longer says {entry['text']!r}: update docs/claims.yaml"
+    if entry in UNBACKED:
+        assert any(w in entry["text"] for w in UNBACKED_WORDS), \
+            f"an unbacked number must say so where it stands ({UNBACKED_WORDS}): {entry['text']!r}"
+
+
 def test_result_number_pattern_on_hand_text():
     text = ("GRPO gains +5.8 points [+2.4, +9.2] at lr 1e-4 on 2026-12-01 with torch 2.13.0, 85% of 26, "
             "1.42x faster, 270 s, `--set x=0.5`, [a](b/0.3.md), 3 seeds, 0.973 <!-- 0.1 -->")
@@ -219,14 +235,24 @@ def test_result_number_pattern_on_hand_text():
 
 
 def _count() -> None:
-    tot_found = tot_untied = 0
+    """Per document: result-like numbers found, tied to a record, marked not a result, marked unbacked,
+    and left untied (in the ledger)."""
+    global REGISTRY, NOT_RESULTS, UNBACKED
+    everything = (REGISTRY, NOT_RESULTS, UNBACKED)
+    tot = [0, 0, 0, 0, 0]
     for doc, region in _docs():
         text = (ROOT / doc).read_text()
         found = len(result_numbers(text, region))
-        left = sum(len(nums) for _, _, nums in untied(doc, region))
-        tot_found, tot_untied = tot_found + found, tot_untied + left
-        print(f"{doc} ({region}): {found} found, {found - left} tied, {left} untied")
-    print(f"all: {tot_found} found, {tot_found - tot_untied} tied, {tot_untied} untied")
+        left = []
+        for keep in range(4):  # nothing, + claims, + not results, + unbacked
+            REGISTRY, NOT_RESULTS, UNBACKED = [x if i < keep else [] for i, x in enumerate(everything)]
+            left.append(sum(len(nums) for _, _, nums in untied(doc, region)))
+        row = [found, left[0] - left[1], left[1] - left[2], left[2] - left[3], left[3]]
+        tot = [a + b for a, b in zip(tot, row)]
+        print(f"{doc} ({region}): {row[0]} found, {row[1]} tied, {row[2]} not results, {row[3]} unbacked, "
+              f"{row[4]} untied")
+    REGISTRY, NOT_RESULTS, UNBACKED = everything
+    print(f"all: {tot[0]} found, {tot[1]} tied, {tot[2]} not results, {tot[3]} unbacked, {tot[4]} untied")
 
 
 def _write_ledger() -> None:
