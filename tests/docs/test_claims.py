@@ -9,6 +9,7 @@ test_readme_claims.py).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -57,8 +58,13 @@ def resolve(doc, path: str):
     return doc
 
 
+@functools.lru_cache(maxsize=None)
+def _record(path: str):
+    return json.loads((ROOT / path).read_text())
+
+
 def render(claim: dict) -> str:
-    record = json.loads((ROOT / claim["record"]).read_text())
+    record = _record(claim["record"])
     cells = []
     for v in claim["values"]:
         x = resolve(record, v["field"])
