@@ -27,7 +27,7 @@ SCAN = _YAML["scan"]
 NOT_RESULTS = _YAML.get("not_results") or []
 UNBACKED = _YAML.get("unbacked") or []
 #: an unbacked snippet tells the reader so in its own words
-UNBACKED_WORDS = ("unbacked", "not stored", "no committed record", "stores no per-seed")
+UNBACKED_WORDS = ("unbacked", "not stored", "no committed record", "stores no per-seed", "does not store")
 LEDGER_PATH = ROOT / "docs" / "claims_untied.yaml"
 
 #: a number stated as a result: signed (+7.5, -0.3), a decimal (0.973), or with a unit (85%, 4.8x, 3.34 nats,
