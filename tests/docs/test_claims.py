@@ -70,6 +70,8 @@ def render(claim: dict) -> str:
         x = resolve(record, v["field"])
         if "minus" in v:  # a difference of two fields, e.g. a seed's final minus its start
             x = x - resolve(record, v["minus"])
+        if "over" in v:  # a ratio of two fields
+            x = x / resolve(record, v["over"])
         if v.get("op") == "mean":
             x = sum(x) / len(x)
         elif "op" in v:
