@@ -73,6 +73,10 @@ def claims() -> dict[str, Any]:
                                          what="157-token drift setting, final accuracy on 1,024 items, 5 seeds"),
     }
     out["ratio_long_final_1024"]["field"] = "final_1024.variants.<name>.final"
+    rl256 = _load("ratio_long.json")["variants"]
+    for field in ("final", "auc", "max_drop"):
+        out[f"ratio_long_{field}"] = _family("ratio_long.json", rl256, "token", [n for n in rl256 if n != "token"], field,
+                                             what=f"157-token drift setting, {field} (256 held-out items), 5 seeds")
     c = paired_seed_test(trl["grpolab"]["final"], trl["trl"]["final"], margin=0.05)
     out["grpolab_vs_trl"] = {"record": "real_model_vs_trl.json", "field": "sides.<side>.final",
                              "what": "SmolLM2 sums, final accuracy on 219 items, 3 seeds; TOST margin 5 points",
