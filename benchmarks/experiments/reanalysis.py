@@ -219,6 +219,10 @@ STUDIES = {  # claim id -> (record, variants key path, baseline, page, what, ext
 }
 
 
+#: the same study table shown on a second page: block id -> (study claim id, page)
+STUDY_COPIES = {"credit_tiny_guide": ("credit_tiny", "docs/credit.md")}
+
+
 def _study_variants(record: str, key: str | None) -> dict[str, dict]:
     rec = _load(record)
     return credit_variants(rec) if key is None else rec[key]
@@ -312,6 +316,8 @@ def page_tables(res: dict[str, Any]) -> list[PageTable]:
     out = []
     for cid, (rec, key, _, page, _, extra) in STUDIES.items():
         out.append(PageTable(page, cid, study_table(_study_variants(rec, key), res["studies"][cid], extra)))
+    for block_id, (cid, page) in STUDY_COPIES.items():
+        out.append(PageTable(page, block_id, next(t.text for t in out if t.id == cid)))
     by_record = {rec: cid for cid, (rec, _, _) in SHARED.items()}
     for cid, (_, page, before) in SHARED.items():
         prior = res["shared_items"][by_record[before]] if before else None
