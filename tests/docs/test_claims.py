@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -68,14 +69,16 @@ def render(claim: dict) -> str:
     cells = []
     for v in claim["values"]:
         x = resolve(record, v["field"])
+        if v.get("op") == "mean":
+            x = sum(x) / len(x)
+        elif v.get("op") == "median":
+            x = statistics.median(x)
+        elif "op" in v:
+            raise ValueError(f"unknown op {v['op']!r} in claim {claim['id']}")
         if "minus" in v:  # a difference of two fields, e.g. a seed's final minus its start
             x = x - resolve(record, v["minus"])
         if "over" in v:  # a ratio of two fields
             x = x / resolve(record, v["over"])
-        if v.get("op") == "mean":
-            x = sum(x) / len(x)
-        elif "op" in v:
-            raise ValueError(f"unknown op {v['op']!r} in claim {claim['id']}")
         if isinstance(x, (int, float)) and not isinstance(x, bool):
             x = x * v.get("scale", 1)
             if v.get("format", ".3f") == "d":
