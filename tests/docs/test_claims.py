@@ -121,6 +121,10 @@ def test_resolve_and_render_on_a_hand_record(tmp_path):
              "values": [{"field": "rows[n=3].cov", "scale": 100, "format": "+.1f"},
                         {"field": "xs", "op": "mean", "format": ".2f"}, {"field": "rows[0].n", "format": "d"}]}
     assert render(claim) == "+94.6 and 0.30 (3)"
+    claim = {"id": "y", "record": str(tmp_path / "r.json"), "text": "{} / {}",
+             "values": [{"field": "xs", "op": "median", "over": "rows[0].cov", "format": ".4f"},
+                        {"field": "rows[1].cov", "minus": "rows[0].cov", "scale": 100, "format": "+.2f"}]}
+    assert render(claim) == "0.2114 / +0.41"  # 0.2 / 0.9461; (0.9502 - 0.9461) x 100
 
 
 def test_unbacked_numbers_are_gone():
