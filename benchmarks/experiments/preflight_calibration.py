@@ -461,6 +461,16 @@ def after_fixes_view(s: dict) -> dict:
     return {**s, "pilot": last} if last else s
 
 
+def first_pilot_view(s: dict) -> dict:
+    """A setting as ``agreement_after_fixes.first_pilot`` counts it: what ``grpolab preflight --pilot`` alone
+    gives -- the first pilot stage (a quarter of the run's steps; on the re-measured MiniWoB++ rows the
+    re-measurement's first pilot), no follow-up, no second stage."""
+    a = s.get("after_fixes")
+    if a:
+        return {"name": s["name"], "preflight": {"grpo": a["start_verdict"]}, "pilot": a["pilot"], "gain": a["gain"]}
+    return s
+
+
 #: The reading of the follow-ups (written after their results).
 FOLLOW_UP_READING = """**Reading (written after the results).** The longer pilot decided 2 of the 6 settings it ran on,
 both rightly (`tiny/ws_arith/arith`, click-tab); tiny `arith` (+1.2 points in the runs, inside the
@@ -571,8 +581,10 @@ def summarise(record: dict, null: float) -> None:
         agreement, misses = _count(view, null, pilot=True)
         oos, _ = _count([v for v in view if v["name"] not in IN_SAMPLE], null, pilot=True)
         no_mw, _ = _count([v for v in view if not v["name"].startswith("miniwob/")], null, pilot=True)
+        first, _ = _count([first_pilot_view(x) for x in settings], null, pilot=True)
         record["agreement_after_fixes"] = {**agreement, "misses": misses,
                                            "start": {k: start[k] for k in COUNT_KEYS},
+                                           "first_pilot": {k: first[k] for k in COUNT_KEYS},
                                            "out_of_sample": {k: oos[k] for k in COUNT_KEYS},
                                            "without_miniwob": {k: no_mw[k] for k in COUNT_KEYS},
                                            "re_measured": sorted(x["name"] for x in settings if x.get("after_fixes"))}
@@ -1255,6 +1267,8 @@ def main() -> None:
                          "(FOLLOW_UP; the MiniWoB++ one is read from ROOT/miniwob_pilot1600_60)")
     ap.add_argument("--miniwob-start", default=None, help="with --pilot: the MiniWoB++ 50-step warm start to "
                     "pilot from (runs/ws_ch50) where ROOT/miniwob_pilot holds no pilot yet")
+    ap.add_argument("--summary-only", action="store_true",
+                    help="recompute the agreements of --json from its own settings and write them back (no run, no page)")
     ap.add_argument("--page", default=None, help="write the results page (markdown) here, with --png")
     ap.add_argument("--png", default=None,
                     help="the figure (default: figures/preflight_calibration.png beside --page)")
@@ -1265,6 +1279,10 @@ def main() -> None:
     root = (ROOT / args.root).resolve()
     out_json = ROOT / args.json
     record = json.loads(out_json.read_text()) if out_json.exists() else {}
+    if args.summary_only:
+        summarise(record, args.null)
+        write_json(out_json, record)
+        return
     record.setdefault("settings", [])
     record["command"] = "OMP_NUM_THREADS=1 python " + " ".join(sys.argv)
     record["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,

@@ -109,6 +109,9 @@ def test_after_fixes_counts_the_re_measured_rows_and_leaves_the_others_and_the_p
     assert [x["setting"] for x in f["misses"]] == ["o", "o"]   # the sign miss and the every-seed rule
     assert (f["start"]["decided"], f["start"]["cant_tell"], f["start"]["agree_decided"]) == (2, 1, 2)  # n, o agree
     assert f["re_measured"] == ["miniwob/recorded/t", "miniwob/recorded/u"]
+    # what --pilot alone gives: the first stage only (m's and o's first pilots can't tell; n's "not indicated" agrees)
+    p1 = f["first_pilot"]
+    assert (p1["decided"], p1["cant_tell"], p1["agree_decided"], p1["share_of_all"]) == (1, 2, 1, pytest.approx(1 / 3))
     # the pre-fix counts (m misses, n agrees, o can't tell) and the settings' own gains are untouched
     assert record["agreement_with_pilot"]["agree_decided"] == 1 and m["gain"]["final"] == pytest.approx(-0.04)
     assert m["after_fixes"]["gain"]["final"] == pytest.approx(0.04)
