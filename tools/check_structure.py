@@ -12,7 +12,11 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    functions (a deferred import hides a cycle from Python, not from the reader); an import of a
    package's name counts as an import of that package's ``__init__``, and a package's
    ``__init__`` importing its own submodules is not a cycle by itself.
-3. ``grpolab/cli.py`` imports nothing of grpolab but :mod:`grpolab.commands` (and the version).
+3. ``grpolab/cli.py`` imports nothing of grpolab but :mod:`grpolab.commands` (and the version), and
+   declares no command: each command declares its arguments beside its code (a
+   :class:`grpolab.commands.base.Command` in its module under ``grpolab/commands/``); the CLI adds
+   only its own options (:data:`CLI_OPTIONS`) and builds one subparser per registered command, so an
+   ``add_argument`` of anything else, or an ``add_parser`` naming a command, in ``cli.py`` is refused.
 4. The commands live in ``grpolab/commands/``: no module outside it defines a ``*_command`` function.
 5. Scripts under ``benchmarks/`` and ``studies/`` import the installed package: no ``sys.path``
    edits, and no script loads another file by its path (``importlib.util.spec_from_file_location``,
@@ -52,10 +56,9 @@ MAX_FUNCTION_LINES = 80
 MAX_OBJECTIVE_LINES = 60
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "grpolab"
 #: ``module.function`` -> why it may be longer than the rule (keep this list short)
-LONG_FUNCTIONS = {
-    "grpolab.cli.build_parser": "the command line as one argparse table: one add_argument per option, "
-                                "read top to bottom",
-}
+LONG_FUNCTIONS: dict[str, str] = {}
+#: the options ``grpolab/cli.py`` declares itself (rule 3); every other argument belongs to a command
+CLI_OPTIONS = ("--version", "--debug")
 #: repository folders whose tests live in ``tests/<folder>/`` (scripts, pages and tools, not the package)
 SCRIPT_FOLDERS = ("benchmarks", "docs", "studies", "tools")
 #: script -> why it still loads another file by path (move the helper into the package, then drop the entry)
@@ -254,6 +257,25 @@ def cli_imports(mods) -> list[str]:
     return bad
 
 
+def cli_declarations(mods) -> list[str]:
+    """Arguments or commands declared in ``grpolab/cli.py`` (rule 3): an ``add_argument`` of anything but
+    :data:`CLI_OPTIONS`, or an ``add_parser`` given a command's name as a string."""
+    path, tree = mods["grpolab.cli"]
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if node.func.attr == "add_argument" and (not names or any(n not in CLI_OPTIONS for n in names)):
+            what = " ".join(names) or (ast.unparse(node.args[0]) if node.args else "?")
+            out.append(f"{path}:{node.lineno} declares the argument {what} in the CLI; a command declares its arguments "
+                       "in its own add_arguments, beside its code in grpolab/commands/")
+        elif node.func.attr == "add_parser" and names:
+            out.append(f"{path}:{node.lineno} declares the command {names[0]} in the CLI; declare it as a Command "
+                       "in its module under grpolab/commands/ and list it in grpolab.commands.COMMANDS")
+    return out
+
+
 def stray_commands(mods) -> list[str]:
     out = []
     for m, (path, tree) in mods.items():
@@ -367,6 +389,7 @@ def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
     out += [f"import cycle: {' <-> '.join(c)}" for c in cycles(import_graph(mods))]
     out += upward_imports(mods)
     out += cli_imports(mods)
+    out += cli_declarations(mods)
     out += stray_commands(mods)
     out += re_export_only(mods)
     if scripts is None and root == PACKAGE:

@@ -12,13 +12,16 @@ re-measurement stops at the budget (measuring a prefix of the same items).
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["preflight_command"]
+from grpolab.commands.base import COUNT, POSITIVE_INT, SECONDS, Command, add_model_or_run
+
+__all__ = ["PREFLIGHT", "preflight_command"]
 
 #: With ``--pilot`` and ``--budget``: the share of the budget the start's measurement may take.
 START_SHARE = 0.3
@@ -183,3 +186,37 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, spe
     p = pilot_from_outcomes(res, after, steps=steps, run_dir=str(out_dir), training=training)
     p["trainer_seed"] = tcfg.trainer.seed
     return apply_pilot(res, p)
+
+
+def _arguments(pf: argparse.ArgumentParser) -> None:
+    add_model_or_run(pf, optional=True, config_help="the training config to measure for (task, prompt format, "
+                     "rollout settings, env)")
+    pf.add_argument("--n", type=POSITIVE_INT, default=128, help="held-out items at most (all of them when the "
+                    "task holds fewer)")
+    pf.add_argument("--k", type=POSITIVE_INT, default=None, help="samples per item (default: the run's "
+                    "rollout.group_size, at least 8)")
+    pf.add_argument("--budget", type=SECONDS, default=0.0, help="seconds the whole preflight may "
+                    "take (0 = no limit): no chunk of items is started that would end past it; with --pilot the "
+                    "start gets 30%% and the pilot runs only where its estimate fits in the rest")
+    pf.add_argument("--seed", type=int, default=0)
+    pf.add_argument("--out", default=None, help="write preflight.json/.md here (default: the run directory, "
+                    "else runs/preflight)")
+    pf.add_argument("--no-readability", action="store_true", help="skip the teacher-readability measurement")
+    pf.add_argument("--until-decided", type=COUNT, default=0, metavar="N", help="stop once N items are measured "
+                    "and the GRPO verdict is decided (0 = measure all --n items); a sequential look, slightly "
+                    "above the nominal 5%% error")
+    pf.add_argument("--pilot", type=COUNT, default=0, metavar="STEPS", help="then train STEPS GRPO steps of the "
+                    "config (its seed, lr and batch) into OUT/pilot and measure the same items again: the paired "
+                    "change in sampled success decides GRPO's verdict (0 = no pilot; skipped where GRPO is not "
+                    "indicated)")
+
+
+def _run(args: argparse.Namespace) -> int:
+    return preflight_command(args.model, config=args.config, overrides=args.overrides, n=args.n, k=args.k,
+                             budget=args.budget, seed=args.seed, out=args.out, readability=not args.no_readability,
+                             until_decided=args.until_decided, pilot=args.pilot)
+
+
+PREFLIGHT = Command("preflight", "before a run: which method can help here? headroom with failure reasons, signal at "
+                    "the group size, length coupling, teacher readability; one verdict per method with the --set "
+                    "lines to use", _arguments, _run)
