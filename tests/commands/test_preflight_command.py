@@ -62,7 +62,7 @@ def test_bad_input_is_one_error_line(args, needle, capsys):
 
 
 def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
-    from grpolab.diagnostics.preflight import pilot_verdict
+    from grpolab.diagnostics.preflight import Pilot, pilot_verdict
 
     out = tmp_path / "pf"
     sets = ["--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=4", "--set", "task.n_eval=10",
@@ -76,7 +76,7 @@ def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
     assert (out / "pilot" / "final" / "config.json").exists()
     assert json.loads((out / "pilot" / "summary.json").read_text())["steps"] == 2
     assert "sft:\n  enabled: 'no'" in (out / "pilot" / "config.yaml").read_text()  # the measured model, no warm start
-    assert data["verdict"] == p["verdict"] == pilot_verdict(p) == data["calibration"]["grpo"]
+    assert data["verdict"] == p["verdict"] == pilot_verdict(Pilot.from_dict(p)) == data["calibration"]["grpo"]
     assert data["methods"][0]["rests_on"].startswith("pilot of 2 steps")
     assert data["per_item"]["k"] == 8 and len(data["per_item"]["solved"]) == 10
     # "before" is the start's own measurement of these items (per_item is the starting model's)

@@ -184,7 +184,7 @@ def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, spe
             f"{MIN_ITEMS} it compares; the pilot decides nothing (raise --budget)")
         return res
     p = pilot_from_outcomes(res, after, steps=steps, run_dir=str(out_dir), training=training)
-    p["trainer_seed"] = tcfg.trainer.seed
+    p.trainer_seed = tcfg.trainer.seed
     return apply_pilot(res, p)
 
 
