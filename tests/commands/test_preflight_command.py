@@ -174,7 +174,7 @@ def test_each_stage_is_written_as_it_finishes(tmp_path, monkeypatch):
 
 
 def test_a_pilot_that_would_pass_the_budget_is_skipped():
-    from grpolab.commands.preflight import TRAIN_COST_FACTOR, _pilot_estimate, _skip_reason
+    from grpolab.pilot import TRAIN_COST_FACTOR, pilot_estimate, skip_reason
     from grpolab.config import Config
     from grpolab.diagnostics.preflight import preflight_from_outcomes
 
@@ -183,7 +183,7 @@ def test_a_pilot_that_would_pass_the_budget_is_skipped():
     cfg = Config()  # 32 prompts x 8 per step
     assert (cfg.rollout.prompts_per_step, cfg.rollout.group_size, TRAIN_COST_FACTOR) == (32, 8, 3.0)
     # 2 steps x 256 responses x 10/90 s x 3, plus the 10 s measurement again: 180.7 s
-    assert _pilot_estimate(res, cfg, 2) == pytest.approx(2 * 256 * 10 / 90 * 3 + 10)
-    assert _skip_reason(res, cfg, 2, 100.0) == ("its estimated 181 s would pass --budget (100 s left); raise "
+    assert pilot_estimate(res, cfg, 2) == pytest.approx(2 * 256 * 10 / 90 * 3 + 10)
+    assert skip_reason(res, cfg, 2, 100.0) == ("its estimated 181 s would pass --budget (100 s left); raise "
                                                 "--budget or lower --pilot")
-    assert _skip_reason(res, cfg, 2, 1000.0) is None and _skip_reason(res, cfg, 2, None) is None
+    assert skip_reason(res, cfg, 2, 1000.0) is None and skip_reason(res, cfg, 2, None) is None

@@ -13,7 +13,6 @@ re-measurement stops at the budget (measuring a prefix of the same items).
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import time
 from pathlib import Path
@@ -25,9 +24,6 @@ __all__ = ["PREFLIGHT", "preflight_command"]
 
 #: With ``--pilot`` and ``--budget``: the share of the budget the start's measurement may take.
 START_SHARE = 0.3
-#: A training step's cost per response relative to the measurement's (sampling, scoring, the update's
-#: forward and backward): a rough factor for the pilot's estimate, stated as such.
-TRAIN_COST_FACTOR = 3.0
 
 
 def _open(model, config, overrides, n, log):
@@ -54,10 +50,11 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
     ``preflight.{json,md}`` to ``out`` (default: the run directory, else ``runs/preflight``).
     ``until_decided`` > 0: stop once that many items are measured and the GRPO verdict is decided.
     ``pilot`` > 0: then train that many GRPO steps of the config into ``OUT/pilot`` and measure the
-    same items again; the paired change decides GRPO's verdict (:func:`_pilot`). ``budget`` seconds
-    (0 = no limit) bound the whole command."""
+    same items again; the paired change decides GRPO's verdict (:func:`grpolab.pilot.run_pilot`).
+    ``budget`` seconds (0 = no limit) bound the whole command."""
     from grpolab.config import ConfigError
     from grpolab.measure.preflight import PreflightSpec, expected_responses, measure_preflight, write_preflight
+    from grpolab.pilot import run_pilot
 
     if budget < 0:
         raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
@@ -94,8 +91,8 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
             model, config = str(run.model_dir), config or str(run.run_dir / "config.yaml")
             log(f"pilot: from the run's model {model} with {config}")
         left = (budget - (clock() - t0)) if budget else None
-        res = _pilot(res, run, model, config, overrides, steps=pilot, out_dir=target / "pilot", spec=spec,
-                     left=left, log=log, clock=clock)
+        res = run_pilot(res, run, model, config, overrides, steps=pilot, out_dir=target / "pilot", spec=spec,
+                        left=left, log=log, clock=clock)
         res.settings["stage"] = "pilot measured" if res.pilot else "start measured; pilot skipped"
         j, m = write_preflight(target, res)
     res.settings["total_seconds"] = round(clock() - t0, 2)
@@ -112,80 +109,6 @@ def _print_table(res, log) -> None:
         for line in x.set_lines:
             log(f"  {'':<{width}}  {'':<13}  --set {line}" if "=" in line else f"  {'':<{width}}  {'':<13}  {line}")
     log(res.message)
-
-
-def _pilot_estimate(res, cfg, steps: int) -> float:
-    """Seconds a pilot of ``steps`` steps should take: its training responses at the measurement's
-    seconds per response x :data:`TRAIN_COST_FACTOR`, plus the measurement again."""
-    per_response = res.settings["seconds"] / max(res.settings["responses"], 1)
-    train = steps * cfg.rollout.prompts_per_step * cfg.rollout.group_size * per_response * TRAIN_COST_FACTOR
-    return train + res.settings["seconds"]
-
-
-def _skip_reason(res, cfg, steps: int, left: float | None) -> str | None:
-    """Why the pilot is not run, or None."""
-    from grpolab.diagnostics.preflight import MIN_ITEMS, NOT_INDICATED
-
-    if res.verdict() == NOT_INDICATED:
-        return "GRPO is not indicated before it (nothing within reach to convert)"
-    if res.stats.n_items < MIN_ITEMS:  # checked before training: the comparison would decide nothing
-        return (f"{res.stats.n_items} item(s) measured and the pilot compares at least {MIN_ITEMS} "
-                f"(raise --n or --budget)")
-    if left is not None and _pilot_estimate(res, cfg, steps) > left:
-        return (f"its estimated {_pilot_estimate(res, cfg, steps):.0f} s would pass --budget ({left:.0f} s left); "
-                f"raise --budget or lower --pilot")
-    return None
-
-
-def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, spec, left: float | None, log, clock):
-    """Train ``steps`` GRPO steps of the run's config (its seed, lr, batch) from the measured model into
-    ``out_dir`` (replaced), measure its final model on the same items with the same ``k`` and sampling
-    seed (within what is left of the budget), and let the paired change decide GRPO's verdict
-    (:func:`grpolab.diagnostics.preflight.apply_pilot`), with the pilot's training record (how many steps
-    updated). The pilot never warm-starts (``sft.enabled=no``): it trains the model the preflight measured.
-    Skipped where GRPO is already "not indicated", on too few items, or where it would pass the budget."""
-    import dataclasses
-
-    from grpolab.config import load_config
-    from grpolab.diagnostics.preflight import MIN_ITEMS, apply_pilot, pilot_from_outcomes, pilot_training
-    from grpolab.measure.preflight import measure_preflight
-    from grpolab.models.io import load_model
-    from grpolab.train import train
-    from grpolab.train.checks import check_train
-    from grpolab.train.rundir import RunDir
-
-    why = _skip_reason(res, run.config, steps, left)
-    if why:
-        log(f"pilot: skipped, {why}")
-        return res
-    t0 = clock()
-    sets = list(overrides) + ([f"model.path={model}"] if model is not None else []) + [
-        f"trainer.steps={steps}", f"trainer.eval_every={steps}", f"trainer.save_every={steps}",
-        "trainer.preflight=false", f"trainer.run_dir={out_dir}",
-        "sft.enabled=no"]  # GRPO from exactly the measured model (no warm start in between)
-    tcfg = load_config(config, sets)
-    check_train(tcfg, resume=False, overwrite=True)
-    log(f"pilot: {steps} GRPO steps of this config (seed {tcfg.trainer.seed}, lr {tcfg.optim.lr:g}) into {out_dir}, "
-        f"about {_pilot_estimate(res, run.config, steps):.0f} s estimated")
-    train(tcfg, overwrite=True, log=log)
-    rows = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    training = pilot_training(rows)
-    trained, _ = load_model(RunDir(out_dir).model_dir(), device=next(run.model.parameters()).device)
-    trained.eval()
-    items = list(run.eval_items[:res.stats.n_items])
-    log(f"pilot: {training.updates} of {training.steps} steps updated; measuring the pilot's model on the same "
-        f"{len(items)} items x {spec.k}")
-    budget = max(1e-3, left - (clock() - t0)) if left is not None else 0.0
-    after = measure_preflight(trained, run.tokenizer, items, run.collector,
-                              dataclasses.replace(spec, readability=False, until_decided=0, budget=budget), log=log,
-                              clock=clock)
-    if after.stats.n_items < MIN_ITEMS:
-        log(f"pilot: its re-measurement reached --budget after {after.stats.n_items} item(s), fewer than the "
-            f"{MIN_ITEMS} it compares; the pilot decides nothing (raise --budget)")
-        return res
-    p = pilot_from_outcomes(res, after, steps=steps, run_dir=str(out_dir), training=training)
-    p.trainer_seed = tcfg.trainer.seed
-    return apply_pilot(res, p)
 
 
 def _arguments(pf: argparse.ArgumentParser) -> None:
