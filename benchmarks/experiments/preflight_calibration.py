@@ -1180,7 +1180,7 @@ runs. A pilot of a quarter of a short run is a weaker kind of prediction than a 
 starting model -- it is the run's first steps on another seed -- and is reported apart. The MiniWoB++
 settings share one pilot of the multi-task recipe, each task read from its per-family row. A pilot that
 says "can't tell" now also says about how many items would decide at its change and spread
-(`items_to_decide` in `src/grpolab/diagnostics/preflight.py`; a planning figure: the mean moves as items
+(`items_to_decide` in `src/grpolab/diagnostics/preflight/pilot.py`; a planning figure: the mean moves as items
 are added).
 
 {pilot}
