@@ -6,58 +6,9 @@ import argparse
 from typing import Callable
 
 from grpolab.commands.base import Command
+from grpolab.config_help import key_rows
 
-__all__ = ["CONFIG", "config_command", "key_rows"]
-
-
-def key_rows(section: str | None = None) -> list[tuple[str, str, str, str]]:
-    """``(key, default, allowed, meaning)`` of every config key (of one section): defaults from the
-    dataclasses, names from :data:`grpolab.config.CHOICES`, the rest from
-    :data:`grpolab.config_help.KEY_HELP`."""
-    import dataclasses
-    import typing
-
-    from grpolab.config import CHOICES, Config, ConfigError
-    from grpolab.config_help import KEY_HELP
-
-    sections = [f.name for f in dataclasses.fields(Config)]
-    if section is not None and section not in sections:
-        raise ConfigError(f"grpolab config {section}: no such section; sections: {', '.join(sections)}")
-    rows = []
-    for name in sections if section is None else [section]:
-        cls = typing.get_type_hints(Config)[name]
-        hints = typing.get_type_hints(cls)
-        default = cls()
-        for f in dataclasses.fields(cls):
-            key = f"{name}.{f.name}"
-            form, meaning = KEY_HELP.get(key, ("", ""))
-            tp = hints[f.name]
-            kind = {bool: "true/false", int: "int", float: "number", str: "text"}.get(tp, "")
-            if typing.get_origin(tp) is dict:
-                kind = "mapping"
-            elif not kind:
-                args = [a for a in typing.get_args(tp) if a is not type(None)]
-                kind = {int: "int", float: "number", str: "text"}.get(args[0], "") if args else ""
-            if key in CHOICES:
-                allowed = "one of: " + ", ".join(repr(c) if c == "" else str(c) for c in CHOICES[key]())
-            else:
-                allowed = kind + (f", {form}" if form else "")
-            rows.append((key, _show(getattr(default, f.name)), allowed, meaning))
-    return rows
-
-
-def _show(v) -> str:
-    import json
-
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, str):
-        return json.dumps(v) if (v == "" or "\n" in v or v != v.strip()) else v
-    if isinstance(v, dict):
-        return json.dumps(v) if v else "{}"
-    return str(v)
+__all__ = ["CONFIG", "config_command"]
 
 
 def config_command(section: str | None = None, *, log: Callable[[str], None] = print) -> int:
