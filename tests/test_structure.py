@@ -122,6 +122,19 @@ def test_the_cli_importing_the_library_and_a_stray_command_are_found(tmp_path):
         "grpolab/measure/headroom.py:1 defines headroom_command; commands live in grpolab/commands/"]
 
 
+def test_an_import_of_the_side_packages_is_found(tmp_path):
+    """Rule 10: nothing imports grpolab/bench/, and only it imports grpolab/integrations/."""
+    root = _package(tmp_path, {"integrations/__init__.py": "", "integrations/trl.py": "import os\n",
+                               "bench/__init__.py": "from grpolab.integrations import trl\n",
+                               "train/loop.py": "def f():\n    from grpolab.integrations.trl import x\n",
+                               "runs.py": "import grpolab.bench\n"})
+    assert check.problems(root) == [
+        "grpolab/runs.py:1 imports grpolab.bench; nothing in the package imports grpolab.bench (it hangs off the "
+        "side: move what both need into the library)",
+        "grpolab/train/loop.py:2 imports grpolab.integrations.trl; nothing in the package imports "
+        "grpolab.integrations but grpolab.bench (it hangs off the side: move what both need into the library)"]
+
+
 def test_a_command_declared_in_the_cli_is_found(tmp_path):
     """Rule 3: the CLI adds its own options and one subparser per registered command; a command's name or
     arguments written in cli.py again (as build_parser held them all before issue 56) are refused."""

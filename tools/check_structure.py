@@ -43,6 +43,9 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    A package's ``__init__`` that re-exports its own submodules (``from .sampler import sample``)
    is the package's front door and is allowed; one that forwards anything else is not
    (:data:`FORWARDS` names the exceptions, each with its reason).
+10. The adapters and the benchmark toolkit hang off the side: nothing in the package imports
+    ``grpolab/integrations/`` (the benchmark toolkit, which times the TRL adapter, aside) and
+    nothing imports ``grpolab/bench/`` (:data:`IMPORTED_ONLY_BY`).
 """
 
 from __future__ import annotations
@@ -79,6 +82,11 @@ FORWARDS = {
 LEAVES = {
     "grpolab.errors": ("grpolab.errors",),
     "grpolab.utils": ("grpolab.utils", "grpolab.errors"),
+}
+#: module prefix -> the only grpolab prefixes besides itself that may import it (rule 10)
+IMPORTED_ONLY_BY = {
+    "grpolab.integrations": ("grpolab.bench",),
+    "grpolab.bench": (),
 }
 #: module prefix -> grpolab prefixes it must not import (an upward arrow)
 NO_UPWARD = {
@@ -220,6 +228,20 @@ def upward_imports(mods) -> list[str]:
                 elif any(_in(target, b) for b in banned):
                     out.append(f"{path}:{node.lineno} imports {target} upward; move what both need down "
                                "(e.g. grpolab.errors)")
+    return out
+
+
+def side_imports(mods) -> list[str]:
+    """Imports of :data:`IMPORTED_ONLY_BY`'s packages from anywhere else (rule 10)."""
+    known, out = set(mods), []
+    for m, (path, tree) in mods.items():
+        for node in ast.walk(tree):
+            for target in _imported(node, m, path.name == "__init__.py", known):
+                side = next((s for s in IMPORTED_ONLY_BY if _in(target, s)), None)
+                if side is not None and not _in(m, side) and not any(_in(m, ok) for ok in IMPORTED_ONLY_BY[side]):
+                    out.append(f"{path}:{node.lineno} imports {target}; nothing in the package imports {side}"
+                               + (f" but {', '.join(IMPORTED_ONLY_BY[side])}" if IMPORTED_ONLY_BY[side] else "")
+                               + " (it hangs off the side: move what both need into the library)")
     return out
 
 
@@ -388,6 +410,7 @@ def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
                          skip=("grpolab.train", "grpolab.rollout", "grpolab.objectives"))
     out += [f"import cycle: {' <-> '.join(c)}" for c in cycles(import_graph(mods))]
     out += upward_imports(mods)
+    out += side_imports(mods)
     out += cli_imports(mods)
     out += cli_declarations(mods)
     out += stray_commands(mods)
