@@ -156,13 +156,13 @@ def test_pilot_on_too_few_items_is_skipped_before_training(tmp_path, capsys):
 def test_each_stage_is_written_as_it_finishes(tmp_path, monkeypatch):
     """The start's preflight.json/.md are on disk before the pilot trains: a pilot that fails (or is
     killed) leaves the start's measurement, marked as such."""
-    import grpolab.train as train_mod
+    import grpolab.pilot
     from grpolab.commands.preflight import preflight_command
 
     def boom(*a, **k):
         raise RuntimeError("the pilot's training failed")
 
-    monkeypatch.setattr(train_mod, "train", boom)
+    monkeypatch.setattr(grpolab.pilot, "train", boom)  # the trainer the pilot calls
     out = tmp_path / "pf"
     sets = ["rollout.prompts_per_step=2", "rollout.group_size=4", "task.n_eval=10", "log.plots=false"]
     with pytest.raises(RuntimeError, match="pilot's training failed"):
