@@ -25,7 +25,7 @@ def test_every_key_has_its_help_on_the_field_and_the_tables_are_read_from_it():
 
 
 def test_the_command_prints_the_field_help():
-    from grpolab.commands.config import key_rows
+    from grpolab.config_help import key_rows
 
     rows = {key: meaning for key, _, _, meaning in key_rows()}
     assert rows == {k: m for k, (_, m) in KEY_HELP.items()}

@@ -12,7 +12,11 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    functions (a deferred import hides a cycle from Python, not from the reader); an import of a
    package's name counts as an import of that package's ``__init__``, and a package's
    ``__init__`` importing its own submodules is not a cycle by itself.
-3. ``grpolab/cli.py`` imports nothing of grpolab but :mod:`grpolab.commands` (and the version).
+3. ``grpolab/cli.py`` imports nothing of grpolab but :mod:`grpolab.commands` (and the version), and
+   declares no command: each command declares its arguments beside its code (a
+   :class:`grpolab.commands.base.Command` in its module under ``grpolab/commands/``); the CLI adds
+   only its own options (:data:`CLI_OPTIONS`) and builds one subparser per registered command, so an
+   ``add_argument`` of anything else, or an ``add_parser`` naming a command, in ``cli.py`` is refused.
 4. The commands live in ``grpolab/commands/``: no module outside it defines a ``*_command`` function.
 5. Scripts under ``benchmarks/`` and ``studies/`` import the installed package: no ``sys.path``
    edits, and no script loads another file by its path (``importlib.util.spec_from_file_location``,
@@ -39,6 +43,9 @@ runs it through tests/test_structure.py; run it by hand with ``python tools/chec
    A package's ``__init__`` that re-exports its own submodules (``from .sampler import sample``)
    is the package's front door and is allowed; one that forwards anything else is not
    (:data:`FORWARDS` names the exceptions, each with its reason).
+10. The adapters and the benchmark toolkit hang off the side: nothing in the package imports
+    ``grpolab/integrations/`` (the benchmark toolkit, which times the TRL adapter, aside) and
+    nothing imports ``grpolab/bench/`` (:data:`IMPORTED_ONLY_BY`).
 """
 
 from __future__ import annotations
@@ -52,10 +59,9 @@ MAX_FUNCTION_LINES = 80
 MAX_OBJECTIVE_LINES = 60
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "grpolab"
 #: ``module.function`` -> why it may be longer than the rule (keep this list short)
-LONG_FUNCTIONS = {
-    "grpolab.cli.build_parser": "the command line as one argparse table: one add_argument per option, "
-                                "read top to bottom",
-}
+LONG_FUNCTIONS: dict[str, str] = {}
+#: the options ``grpolab/cli.py`` declares itself (rule 3); every other argument belongs to a command
+CLI_OPTIONS = ("--version", "--debug")
 #: repository folders whose tests live in ``tests/<folder>/`` (scripts, pages and tools, not the package)
 SCRIPT_FOLDERS = ("benchmarks", "docs", "studies", "tools")
 #: script -> why it still loads another file by path (move the helper into the package, then drop the entry)
@@ -76,6 +82,11 @@ FORWARDS = {
 LEAVES = {
     "grpolab.errors": ("grpolab.errors",),
     "grpolab.utils": ("grpolab.utils", "grpolab.errors"),
+}
+#: module prefix -> the only grpolab prefixes besides itself that may import it (rule 10)
+IMPORTED_ONLY_BY = {
+    "grpolab.integrations": ("grpolab.bench",),
+    "grpolab.bench": (),
 }
 #: module prefix -> grpolab prefixes it must not import (an upward arrow)
 NO_UPWARD = {
@@ -220,6 +231,20 @@ def upward_imports(mods) -> list[str]:
     return out
 
 
+def side_imports(mods) -> list[str]:
+    """Imports of :data:`IMPORTED_ONLY_BY`'s packages from anywhere else (rule 10)."""
+    known, out = set(mods), []
+    for m, (path, tree) in mods.items():
+        for node in ast.walk(tree):
+            for target in _imported(node, m, path.name == "__init__.py", known):
+                side = next((s for s in IMPORTED_ONLY_BY if _in(target, s)), None)
+                if side is not None and not _in(m, side) and not any(_in(m, ok) for ok in IMPORTED_ONLY_BY[side]):
+                    out.append(f"{path}:{node.lineno} imports {target}; nothing in the package imports {side}"
+                               + (f" but {', '.join(IMPORTED_ONLY_BY[side])}" if IMPORTED_ONLY_BY[side] else "")
+                               + " (it hangs off the side: move what both need into the library)")
+    return out
+
+
 def test_layout(tests: Path, root: Path = PACKAGE) -> list[str]:
     """Test files that do not mirror the source (rule 7)."""
     top_modules = {p.stem for p in root.glob("*.py") if p.stem != "__init__"}
@@ -252,6 +277,25 @@ def cli_imports(mods) -> list[str]:
                 bad.append(f"{path}:{node.lineno} imports {target}; the CLI imports "
                            "only grpolab.commands")
     return bad
+
+
+def cli_declarations(mods) -> list[str]:
+    """Arguments or commands declared in ``grpolab/cli.py`` (rule 3): an ``add_argument`` of anything but
+    :data:`CLI_OPTIONS`, or an ``add_parser`` given a command's name as a string."""
+    path, tree = mods["grpolab.cli"]
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if node.func.attr == "add_argument" and (not names or any(n not in CLI_OPTIONS for n in names)):
+            what = " ".join(names) or (ast.unparse(node.args[0]) if node.args else "?")
+            out.append(f"{path}:{node.lineno} declares the argument {what} in the CLI; a command declares its arguments "
+                       "in its own add_arguments, beside its code in grpolab/commands/")
+        elif node.func.attr == "add_parser" and names:
+            out.append(f"{path}:{node.lineno} declares the command {names[0]} in the CLI; declare it as a Command "
+                       "in its module under grpolab/commands/ and list it in grpolab.commands.COMMANDS")
+    return out
 
 
 def stray_commands(mods) -> list[str]:
@@ -366,7 +410,9 @@ def problems(root: Path = PACKAGE, scripts: Path | None = None) -> list[str]:
                          skip=("grpolab.train", "grpolab.rollout", "grpolab.objectives"))
     out += [f"import cycle: {' <-> '.join(c)}" for c in cycles(import_graph(mods))]
     out += upward_imports(mods)
+    out += side_imports(mods)
     out += cli_imports(mods)
+    out += cli_declarations(mods)
     out += stray_commands(mods)
     out += re_export_only(mods)
     if scripts is None and root == PACKAGE:

@@ -35,7 +35,7 @@ def length_coupling(lengths: list[float], correct: list[bool], group_size: int) 
 
     groups = range(0, len(lengths), group_size)
     return coupling([lengths[i:i + group_size] for i in groups], [correct[i:i + group_size] for i in groups],
-                    ci=False)
+                    ci=False).to_dict()
 
 
 def lengths(args) -> None:

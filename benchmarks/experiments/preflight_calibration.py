@@ -272,11 +272,11 @@ def pilot(base: str, cfg: str | None, sets: list[str], out: Path, log: Path, *, 
         _run([sys.executable, "-m", "grpolab.cli", "preflight", base, *(["--config", cfg] if cfg else []),
               *_sets([x for x in sets if not x.startswith("task.n_eval=")] + [f"trainer.seed={PILOT_SEED}"]),
               "--n", str(items), "--out", str(out), "--no-readability", "--pilot", str(steps)], log)
-    from grpolab.diagnostics.preflight import pilot_record
+    from grpolab.diagnostics.preflight import Pilot
 
     d = json.loads((out / "preflight.json").read_text())
     if d.get("pilot"):
-        return {**pilot_record(d["pilot"]), "seed": PILOT_SEED, "steps": steps, "skipped": False,
+        return {**Pilot.from_dict(d["pilot"]).record(), "seed": PILOT_SEED, "steps": steps, "skipped": False,
                 **_pilot_run_facts(out / "pilot")}
     return {"verdict": d["verdict"], "start_verdict": d["verdict"], "n_items": d["stats"]["n_items"],
             "seed": PILOT_SEED, "steps": steps, "skipped": True}
@@ -526,10 +526,10 @@ def miniwob_pilot(root: Path, start: str | None, name: str = "miniwob_pilot") ->
         _run([sys.executable, "-m", "grpolab.cli", "preflight", start, "--config", MINIWOB_PILOT["config"], "--set",
               f"trainer.seed={PILOT_SEED}", "--n", str(MINIWOB_PILOT["items"]), "--no-readability", "--pilot",
               str(MINIWOB_PILOT["steps"]), "--out", str(out)], root / "logs" / "miniwob_pilot.log")
-    from grpolab.diagnostics.preflight import pilot_record
+    from grpolab.diagnostics.preflight import Pilot
 
     d = json.loads((out / "preflight.json").read_text())
-    fams = pilot_record(d["pilot"]).get("families", {}) if d.get("pilot") else {}
+    fams = Pilot.from_dict(d["pilot"]).record().get("families", {}) if d.get("pilot") else {}
     facts = _pilot_run_facts(out / "pilot")
     return {task.split("=", 1)[-1]: {**f, "seed": PILOT_SEED, "run_steps": MINIWOB_PILOT["run_steps"],  # "family=x"
                                      "skipped": False, "from": "the multi-task pilot", **facts}
@@ -1192,7 +1192,7 @@ runs. A pilot of a quarter of a short run is a weaker kind of prediction than a 
 starting model -- it is the run's first steps on another seed -- and is reported apart. The MiniWoB++
 settings share one pilot of the multi-task recipe, each task read from its per-family row. A pilot that
 says "can't tell" now also says about how many items would decide at its change and spread
-(`items_to_decide` in `src/grpolab/diagnostics/preflight.py`; a planning figure: the mean moves as items
+(`items_to_decide` in `src/grpolab/diagnostics/preflight/pilot.py`; a planning figure: the mean moves as items
 are added).
 
 {pilot}

@@ -157,7 +157,8 @@ def headroom_of_batch(opened, items, exp, group_size: int) -> dict:
     fams = [f"family={(it.meta or {}).get('family', 'all')}" for it in items]
     res = preflight_from_outcomes([float(x) for x in greedy.rewards], sampled, group_size=group_size,
                                   max_new_tokens=opened.config.rollout.max_new_tokens, families=fams)
-    return {"verdict": res.verdict().value, "overall": res.stats.to_dict(), "families": res.families,
+    return {"verdict": res.verdict().value, "overall": res.stats.to_dict(),
+            "families": {lab: f.to_dict() for lab, f in res.families.items()},
             "temperature": opened.config.rollout.temperature,
             "source": "benchmarks/experiments/real_credit_reads.py precondition"}
 

@@ -110,12 +110,12 @@ def test_sft_enabled_takes_true_false_like_every_boolean():
 
 
 def test_ctrl_c_names_the_run_dir(tmp_path, capsys, monkeypatch):
-    import grpolab.commands as commands
+    import grpolab.commands.train as train
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commands, "train_command", interrupted)
+    monkeypatch.setattr(train, "train_command", interrupted)  # the name `grpolab train` calls
     rc = main(["train", "--set", f"trainer.run_dir={tmp_path / 'myrun'}"])
     err = capsys.readouterr().err
     assert rc == 130

@@ -62,7 +62,7 @@ def test_bad_input_is_one_error_line(args, needle, capsys):
 
 
 def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
-    from grpolab.diagnostics.preflight import pilot_verdict
+    from grpolab.diagnostics.preflight import Pilot, pilot_verdict
 
     out = tmp_path / "pf"
     sets = ["--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=4", "--set", "task.n_eval=10",
@@ -76,7 +76,7 @@ def test_pilot_trains_and_measures_the_same_items_again(tmp_path, capsys):
     assert (out / "pilot" / "final" / "config.json").exists()
     assert json.loads((out / "pilot" / "summary.json").read_text())["steps"] == 2
     assert "sft:\n  enabled: 'no'" in (out / "pilot" / "config.yaml").read_text()  # the measured model, no warm start
-    assert data["verdict"] == p["verdict"] == pilot_verdict(p) == data["calibration"]["grpo"]
+    assert data["verdict"] == p["verdict"] == pilot_verdict(Pilot.from_dict(p)) == data["calibration"]["grpo"]
     assert data["methods"][0]["rests_on"].startswith("pilot of 2 steps")
     assert data["per_item"]["k"] == 8 and len(data["per_item"]["solved"]) == 10
     # "before" is the start's own measurement of these items (per_item is the starting model's)
@@ -156,13 +156,13 @@ def test_pilot_on_too_few_items_is_skipped_before_training(tmp_path, capsys):
 def test_each_stage_is_written_as_it_finishes(tmp_path, monkeypatch):
     """The start's preflight.json/.md are on disk before the pilot trains: a pilot that fails (or is
     killed) leaves the start's measurement, marked as such."""
-    import grpolab.train as train_mod
+    import grpolab.pilot
     from grpolab.commands.preflight import preflight_command
 
     def boom(*a, **k):
         raise RuntimeError("the pilot's training failed")
 
-    monkeypatch.setattr(train_mod, "train", boom)
+    monkeypatch.setattr(grpolab.pilot, "train", boom)  # the trainer the pilot calls
     out = tmp_path / "pf"
     sets = ["rollout.prompts_per_step=2", "rollout.group_size=4", "task.n_eval=10", "log.plots=false"]
     with pytest.raises(RuntimeError, match="pilot's training failed"):
@@ -174,7 +174,7 @@ def test_each_stage_is_written_as_it_finishes(tmp_path, monkeypatch):
 
 
 def test_a_pilot_that_would_pass_the_budget_is_skipped():
-    from grpolab.commands.preflight import TRAIN_COST_FACTOR, _pilot_estimate, _skip_reason
+    from grpolab.pilot import TRAIN_COST_FACTOR, pilot_estimate, skip_reason
     from grpolab.config import Config
     from grpolab.diagnostics.preflight import preflight_from_outcomes
 
@@ -183,7 +183,7 @@ def test_a_pilot_that_would_pass_the_budget_is_skipped():
     cfg = Config()  # 32 prompts x 8 per step
     assert (cfg.rollout.prompts_per_step, cfg.rollout.group_size, TRAIN_COST_FACTOR) == (32, 8, 3.0)
     # 2 steps x 256 responses x 10/90 s x 3, plus the 10 s measurement again: 180.7 s
-    assert _pilot_estimate(res, cfg, 2) == pytest.approx(2 * 256 * 10 / 90 * 3 + 10)
-    assert _skip_reason(res, cfg, 2, 100.0) == ("its estimated 181 s would pass --budget (100 s left); raise "
+    assert pilot_estimate(res, cfg, 2) == pytest.approx(2 * 256 * 10 / 90 * 3 + 10)
+    assert skip_reason(res, cfg, 2, 100.0) == ("its estimated 181 s would pass --budget (100 s left); raise "
                                                 "--budget or lower --pilot")
-    assert _skip_reason(res, cfg, 2, 1000.0) is None and _skip_reason(res, cfg, 2, None) is None
+    assert skip_reason(res, cfg, 2, 1000.0) is None and skip_reason(res, cfg, 2, None) is None

@@ -90,10 +90,10 @@ def test_length_coupling_matches_the_training_metric():
     lc = length_coupling(lengths, [[bool(x) for x in r] for r in solved])
     ref = within_group_lengths(torch.tensor(sum(lengths, []), dtype=torch.float64),
                                torch.tensor(sum(solved, []), dtype=torch.bool), torch.arange(16) // 4, 4)
-    assert lc["fail_success_length_ratio"] == pytest.approx(ref["length/mixed_ratio"])
-    assert lc["mixed_groups"] == 3 and lc["responses"] == 16
-    lo, hi = lc["ratio_ci"]
-    assert lo <= lc["fail_success_length_ratio"] <= hi
+    assert lc.fail_success_length_ratio == pytest.approx(ref["length/mixed_ratio"])
+    assert lc.mixed_groups == 3 and lc.responses == 16
+    lo, hi = lc.ratio_ci
+    assert lo <= lc.fail_success_length_ratio <= hi
 
 
 def _sums_like(n=64, k=8, seed=0):
@@ -223,8 +223,8 @@ def test_families_get_their_own_verdict_with_sample_size():
     fam = ["family=a"] * 32 + ["family=b"] * 32
     rewards = [[1.0] * 4 + [0.0] * 4] * 32 + [[0.0] * 8] * 32
     res = preflight_from_outcomes([0.0] * n, rewards, group_size=8, max_new_tokens=12, families=fam)
-    assert res.families["family=a"]["verdict"] == INDICATED and res.families["family=a"]["n_items"] == 32
-    assert res.families["family=b"]["verdict"] == CANT_TELL  # 0/32: upper 10.7% > 5%
+    assert res.families["family=a"].verdict == INDICATED and res.families["family=a"].headroom.n_items == 32
+    assert res.families["family=b"].verdict == CANT_TELL  # 0/32: upper 10.7% > 5%
     d = res.to_dict()
     assert d["calibration"]["grpo"] == INDICATED and d["families"]["family=b"]["n_items"] == 32
 

@@ -120,7 +120,7 @@ def test_a_pilot_that_never_updated_decides_nothing():
     training = pilot_training([{"step": s, "groups/with_signal": 0} for s in (1, 2, 3)])
     assert training == PilotTraining(steps=3, updates=0, groups_with_signal=0)
     p = pilot_from_outcomes(before, _res([1] * 12 + [0] * 388), steps=3, training=training)
-    assert p["sampled"]["change"]["value"] == 0 and p["verdict"] == CANT_TELL  # 0 by construction: no evidence
+    assert p.sampled.change.value == 0 and p.verdict == CANT_TELL  # 0 by construction: no evidence
     apply_pilot(before, p)
     g = before.method("grpo")
     assert g.verdict == CANT_TELL and g.cause == "pilot_no_update"
@@ -192,17 +192,17 @@ def test_a_gain_from_a_constant_answer_is_flagged():
     gb = [a == r for a, r in zip(before_ans, ref)]
     ga = [a == r for a, r in zip(after_ans, ref)]
     d = degenerate_gain(gb, ga, before_ans, after_ans)
-    assert (d["answer_after"], d["share_after"], d["newly_solved"], d["newly_solved_with_it"]) == ("0", 0.5, 10, 10)
-    assert d["share_before"] == pytest.approx(1 / 40) and d["flag"]
+    assert (d.answer_after, d.share_after, d.newly_solved, d.newly_solved_with_it) == ("0", 0.5, 10, 10)
+    assert d.share_before == pytest.approx(1 / 40) and d.flag
     # a real gain: the newly solved items each get their own answer
     real = [r if 10 <= i < 30 else a for i, (r, a) in enumerate(zip(ref, before_ans))]
-    assert not degenerate_gain(gb, [a == r for a, r in zip(real, ref)], before_ans, real)["flag"]
+    assert not degenerate_gain(gb, [a == r for a, r in zip(real, ref)], before_ans, real).flag
     # through the pilot: the note and the report say so
     before = _res([1] * 4 + [0] * 36, greedy=[int(x) for x in gb], answers=before_ans)
     after = _res([1] * 4 + [4] * 10 + [0] * 26, greedy=[int(x) for x in ga], answers=after_ans)
     assert after.stats.modal_answer.value == pytest.approx(0.5) and after.stats.modal_answer_text == "0"
     p = pilot_from_outcomes(before, after, steps=3, training=PilotTraining(3, 3, 9))
-    assert p["answers"]["flag"]
+    assert p.answers.flag
     apply_pilot(before, p)
     assert "degenerate: 10 of the 10 newly solved items are answered '0'" in before.method("grpo").note
     assert "flagged: the gain comes from a constant answer" in preflight_markdown(before)

@@ -97,7 +97,7 @@ def test_pinned_counts_verdict():
 
 def test_pinned_pilot_change():
     before, after = preflight_from_outcomes(**_case()), preflight_from_outcomes(**_case(shift=0.15))
-    p = pilot_from_outcomes(before, after, steps=3)
+    p = pilot_from_outcomes(before, after, steps=3).to_dict()  # preflight.json's pilot
     assert p["verdict"] == "indicated"
     assert (p["sampled"]["before"], p["sampled"]["after"]) == A((0.303125, 0.46875))
     assert _ci(p["sampled"]["change"]) == A((0.165625, 0.12787553438801366, 0.20337446561198633, 40))

@@ -1,6 +1,6 @@
 """docs/design.md is the map of the package: every package and top-level module of src/grpolab is
 named in its layout, the entry opening with the module's docstring's first line, and its table of
-import rules equals tools/check_structure.py's LEAVES and NO_UPWARD."""
+import rules equals tools/check_structure.py's LEAVES, NO_UPWARD and IMPORTED_ONLY_BY."""
 
 import ast
 import importlib.util
@@ -60,17 +60,17 @@ def map_problems(text: str, root: Path = PACKAGE) -> list[str]:
     return out
 
 
-def import_rules(text: str) -> tuple[dict, dict]:
-    """``(leaves, no_upward)`` from the table of docs/design.md's "Import rules"."""
+def import_rules(text: str) -> tuple[dict, dict, dict]:
+    """``(leaves, no_upward, imported_only_by)`` from the table of docs/design.md's "Import rules"."""
     section = text.split("## Import rules", 1)[1].split("\n## ", 1)[0]
-    leaves, banned = {}, {}
+    leaves, banned, side = {}, {}, {}
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 3 or not cells[1].startswith("`"):
             continue
         module, targets = cells[1].strip("`"), tuple(re.findall(r"`([\w.]+)`", cells[2]))
-        {"leaf: may import only": leaves, "must not import": banned}[cells[0]][module] = targets
-    return leaves, banned
+        {"leaf: may import only": leaves, "must not import": banned, "imported only by": side}[cells[0]][module] = targets
+    return leaves, banned, side
 
 
 def test_every_package_and_top_level_module_is_on_the_map_with_its_docstring():
@@ -78,9 +78,10 @@ def test_every_package_and_top_level_module_is_on_the_map_with_its_docstring():
 
 
 def test_the_import_rules_stated_are_the_rules_checked():
-    leaves, banned = import_rules(DESIGN.read_text(encoding="utf-8"))
+    leaves, banned, side = import_rules(DESIGN.read_text(encoding="utf-8"))
     assert leaves == check.LEAVES
     assert banned == check.NO_UPWARD
+    assert side == check.IMPORTED_ONLY_BY
 
 
 def test_the_map_names_the_preflight():

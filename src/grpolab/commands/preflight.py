@@ -12,19 +12,18 @@ re-measurement stops at the budget (measuring a prefix of the same items).
 
 from __future__ import annotations
 
-import json
+import argparse
 import re
 import time
 from pathlib import Path
 from typing import Callable
 
-__all__ = ["preflight_command"]
+from grpolab.commands.base import COUNT, POSITIVE_INT, SECONDS, Command, add_model_or_run
+
+__all__ = ["PREFLIGHT", "preflight_command"]
 
 #: With ``--pilot`` and ``--budget``: the share of the budget the start's measurement may take.
 START_SHARE = 0.3
-#: A training step's cost per response relative to the measurement's (sampling, scoring, the update's
-#: forward and backward): a rough factor for the pilot's estimate, stated as such.
-TRAIN_COST_FACTOR = 3.0
 
 
 def _open(model, config, overrides, n, log):
@@ -51,10 +50,11 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
     ``preflight.{json,md}`` to ``out`` (default: the run directory, else ``runs/preflight``).
     ``until_decided`` > 0: stop once that many items are measured and the GRPO verdict is decided.
     ``pilot`` > 0: then train that many GRPO steps of the config into ``OUT/pilot`` and measure the
-    same items again; the paired change decides GRPO's verdict (:func:`_pilot`). ``budget`` seconds
-    (0 = no limit) bound the whole command."""
+    same items again; the paired change decides GRPO's verdict (:func:`grpolab.pilot.run_pilot`).
+    ``budget`` seconds (0 = no limit) bound the whole command."""
     from grpolab.config import ConfigError
     from grpolab.measure.preflight import PreflightSpec, expected_responses, measure_preflight, write_preflight
+    from grpolab.pilot import run_pilot
 
     if budget < 0:
         raise ConfigError(f"--budget {budget:g}: must be >= 0 seconds (0 = no limit)")
@@ -91,8 +91,8 @@ def preflight_command(model: str, *, config: str | None = None, overrides: list[
             model, config = str(run.model_dir), config or str(run.run_dir / "config.yaml")
             log(f"pilot: from the run's model {model} with {config}")
         left = (budget - (clock() - t0)) if budget else None
-        res = _pilot(res, run, model, config, overrides, steps=pilot, out_dir=target / "pilot", spec=spec,
-                     left=left, log=log, clock=clock)
+        res = run_pilot(res, run, model, config, overrides, steps=pilot, out_dir=target / "pilot", spec=spec,
+                        left=left, log=log, clock=clock)
         res.settings["stage"] = "pilot measured" if res.pilot else "start measured; pilot skipped"
         j, m = write_preflight(target, res)
     res.settings["total_seconds"] = round(clock() - t0, 2)
@@ -111,75 +111,35 @@ def _print_table(res, log) -> None:
     log(res.message)
 
 
-def _pilot_estimate(res, cfg, steps: int) -> float:
-    """Seconds a pilot of ``steps`` steps should take: its training responses at the measurement's
-    seconds per response x :data:`TRAIN_COST_FACTOR`, plus the measurement again."""
-    per_response = res.settings["seconds"] / max(res.settings["responses"], 1)
-    train = steps * cfg.rollout.prompts_per_step * cfg.rollout.group_size * per_response * TRAIN_COST_FACTOR
-    return train + res.settings["seconds"]
+def _arguments(pf: argparse.ArgumentParser) -> None:
+    add_model_or_run(pf, optional=True, config_help="the training config to measure for (task, prompt format, "
+                     "rollout settings, env)")
+    pf.add_argument("--n", type=POSITIVE_INT, default=128, help="held-out items at most (all of them when the "
+                    "task holds fewer)")
+    pf.add_argument("--k", type=POSITIVE_INT, default=None, help="samples per item (default: the run's "
+                    "rollout.group_size, at least 8)")
+    pf.add_argument("--budget", type=SECONDS, default=0.0, help="seconds the whole preflight may "
+                    "take (0 = no limit): no chunk of items is started that would end past it; with --pilot the "
+                    "start gets 30%% and the pilot runs only where its estimate fits in the rest")
+    pf.add_argument("--seed", type=int, default=0)
+    pf.add_argument("--out", default=None, help="write preflight.json/.md here (default: the run directory, "
+                    "else runs/preflight)")
+    pf.add_argument("--no-readability", action="store_true", help="skip the teacher-readability measurement")
+    pf.add_argument("--until-decided", type=COUNT, default=0, metavar="N", help="stop once N items are measured "
+                    "and the GRPO verdict is decided (0 = measure all --n items); a sequential look, slightly "
+                    "above the nominal 5%% error")
+    pf.add_argument("--pilot", type=COUNT, default=0, metavar="STEPS", help="then train STEPS GRPO steps of the "
+                    "config (its seed, lr and batch) into OUT/pilot and measure the same items again: the paired "
+                    "change in sampled success decides GRPO's verdict (0 = no pilot; skipped where GRPO is not "
+                    "indicated)")
 
 
-def _skip_reason(res, cfg, steps: int, left: float | None) -> str | None:
-    """Why the pilot is not run, or None."""
-    from grpolab.diagnostics.preflight import MIN_ITEMS, NOT_INDICATED
-
-    if res.verdict() == NOT_INDICATED:
-        return "GRPO is not indicated before it (nothing within reach to convert)"
-    if res.stats.n_items < MIN_ITEMS:  # checked before training: the comparison would decide nothing
-        return (f"{res.stats.n_items} item(s) measured and the pilot compares at least {MIN_ITEMS} "
-                f"(raise --n or --budget)")
-    if left is not None and _pilot_estimate(res, cfg, steps) > left:
-        return (f"its estimated {_pilot_estimate(res, cfg, steps):.0f} s would pass --budget ({left:.0f} s left); "
-                f"raise --budget or lower --pilot")
-    return None
+def _run(args: argparse.Namespace) -> int:
+    return preflight_command(args.model, config=args.config, overrides=args.overrides, n=args.n, k=args.k,
+                             budget=args.budget, seed=args.seed, out=args.out, readability=not args.no_readability,
+                             until_decided=args.until_decided, pilot=args.pilot)
 
 
-def _pilot(res, run, model, config, overrides, *, steps: int, out_dir: Path, spec, left: float | None, log, clock):
-    """Train ``steps`` GRPO steps of the run's config (its seed, lr, batch) from the measured model into
-    ``out_dir`` (replaced), measure its final model on the same items with the same ``k`` and sampling
-    seed (within what is left of the budget), and let the paired change decide GRPO's verdict
-    (:func:`grpolab.diagnostics.preflight.apply_pilot`), with the pilot's training record (how many steps
-    updated). The pilot never warm-starts (``sft.enabled=no``): it trains the model the preflight measured.
-    Skipped where GRPO is already "not indicated", on too few items, or where it would pass the budget."""
-    import dataclasses
-
-    from grpolab.config import load_config
-    from grpolab.diagnostics.preflight import MIN_ITEMS, apply_pilot, pilot_from_outcomes, pilot_training
-    from grpolab.measure.preflight import measure_preflight
-    from grpolab.models.io import load_model
-    from grpolab.train import train
-    from grpolab.train.checks import check_train
-    from grpolab.train.rundir import RunDir
-
-    why = _skip_reason(res, run.config, steps, left)
-    if why:
-        log(f"pilot: skipped, {why}")
-        return res
-    t0 = clock()
-    sets = list(overrides) + ([f"model.path={model}"] if model is not None else []) + [
-        f"trainer.steps={steps}", f"trainer.eval_every={steps}", f"trainer.save_every={steps}",
-        "trainer.preflight=false", f"trainer.run_dir={out_dir}",
-        "sft.enabled=no"]  # GRPO from exactly the measured model (no warm start in between)
-    tcfg = load_config(config, sets)
-    check_train(tcfg, resume=False, overwrite=True)
-    log(f"pilot: {steps} GRPO steps of this config (seed {tcfg.trainer.seed}, lr {tcfg.optim.lr:g}) into {out_dir}, "
-        f"about {_pilot_estimate(res, run.config, steps):.0f} s estimated")
-    train(tcfg, overwrite=True, log=log)
-    rows = [json.loads(x) for x in (out_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    training = pilot_training(rows)
-    trained, _ = load_model(RunDir(out_dir).model_dir(), device=next(run.model.parameters()).device)
-    trained.eval()
-    items = list(run.eval_items[:res.stats.n_items])
-    log(f"pilot: {training.updates} of {training.steps} steps updated; measuring the pilot's model on the same "
-        f"{len(items)} items x {spec.k}")
-    budget = max(1e-3, left - (clock() - t0)) if left is not None else 0.0
-    after = measure_preflight(trained, run.tokenizer, items, run.collector,
-                              dataclasses.replace(spec, readability=False, until_decided=0, budget=budget), log=log,
-                              clock=clock)
-    if after.stats.n_items < MIN_ITEMS:
-        log(f"pilot: its re-measurement reached --budget after {after.stats.n_items} item(s), fewer than the "
-            f"{MIN_ITEMS} it compares; the pilot decides nothing (raise --budget)")
-        return res
-    p = pilot_from_outcomes(res, after, steps=steps, run_dir=str(out_dir), training=training)
-    p["trainer_seed"] = tcfg.trainer.seed
-    return apply_pilot(res, p)
+PREFLIGHT = Command("preflight", "before a run: which method can help here? headroom with failure reasons, signal at "
+                    "the group size, length coupling, teacher readability; one verdict per method with the --set "
+                    "lines to use", _arguments, _run)

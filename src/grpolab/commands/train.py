@@ -1,12 +1,15 @@
-"""``grpolab train`` and ``grpolab sft``."""
+"""``grpolab train`` (and its ``--dry-run``) and ``grpolab sft``."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Callable
 
+from grpolab.commands.base import Command, add_config_args
 from grpolab.config import load_config
+from grpolab.errors import ConfigError
 
 
 def train_command(config: str | None, overrides: list[str], *, resume: str | None = None,
@@ -108,3 +111,87 @@ def _keep_or_refuse(out: str, cfg, *, overwrite: bool, log: Callable[[str], None
             f"settings with --overwrite, or train on from it with --set model.path={out} --out NEW (a new "
             f"optimizer and learning-rate schedule: a finished warm start keeps no optimizer state)")
     return False
+
+
+def train_run_dir(config: str | None, overrides: list[str], resume: str | None) -> str:
+    """The run directory ``grpolab train`` writes with these arguments ("RUN_DIR" when the config
+    does not load): for hints such as the one printed on Ctrl-C."""
+    if resume:
+        return resume
+    try:
+        return str(load_config(config, overrides).trainer.run_dir)
+    except Exception:  # a hint must never fail
+        return "RUN_DIR"
+
+
+def resume_hint(run_dir: str) -> str:
+    """``resume with `grpolab train --resume RUN_DIR` (continues from its last checkpoint, step N)``."""
+    try:
+        from grpolab.train.checkpoint import latest_checkpoint
+
+        ckpt = latest_checkpoint(run_dir)
+    except Exception:  # noqa: BLE001 - a hint must never fail; it names what it can
+        ckpt = None
+    where = f" (continues from its last checkpoint, step {ckpt.step})" if ckpt is not None else ""
+    return f"resume with `grpolab train --resume {run_dir}`{where}"
+
+
+def dry_run(config: str | None, overrides: list[str], resume: str | None = None, *, overwrite: bool = False,
+            log: Callable[[str], None] = print) -> int:
+    """Print the config ``grpolab train`` would run with (YAML, presets and overrides applied;
+    with ``resume`` the run's saved config merged with them) after every check ``grpolab train``
+    runs before its work (:func:`grpolab.train.checks.check_train`: run directory, device, data,
+    model files and tokenizer, prompt lengths); nothing is trained or written."""
+    import yaml
+
+    from grpolab.train.checks import check_train
+
+    cfg = resolve_train_config(config, overrides, resume=resume, overwrite=overwrite)
+    check_train(cfg, resume=bool(resume), overwrite=overwrite)
+    log(f"# grpolab train --dry-run: the resolved config (run directory {cfg.trainer.run_dir}); every check "
+        "`grpolab train` runs first passed; nothing was run")
+    log(yaml.safe_dump(cfg.to_dict(), sort_keys=False, default_flow_style=False).rstrip())
+    return 0
+
+
+def _train_arguments(t: argparse.ArgumentParser) -> None:
+    add_config_args(t)
+    t.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint; a CONFIG "
+                   "file and --set values are merged into its saved config (saved < file < --set)")
+    t.add_argument("--overwrite", action="store_true", help="start over in a run directory that holds a run "
+                   "(deleted only once the new config's model and data load; a warm start built with the "
+                   "same settings is kept)")
+    t.add_argument("--dry-run", action="store_true", help="run every check `grpolab train` runs first (run "
+                   "directory, data, model files, prompt lengths), print the resolved config (presets, file, --set "
+                   "and, with --resume, the saved config applied) and exit without training or writing anything")
+
+
+def _train(args: argparse.Namespace) -> int:
+    if args.resume is not None and not Path(args.resume).is_dir():
+        raise ConfigError(f"--resume {args.resume}: {'is a file, not' if Path(args.resume).exists() else 'there is no'} "
+                          "run directory there; give a directory that `grpolab train` wrote (it holds config.yaml)")
+
+    if args.dry_run:
+        return dry_run(args.config, args.overrides, args.resume, overwrite=args.overwrite)
+    return train_command(args.config, args.overrides, resume=args.resume, overwrite=args.overwrite)
+
+
+def _sft_arguments(s: argparse.ArgumentParser) -> None:
+    add_config_args(s)
+    s.add_argument("--out", default="runs/sft", help="where to save the model (HF format)")
+    s.add_argument("--overwrite", action="store_true", help="rebuild OUT when it holds a finished warm start "
+                   "(by default one built with the same settings is kept, one with other settings refused)")
+
+
+def _sft(args: argparse.Namespace) -> int:
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        raise ConfigError(f"--out {args.out} is a file; give a directory to write the warm-started model to")
+
+    return sft_command(args.config, args.overrides, out=args.out, overwrite=args.overwrite)
+
+
+TRAIN = Command("train", "RL-train a policy (default: the built-in tiny model on 'arith')", _train_arguments, _train,
+                interrupted=lambda args: resume_hint(train_run_dir(args.config, args.overrides, args.resume)))
+SFT = Command("sft", "supervised warm start of the tiny model on task demonstrations", _sft_arguments, _sft,
+              interrupted=lambda args: "run the same `grpolab sft` command again to continue from its last "
+                                       "checkpoint (sft.save_every)")

@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
 from grpolab.diagnostics.inference import mean_interval
+from grpolab.diagnostics.preflight.records import DegenerateGain, PairedChange, Pilot, PilotFamily, PilotTraining
 from grpolab.diagnostics.preflight.result import PreflightResult
 from grpolab.diagnostics.preflight.verdicts import (
     CANT_TELL,
@@ -35,9 +35,10 @@ from grpolab.diagnostics.preflight.verdicts import (
     Verdict,
     rerun,
 )
+from grpolab.diagnostics.stats import CI
 
-__all__ = ["PILOT_MIN_GAIN", "PilotTraining", "apply_pilot", "change_verdict", "degenerate_gain", "items_to_decide",
-           "pilot_from_outcomes", "pilot_rule", "pilot_training", "pilot_verdict"]
+__all__ = ["PILOT_MIN_GAIN", "apply_pilot", "change_verdict", "degenerate_gain", "items_to_decide", "pilot_from_outcomes",
+           "pilot_line", "pilot_rule", "pilot_training", "pilot_verdict", "signed_ci"]
 
 #: The pilot's "not indicated": the 95% interval of the change in sampled success after the pilot lies
 #: below this (the calibration counts a measured gain within +-2 points as none).
@@ -46,19 +47,6 @@ PILOT_MIN_GAIN = 0.02
 #: A gain is flagged as a constant answer when at least this share of the newly solved items are
 #: answered with the most common answer after the pilot, and that answer's share of items rose.
 DEGENERATE_SHARE = 0.5
-
-
-@dataclass
-class PilotTraining:
-    """What the pilot's training did: ``steps`` run, ``updates`` (steps with at least one group with
-    signal, i.e. a non-zero advantage) and ``groups_with_signal`` summed over steps."""
-
-    steps: int
-    updates: int
-    groups_with_signal: int
-
-    def to_dict(self) -> dict[str, int]:
-        return {"steps": self.steps, "updates": self.updates, "groups_with_signal": self.groups_with_signal}
 
 
 def pilot_training(rows: Sequence[dict[str, Any]]) -> PilotTraining:
@@ -91,27 +79,24 @@ def pilot_rule(before: Sequence[float], after: Sequence[float], *, updates: int 
     return change_verdict(mean_interval(a - b).to_dict())
 
 
-def pilot_verdict(p: dict[str, Any]) -> Verdict:
-    """GRPO after a pilot (:func:`pilot_from_outcomes`'s record): ``not indicated`` where the start was;
-    ``can't tell`` where the pilot never updated; else :func:`change_verdict` of the sampled change."""
-    if p.get("start_verdict") == NOT_INDICATED:
+def pilot_verdict(p: Pilot | PilotFamily) -> Verdict:
+    """GRPO after a pilot (:func:`pilot_from_outcomes`'s record, or a family's part of it): ``not
+    indicated`` where the start was; ``can't tell`` where the pilot never updated; else
+    :func:`change_verdict` of the sampled change."""
+    if p.start_verdict == NOT_INDICATED:
         return NOT_INDICATED
-    if (p.get("training") or {}).get("updates", 1) == 0:
+    if p.training is not None and p.training.updates == 0:
         return CANT_TELL
-    return change_verdict(p["sampled"]["change"])
+    return change_verdict(p.sampled.change.to_dict())
 
 
-def _paired_changes(sb, sa, gb, ga) -> dict[str, Any]:
-    """``sampled``/``greedy``: before, after and the paired change (95% t interval over items)."""
-    out = {}
-    for key, x0, x1 in (("sampled", sb, sa), ("greedy", gb, ga)):
-        c = mean_interval(x1 - x0)
-        out[key] = {"before": float(x0.mean()), "after": float(x1.mean()), "change": c.to_dict()}
-    return out
+def _paired_change(x0: np.ndarray, x1: np.ndarray) -> PairedChange:
+    """``[N]`` per-item shares before and after: their means and the paired change (95% t interval over items)."""
+    return PairedChange(float(x0.mean()), float(x1.mean()), mean_interval(x1 - x0))
 
 
 def degenerate_gain(greedy_before: Sequence[bool], greedy_after: Sequence[bool],
-                    answers_before: Sequence[str | None], answers_after: Sequence[str | None]) -> dict[str, Any]:
+                    answers_before: Sequence[str | None], answers_after: Sequence[str | None]) -> DegenerateGain:
     """The most common greedy answer before and after, its share of items, and whether the gain comes from
     it: ``flag`` when at least :data:`DEGENERATE_SHARE` of the newly solved items are answered with the
     most common answer after the pilot and that answer's share rose (a constant answer that is right only
@@ -127,20 +112,21 @@ def degenerate_gain(greedy_before: Sequence[bool], greedy_after: Sequence[bool],
     new = [i for i, (b, a) in enumerate(zip(greedy_before, greedy_after)) if a and not b]
     from_top = sum(1 for i in new if top_a is not None and str(answers_after[i] or "").strip() == top_a)
     flag = bool(new) and from_top / len(new) >= DEGENERATE_SHARE and share_a > share_b
-    return {"answer_before": top_b, "share_before": share_b, "answer_after": top_a, "share_after": share_a,
-            "newly_solved": len(new), "newly_solved_with_it": from_top, "flag": flag}
+    return DegenerateGain(answer_before=top_b, share_before=share_b, answer_after=top_a, share_after=share_a,
+                          newly_solved=len(new), newly_solved_with_it=from_top, flag=flag)
 
 
 def pilot_from_outcomes(before: PreflightResult, after: PreflightResult, *, steps: int, run_dir: str | None = None,
-                        training: PilotTraining | None = None) -> dict[str, Any]:
+                        training: PilotTraining | None = None) -> Pilot:
     """The change a pilot of ``steps`` GRPO steps made on the same held-out items, paired per item.
 
     ``before``/``after``: the preflight of the starting model and of the pilot's final model on the
     same items (in the same order, same ``k``; ``after`` may cover a prefix of ``before``'s items);
-    ``training``: what the pilot's training did (None: not recorded). Returns ``sampled`` (mean over
-    items of the share of ``k`` samples that solve it) and ``greedy`` before, after and their paired
-    change with a 95% t interval over items, ``training``, ``answers`` (:func:`degenerate_gain`, where
-    both recorded answers), the pilot's GRPO verdict (:func:`pilot_verdict`) and the start's."""
+    ``training``: what the pilot's training did (None: not recorded). Returns the :class:`Pilot`:
+    ``sampled`` (mean over items of the share of ``k`` samples that solve it) and ``greedy`` before,
+    after and their paired change with a 95% t interval over items, ``training``, ``answers``
+    (:func:`degenerate_gain`, where both recorded answers), the pilot's GRPO verdict
+    (:func:`pilot_verdict`), the start's, and each family's part where the items hold several."""
     b, a = before.per_item, after.per_item
     if not b or not a:
         raise ValueError("the pilot needs per-item outcomes of both preflights (PreflightResult.per_item)")
@@ -152,24 +138,24 @@ def pilot_from_outcomes(before: PreflightResult, after: PreflightResult, *, step
     k = float(b["k"])
     sb, sa = np.asarray(b["solved"][:n], float) / k, np.asarray(a["solved"][:n], float) / k
     gb, ga = np.asarray(b["greedy_ok"][:n], float), np.asarray(a["greedy_ok"][:n], float)
-    out: dict[str, Any] = {"steps": int(steps), "n_items": n, "k": int(k), "run_dir": run_dir,
-                           "start_verdict": before.verdict().value,
-                           "training": training.to_dict() if training is not None else None}
-    out.update(_paired_changes(sb, sa, gb, ga))
-    if "answers" in b and "answers" in a:
-        out["answers"] = degenerate_gain(gb.astype(bool), ga.astype(bool), b["answers"][:n], a["answers"][:n])
-    out["verdict"] = pilot_verdict(out).value
+    answers = (degenerate_gain(gb.astype(bool), ga.astype(bool), b["answers"][:n], a["answers"][:n])
+               if "answers" in b and "answers" in a else None)
+    out = Pilot(steps=int(steps), n_items=n, k=int(k), run_dir=run_dir, start_verdict=before.verdict(),
+                training=training, sampled=_paired_change(sb, sa), greedy=_paired_change(gb, ga),
+                verdict=CANT_TELL, answers=answers)
+    out.verdict = pilot_verdict(out)
     fam = b.get("families")
     if fam is not None and len(set(fam[:n])) > 1:  # per task family, each with its own verdict
         labels = np.asarray(fam[:n])
-        out["families"] = {}
+        out.families = {}
         for lab in dict.fromkeys(fam[:n]):
             m = labels == lab
-            row: dict[str, Any] = {"n_items": int(m.sum()), "start_verdict": (before.families.get(lab) or {}).get(
-                "verdict", out["start_verdict"]), "training": out["training"]}
-            row.update(_paired_changes(sb[m], sa[m], gb[m], ga[m]))
-            row["verdict"] = (pilot_verdict(row) if row["n_items"] >= MIN_ITEMS else CANT_TELL).value
-            out["families"][lab] = row
+            start = before.families[lab].verdict if lab in before.families else out.start_verdict
+            row = PilotFamily(n_items=int(m.sum()), start_verdict=start, training=training,
+                              sampled=_paired_change(sb[m], sa[m]), greedy=_paired_change(gb[m], ga[m]),
+                              verdict=CANT_TELL)
+            row.verdict = pilot_verdict(row) if row.n_items >= MIN_ITEMS else CANT_TELL
+            out.families[lab] = row
     return out
 
 
@@ -199,48 +185,47 @@ def _more_evidence(need: tuple[int, str], steps: int, available: int | None) -> 
     return f"at this change and spread about {need[0]} items (--n {need[0]}) would decide ({need[1]}), or {longer}"
 
 
-def signed_ci(c: dict) -> str:
-    return f"{c['value'] * 100:+.1f} points [{c['low'] * 100:+.1f}, {c['high'] * 100:+.1f}]"
+def signed_ci(c: CI) -> str:
+    """``+1.2 points [-0.4, +2.8]``: a change in shares, in points."""
+    return f"{c.value * 100:+.1f} points [{c.low * 100:+.1f}, {c.high * 100:+.1f}]"
 
 
-def pilot_line(p: dict[str, Any]) -> str:
+def pilot_line(p: Pilot) -> str:
     """The number a pilot's verdict rests on, in one line."""
-    s, g = p["sampled"], p["greedy"]
-    steps = f"{p['steps']} step{'s' * (p['steps'] != 1)}"
-    t = p.get("training")
-    upd = f" ({t['updates']} of {t['steps']} steps updated, {t['groups_with_signal']} groups with signal)" if t else ""
-    return (f"pilot of {steps}{upd}: sampled success {s['before']:.3f} -> {s['after']:.3f} "
-            f"({signed_ci(s['change'])}), greedy {g['before']:.3f} -> {g['after']:.3f} ({signed_ci(g['change'])}) "
-            f"on the same {p['n_items']} items x {p['k']}")
+    s, g, t = p.sampled, p.greedy, p.training
+    steps = f"{p.steps} step{'s' * (p.steps != 1)}"
+    upd = f" ({t.updates} of {t.steps} steps updated, {t.groups_with_signal} groups with signal)" if t else ""
+    return (f"pilot of {steps}{upd}: sampled success {s.before:.3f} -> {s.after:.3f} "
+            f"({signed_ci(s.change)}), greedy {g.before:.3f} -> {g.after:.3f} ({signed_ci(g.change)}) "
+            f"on the same {p.n_items} items x {p.k}")
 
 
-def _no_update_advice(res: PreflightResult, pilot: dict[str, Any]) -> str:
-    t = pilot["training"]
+def _no_update_advice(res: PreflightResult, pilot: Pilot) -> str:
     st = res.stats
-    return (f"can't tell: the pilot never updated (none of its {t['steps']} steps had a group with signal: every "
-            f"group's rewards were all equal, so the pilot's model is the starting model and its change is 0 by "
-            f"construction); to make it learn: more prompts per step (rollout.prompts_per_step), dynamic sampling "
-            f"(rollout.dynamic_sampling=true), a longer cap (rollout.max_new_tokens={2 * st.max_new_tokens}) or a "
-            f"larger group (rollout.group_size)")
+    return (f"can't tell: the pilot never updated (none of its {pilot.training.steps} steps had a group with signal: "
+            f"every group's rewards were all equal, so the pilot's model is the starting model and its change is 0 "
+            f"by construction); to make it learn: more prompts per step (rollout.prompts_per_step), dynamic "
+            f"sampling (rollout.dynamic_sampling=true), a longer cap (rollout.max_new_tokens="
+            f"{2 * st.max_new_tokens}) or a larger group (rollout.group_size)")
 
 
-def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
+def apply_pilot(res: PreflightResult, pilot: Pilot) -> PreflightResult:
     """Make ``pilot`` (:func:`pilot_from_outcomes`) decide ``res``'s GRPO row: its verdict, the number it
     rests on (the start's moves to the note) and the threshold; the rules that depend on GRPO's verdict
     run again. A pilot that never updated decides nothing. Returns ``res``."""
     res.pilot = pilot
     start = res.method("grpo")
-    verdict = Verdict(pilot["verdict"])
+    verdict = pilot.verdict
     start_word = "undecided" if start.verdict == CANT_TELL else str(start.verdict)
     notes = [f"before the pilot: {start_word} ({start.rests_on})"]
-    t = pilot.get("training")
-    never = t is not None and t["updates"] == 0
+    never = pilot.training is not None and pilot.training.updates == 0
     if never:
         notes.append(_no_update_advice(res, pilot))
-    need = items_to_decide(pilot["sampled"]["change"], pilot["n_items"]) if verdict == CANT_TELL and not never else None
+    need = (items_to_decide(pilot.sampled.change.to_dict(), pilot.n_items) if verdict == CANT_TELL and not never
+            else None)
     if need:
-        notes.append(f"the pilot's change is too small for its {pilot['n_items']} items: " + _more_evidence(
-            need, pilot["steps"], (res.settings or {}).get("items_available")))
+        notes.append(f"the pilot's change is too small for its {pilot.n_items} items: " + _more_evidence(
+            need, pilot.steps, (res.settings or {}).get("items_available")))
     if verdict == NOT_INDICATED and start.verdict != NOT_INDICATED:
         reach = res.stats.reachable
         if round(reach.value * reach.n) > 0:
@@ -248,11 +233,11 @@ def apply_pilot(res: PreflightResult, pilot: dict[str, Any]) -> PreflightResult:
                          "reward on the pilot's completions, or lower optim.lr (docs/when-grpo-helps.md)")
         else:
             notes.append("no item was within reach before the pilot either")
-    if (pilot.get("answers") or {}).get("flag"):
-        a = pilot["answers"]
-        notes.append(f"degenerate: {a['newly_solved_with_it']} of the {a['newly_solved']} newly solved items are "
-                     f"answered {a['answer_after']!r}, now the answer to {a['share_after'] * 100:.0f}% of items "
-                     f"(before: {a['share_before'] * 100:.0f}%): a constant answer, not learning")
+    a = pilot.answers
+    if a is not None and a.flag:
+        notes.append(f"degenerate: {a.newly_solved_with_it} of the {a.newly_solved} newly solved items are "
+                     f"answered {a.answer_after!r}, now the answer to {a.share_after * 100:.0f}% of items "
+                     f"(before: {a.share_before * 100:.0f}%): a constant answer, not learning")
     g = dataclasses.replace(start, verdict=verdict, rests_on=pilot_line(pilot), note="; ".join(notes),
                               cause="pilot_no_update" if never else "",
                               threshold=(f"pilot: the change in sampled success is above 0 (indicated) or below "

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from grpolab.diagnostics.preflight.pilot import items_to_decide, signed_ci
+from grpolab.diagnostics.preflight.records import Pilot, PilotFamily
 from grpolab.diagnostics.preflight.result import PreflightResult
 from grpolab.diagnostics.preflight.stats import FAILURE_REASONS
 from grpolab.diagnostics.preflight.verdicts import CANT_TELL, pct
@@ -42,36 +41,36 @@ def preflight_markdown(res: PreflightResult) -> str:
         lines += ["", "## Per family (GRPO)", "", "| family | items | greedy | pass@k | reachable | verdict |",
                   "|---|---|---|---|---|---|"]
         for lab, f in res.families.items():
-            lines.append(f"| {lab} | {f['n_items']} | {f['greedy']['value']:.3f} | {f['pass_at_k']['value']:.3f} | "
-                         f"{pct(f['reachable'])} | {f['verdict']} |")
+            h = f.headroom
+            lines.append(f"| {lab} | {h.n_items} | {h.greedy.value:.3f} | {h.pass_at_k.value:.3f} | "
+                         f"{pct(h.reachable)} | {f.verdict} |")
     return "\n".join(lines) + "\n"
 
 
-def _pilot_section(p: dict[str, Any]) -> list[str]:
-    seed = f", trainer.seed {p['trainer_seed']}" if p.get("trainer_seed") is not None else ""
-    t = p.get("training")
-    trained = (f" Its training: {t['updates']} of {t['steps']} steps updated, {t['groups_with_signal']} groups "
+def _pilot_section(p: Pilot) -> list[str]:
+    seed = f", trainer.seed {p.trainer_seed}" if p.trainer_seed is not None else ""
+    t = p.training
+    trained = (f" Its training: {t.updates} of {t.steps} steps updated, {t.groups_with_signal} groups "
                f"with signal in all." if t else "")
-    lines = ["", f"## Pilot ({p['steps']} GRPO steps of this config{seed}, `{p.get('run_dir') or '-'}`)", "",
-             f"The same {p['n_items']} held-out items measured again after the pilot (paired; t "
-             f"95% interval over items).{trained} Before the pilot GRPO was **{p['start_verdict']}**; after it "
-             f"**{p['verdict']}**.", "", "| measure | before | after | change [95% CI] |", "|---|---|---|---|"]
-    for key, label in (("sampled", f"sampled success ({p['k']} per item)"), ("greedy", "greedy success")):
-        x = p[key]
-        lines.append(f"| {label} | {x['before']:.3f} | {x['after']:.3f} | {signed_ci(x['change'])} |")
-    a = p.get("answers")
+    lines = ["", f"## Pilot ({p.steps} GRPO steps of this config{seed}, `{p.run_dir or '-'}`)", "",
+             f"The same {p.n_items} held-out items measured again after the pilot (paired; t "
+             f"95% interval over items).{trained} Before the pilot GRPO was **{p.start_verdict}**; after it "
+             f"**{p.verdict}**.", "", "| measure | before | after | change [95% CI] |", "|---|---|---|---|"]
+    for x, label in ((p.sampled, f"sampled success ({p.k} per item)"), (p.greedy, "greedy success")):
+        lines.append(f"| {label} | {x.before:.3f} | {x.after:.3f} | {signed_ci(x.change)} |")
+    a = p.answers
     if a:
-        lines.append(f"| most common greedy answer's share of items | {a['share_before'] * 100:.0f}% "
-                     f"(`{a['answer_before']}`) | {a['share_after'] * 100:.0f}% (`{a['answer_after']}`) | "
-                     + ("**flagged: the gain comes from a constant answer**" if a["flag"] else "-") + " |")
-    if p.get("families"):
+        lines.append(f"| most common greedy answer's share of items | {a.share_before * 100:.0f}% "
+                     f"(`{a.answer_before}`) | {a.share_after * 100:.0f}% (`{a.answer_after}`) | "
+                     + ("**flagged: the gain comes from a constant answer**" if a.flag else "-") + " |")
+    if p.families:
         lines += ["", "| family | items | verdict before | sampled success: before -> after, change | "
                   "greedy: before -> after, change | verdict after |", "|---|---|---|---|---|---|"]
-        for lab, f in p["families"].items():
-            lines.append(f"| {lab} | {f['n_items']} | {f['start_verdict']} | {f['sampled']['before']:.3f} -> "
-                         f"{f['sampled']['after']:.3f}, {signed_ci(f['sampled']['change'])} | "
-                         f"{f['greedy']['before']:.3f} -> {f['greedy']['after']:.3f}, "
-                         f"{signed_ci(f['greedy']['change'])} | {f['verdict']}{_need(f)} |")
+        for lab, f in p.families.items():
+            lines.append(f"| {lab} | {f.n_items} | {f.start_verdict} | {f.sampled.before:.3f} -> "
+                         f"{f.sampled.after:.3f}, {signed_ci(f.sampled.change)} | "
+                         f"{f.greedy.before:.3f} -> {f.greedy.after:.3f}, "
+                         f"{signed_ci(f.greedy.change)} | {f.verdict}{_need(f)} |")
     return lines
 
 
@@ -88,7 +87,7 @@ def _headroom_section(res: PreflightResult) -> list[str]:
                        ("mixed_items", "items where a group can have mixed rewards")):
         c = getattr(s, key)
         if key == "sampled_minus_greedy" and c is not None:
-            lines.append(f"| {label} | {signed_ci(c.to_dict())} |")
+            lines.append(f"| {label} | {signed_ci(c)} |")
         elif c is not None:
             lines.append(f"| {label} | {pct(c)} |")
     if s.modal_answer is not None:
@@ -111,12 +110,12 @@ def _failure_section(res: PreflightResult) -> list[str]:
     lc = s.length_coupling
     if s.response_tokens:
         lines += ["", f"Mean response length {s.response_tokens.value:.1f} tokens."]
-    if lc and lc.get("fail_success_length_ratio") is not None:
-        lines.append(f"Within-group fail/success length ratio {lc['fail_success_length_ratio']:.3f} "
-                     f"[{lc['ratio_ci'][0]:.3f}, {lc['ratio_ci'][1]:.3f}] over {lc['mixed_groups']} mixed groups.")
+    if lc is not None and lc.fail_success_length_ratio is not None:
+        lines.append(f"Within-group fail/success length ratio {lc.fail_success_length_ratio:.3f} "
+                     f"[{lc.ratio_ci[0]:.3f}, {lc.ratio_ci[1]:.3f}] over {lc.mixed_groups} mixed groups.")
     return lines
 
 
-def _need(f: dict[str, Any]) -> str:
-    need = items_to_decide(f["sampled"]["change"], f["n_items"]) if f["verdict"] == CANT_TELL else None
+def _need(f: PilotFamily) -> str:
+    need = items_to_decide(f.sampled.change.to_dict(), f.n_items) if f.verdict == CANT_TELL else None
     return f" (about {need[0]} items of this family would decide: {need[1]})" if need else ""

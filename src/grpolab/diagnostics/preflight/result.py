@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
+from grpolab.diagnostics.preflight.records import FamilyRow, Pilot
 from grpolab.diagnostics.preflight.stats import (
     SOLVED,
+    HeadroomStats,
     PreflightStats,
     _item_share,
     all_equal_share,
@@ -24,26 +27,28 @@ from grpolab.diagnostics.preflight.verdicts import (
     Verdict,
     grpo_verdict,
     method_table,
+    stats_from_dict,
 )
 
-__all__ = ["PreflightResult", "pilot_record", "preflight_from_outcomes"]
+__all__ = ["PreflightResult", "preflight_from_outcomes"]
 
 
 @dataclass
 class PreflightResult:
     """Everything the preflight measured, and the verdicts (``to_dict`` is ``preflight.json``).
 
-    ``families``: per family label, its headroom, all-equal share, items with signal and GRPO verdict
-    (empty with one family); ``per_item``: ``greedy_ok`` [N] bool, ``solved`` [N] samples that solved it
-    (of ``k``), ``answers`` [N] the greedy answer where recorded, ``families`` [N]; ``pilot``: the pilot's
-    record (:func:`grpolab.diagnostics.preflight.pilot.pilot_from_outcomes`) when one ran."""
+    ``families``: per family label, its :class:`FamilyRow` (headroom, all-equal share, items with signal
+    and GRPO verdict; empty with one family); ``per_item``: ``greedy_ok`` [N] bool, ``solved`` [N] samples
+    that solved it (of ``k``), ``answers`` [N] the greedy answer where recorded, ``families`` [N];
+    ``pilot``: the :class:`Pilot` (:func:`grpolab.diagnostics.preflight.pilot.pilot_from_outcomes`) when
+    one ran. :meth:`from_dict` reads a stored ``preflight.json`` back."""
 
     stats: PreflightStats
     methods: list[MethodVerdict]
-    families: dict[str, dict[str, Any]] = field(default_factory=dict)
+    families: dict[str, FamilyRow] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
     per_item: dict[str, Any] = field(default_factory=dict)
-    pilot: dict[str, Any] | None = None
+    pilot: Pilot | None = None
 
     def method(self, method_id: str = "grpo") -> MethodVerdict:
         """The row of the rule registered as ``method_id`` (``grpo``, ``dynamic_sampling``, ...)."""
@@ -70,19 +75,29 @@ class PreflightResult:
                 "sample_solves": s.sample_solves.value, "answer_in_failure": s.answer_in_failure.value,
                 "cut": s.responses.cut.value if s.responses else None, "all_equal": s.all_equal.value,
                 "gain_ceiling": s.gain_ceiling, "modal_answer": s.modal_answer.value if s.modal_answer else None,
-                **({"grpo_start": self.pilot["start_verdict"], "pilot": pilot_record(self.pilot)}
+                **({"grpo_start": self.pilot.start_verdict.value, "pilot": self.pilot.record()}
                    if self.pilot else {})}
 
     def to_dict(self) -> dict[str, Any]:
         return {"settings": self.settings, "verdict": self.verdict().value, "message": self.message,
                 "stats": self.stats.to_dict(), "methods": [m.to_dict() for m in self.methods],
-                "families": self.families, "calibration": self.calibration(), "thresholds": THRESHOLDS,
-                "pilot": self.pilot, "per_item": self.per_item}
+                "families": {lab: f.to_dict() for lab, f in self.families.items()},
+                "calibration": self.calibration(), "thresholds": THRESHOLDS,
+                "pilot": self.pilot.to_dict() if self.pilot is not None else None, "per_item": self.per_item}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PreflightResult:
+        """A result from its :meth:`to_dict` (a stored ``preflight.json``); ``verdict``, ``message``,
+        ``calibration`` and ``thresholds`` are derived, not read."""
+        return cls(stats=stats_from_dict(d["stats"]), methods=[MethodVerdict.from_dict(m) for m in d["methods"]],
+                   families={lab: FamilyRow.from_dict(f) for lab, f in (d.get("families") or {}).items()},
+                   settings=dict(d.get("settings") or {}), per_item=dict(d.get("per_item") or {}),
+                   pilot=Pilot.from_dict(d["pilot"]) if d.get("pilot") is not None else None)
 
 
-def _family_stats(families, greedy_ok, counts, k, near, eq) -> dict[str, dict[str, Any]]:
+def _family_stats(families, greedy_ok, counts, k, near, eq) -> dict[str, FamilyRow]:
     """Each family's headroom statistics and GRPO verdict (none when there is one family)."""
-    fams: dict[str, dict[str, Any]] = {}
+    fams: dict[str, FamilyRow] = {}
     if families is None:
         return fams
     if len(families) != len(greedy_ok):
@@ -97,10 +112,8 @@ def _family_stats(families, greedy_ok, counts, k, near, eq) -> dict[str, dict[st
         v = grpo_verdict(fs)
         if fs.n_items < MIN_ITEMS:
             v.verdict = CANT_TELL
-        row = {key: val for key, val in fs.to_dict().items()
-               if key in ("n_items", "k", "greedy", "sampled", "pass_at_k", "sample_solves", "answer_in_failure",
-                          "reachable", "sampled_minus_greedy", "all_equal", "mixed_items")}
-        fams[lab] = {**row, "verdict": v.verdict.value, "rests_on": v.rests_on}
+        headroom = HeadroomStats(**{f.name: getattr(fs, f.name) for f in dataclasses.fields(HeadroomStats)})
+        fams[lab] = FamilyRow(headroom, v.verdict, v.rests_on)
     return fams
 
 
@@ -168,19 +181,3 @@ def preflight_from_outcomes(
                 **({"families": list(families)} if families is not None else {})}
     return PreflightResult(stats=stats, methods=method_table(stats), families=fams, settings=dict(settings or {}),
                            per_item=per_item)
-
-
-def pilot_record(p: dict[str, Any]) -> dict[str, Any]:
-    """The calibration's record of a pilot (and of each family's part of it): verdicts, the changes
-    with their intervals, and sampled/greedy success as ``[before, after]``."""
-    out = {"verdict": p["verdict"], "start_verdict": p["start_verdict"], "steps": p.get("steps"),
-           "n_items": p["n_items"], "sampled_change": p["sampled"]["change"], "greedy_change": p["greedy"]["change"],
-           "sampled": [p["sampled"]["before"], p["sampled"]["after"]],
-           "greedy": [p["greedy"]["before"], p["greedy"]["after"]]}
-    if p.get("training") is not None:
-        out["training"] = p["training"]
-    if p.get("answers") is not None:
-        out["degenerate"] = p["answers"]["flag"]
-    if p.get("families"):
-        out["families"] = {lab: pilot_record({**f, "steps": p["steps"]}) for lab, f in p["families"].items()}
-    return out

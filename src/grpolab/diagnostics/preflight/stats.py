@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Sequence
 
 import numpy as np
@@ -34,9 +34,10 @@ import numpy as np
 from grpolab.diagnostics.inference import mean_interval
 from grpolab.diagnostics.stats import CI, bootstrap_ci, pass_at_k, wilson_interval
 
-__all__ = ["CUT", "ERROR", "FAILURE_REASONS", "FAMILY_KEYS", "HeadroomStats", "PreflightStats", "ResponseStats",
-           "SOLVED", "UNPARSED", "WRONG", "all_equal_share", "answer_in_text", "auc_interval", "failure_reason",
-           "family_of", "headroom_stats", "length_coupling", "modal_answer_share", "preflight_stats", "wilson"]
+__all__ = ["CUT", "ERROR", "FAILURE_REASONS", "FAMILY_KEYS", "HeadroomStats", "LengthCoupling", "PreflightStats",
+           "ResponseStats", "SOLVED", "UNPARSED", "WRONG", "all_equal_share", "answer_in_text", "auc_interval",
+           "ci_from_dict", "failure_reason", "family_of", "headroom_stats", "length_coupling", "modal_answer_share",
+           "preflight_stats", "wilson"]
 
 CUT, UNPARSED, WRONG, ERROR = "cut at the cap", "no parseable answer", "wrong answer", "verifier error"
 FAILURE_REASONS = (CUT, UNPARSED, WRONG, ERROR)
@@ -139,22 +140,55 @@ def _ratio_of_means(x: np.ndarray) -> float:
     return float(x[:, 0].mean() / x[:, 1].mean()) if x[:, 1].mean() > 0 else float("nan")
 
 
-def length_coupling(lengths: Sequence[Sequence[float]], solved: Sequence[Sequence[bool]], *, seed: int = 0,
-                    ci: bool = True) -> dict:
-    """Sign-length coupling: lengths of failed and solved responses *within* prompt groups.
+@dataclass
+class LengthCoupling:
+    """Sign-length coupling of the sampled responses (:func:`length_coupling`): lengths of failed and solved
+    responses *within* prompt groups.
 
-    Over the groups with both (mixed groups): ``fail_success_length_ratio`` is the mean of the
+    Over the groups with both (``mixed_groups``): ``fail_success_length_ratio`` is the mean of the
     failures' mean lengths over the mean of the successes' (the training metric ``length/mixed_ratio``,
     :func:`grpolab.train.step_metrics.within_group_lengths`; the precondition of Balanced Aggregation,
     docs/results/aggregation_coupled.md), with a bootstrap interval over mixed groups (``ratio_ci``,
-    when ``ci``); ``mean_group_ratio`` the mean of the per-group ratios; ``fail_longer_frac`` /
-    ``fail_shorter_frac`` the shares of the mixed groups' failures longer / shorter than their group's
-    mean success; ``pooled_fail_success_ratio`` the same ratio over all responses (not within groups:
-    it mixes easy and hard prompts). A field with nothing to average is None.
+    ``(low, high)``; None where not computed); ``mean_group_ratio`` the mean of the per-group ratios;
+    ``mean_fail_tokens_mixed`` / ``mean_success_tokens_mixed`` the two means; ``fail_longer_frac`` /
+    ``fail_shorter_frac`` the shares of the mixed groups' failures longer / shorter than their group's mean
+    success; ``pooled_fail_success_ratio`` the same ratio over all responses (not within groups: it mixes
+    easy and hard prompts); ``responses``, ``correct_frac`` and ``mean_response_tokens`` over all of them.
+    A field with nothing to average is None."""
 
-    Args:
-        lengths / solved: ``[G][k_g]`` per group (prompt), its responses' lengths and outcomes.
-    """
+    responses: int
+    correct_frac: float
+    mixed_groups: int
+    fail_success_length_ratio: float | None = None
+    mean_group_ratio: float | None = None
+    mean_fail_tokens_mixed: float | None = None
+    mean_success_tokens_mixed: float | None = None
+    pooled_fail_success_ratio: float | None = None
+    mean_response_tokens: float | None = None
+    fail_longer_frac: float | None = None
+    fail_shorter_frac: float | None = None
+    ratio_ci: tuple[float, float] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``preflight.json``'s ``stats.length_coupling`` (``ratio_ci`` only where computed)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "ratio_ci"}
+        if self.ratio_ci is not None:
+            out["ratio_ci"] = list(self.ratio_ci)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LengthCoupling:
+        """The inverse of :meth:`to_dict`."""
+        kw = {f.name: d[f.name] for f in fields(cls) if f.name in d}
+        if kw.get("ratio_ci") is not None:
+            kw["ratio_ci"] = tuple(kw["ratio_ci"])
+        return cls(**kw)
+
+
+def length_coupling(lengths: Sequence[Sequence[float]], solved: Sequence[Sequence[bool]], *, seed: int = 0,
+                    ci: bool = True) -> LengthCoupling:
+    """:class:`LengthCoupling` of ``[G][k_g]`` per group (prompt) its responses' lengths and outcomes; the
+    ratio's bootstrap interval over mixed groups when ``ci``."""
     inc, cor, ratios, longer, shorter, n_fail = [], [], [], 0, 0, 0
     all_f, all_s = [], []
     for L, S in zip(lengths, solved):
@@ -172,22 +206,26 @@ def length_coupling(lengths: Sequence[Sequence[float]], solved: Sequence[Sequenc
             n_fail += len(f)
     total = len(all_f) + len(all_s)
     mean = lambda v: sum(v) / len(v) if v else None  # noqa: E731
-    out: dict[str, Any] = {
-        "responses": total, "correct_frac": len(all_s) / max(total, 1), "mixed_groups": len(inc),
-        "fail_success_length_ratio": None, "mean_group_ratio": mean(ratios),
-        "mean_fail_tokens_mixed": mean(inc), "mean_success_tokens_mixed": mean(cor),
-        "pooled_fail_success_ratio": (mean(all_f) / mean(all_s)) if all_f and all_s and sum(all_s) > 0 else None,
-        "mean_response_tokens": (sum(all_f) + sum(all_s)) / total if total else None,
-        "fail_longer_frac": longer / n_fail if n_fail else None,
-        "fail_shorter_frac": shorter / n_fail if n_fail else None,
-    }
+    out = LengthCoupling(
+        responses=total, correct_frac=len(all_s) / max(total, 1), mixed_groups=len(inc),
+        mean_group_ratio=mean(ratios), mean_fail_tokens_mixed=mean(inc), mean_success_tokens_mixed=mean(cor),
+        pooled_fail_success_ratio=(mean(all_f) / mean(all_s)) if all_f and all_s and sum(all_s) > 0 else None,
+        mean_response_tokens=(sum(all_f) + sum(all_s)) / total if total else None,
+        fail_longer_frac=longer / n_fail if n_fail else None,
+        fail_shorter_frac=shorter / n_fail if n_fail else None,
+    )
     if inc and sum(cor) > 0:
-        out["fail_success_length_ratio"] = sum(inc) / sum(cor)
+        out.fail_success_length_ratio = sum(inc) / sum(cor)
         if ci:
             pairs = np.stack([np.asarray(inc), np.asarray(cor)], axis=1)
             c = bootstrap_ci(pairs, _ratio_of_means, seed=seed, n_boot=1000)
-            out["ratio_ci"] = [c.low, c.high]
+            out.ratio_ci = (c.low, c.high)
     return out
+
+
+def ci_from_dict(x: dict[str, Any] | CI | None) -> CI | None:
+    """A :class:`CI` from its ``to_dict`` (None and a CI pass through)."""
+    return CI(x["value"], x["low"], x["high"], x["n"], x.get("level", 0.95)) if isinstance(x, dict) else x
 
 
 def _item_share(values: Sequence[float]) -> CI:
@@ -276,7 +314,7 @@ class PreflightStats(HeadroomStats):
     """Everything the verdicts read (``to_dict`` is ``preflight.json``'s ``stats``): the headroom, and the
     run's ``group_size`` and ``max_new_tokens``; ``pass_at_k_unbiased`` ``{j: pass@j}``; ``responses``;
     ``greedy_failures`` ``{reason: count}``; ``response_tokens`` (t over items, None: not measured);
-    ``length_coupling`` (:func:`length_coupling`'s record); ``readability`` (the measured row, None: not
+    ``length_coupling`` (:class:`LengthCoupling`); ``readability`` (the measured row, None: not
     measured); ``has_privileged``; ``off_policy``; ``modal_answer``: the share of items whose greedy
     answer is the most common one (:func:`modal_answer_share`; None: answers not recorded)."""
 
@@ -286,7 +324,7 @@ class PreflightStats(HeadroomStats):
     responses: ResponseStats | None = None
     greedy_failures: dict[str, int] = field(default_factory=dict)
     response_tokens: CI | None = None
-    length_coupling: dict[str, Any] | None = None
+    length_coupling: LengthCoupling | None = None
     readability: dict[str, Any] | None = None
     has_privileged: bool = False
     off_policy: bool = False

@@ -27,8 +27,10 @@ from typing import Any, Callable
 from grpolab.diagnostics.preflight.stats import (
     CUT,
     HeadroomStats,
+    LengthCoupling,
     PreflightStats,
     ResponseStats,
+    ci_from_dict,
     wilson,
 )
 from grpolab.diagnostics.readability import READABLE_AUC
@@ -120,6 +122,12 @@ class MethodVerdict:
                 "threshold": self.threshold, "source": self.source, "set_lines": list(self.set_lines),
                 "note": self.note, "evidence": self.evidence, **({"cause": self.cause} if self.cause else {})}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MethodVerdict:
+        """A row from its :meth:`to_dict` (``preflight.json``'s ``methods``; ``rests_on_items`` is not stored)."""
+        return cls(Verdict(d["verdict"]), d["rests_on"], d["threshold"], d["source"], list(d["set_lines"]), d["note"],
+                   d["id"], d["method"], d["evidence"], cause=d.get("cause", ""))
+
 
 Rule = Callable[[PreflightStats, "dict[str, MethodVerdict]"], MethodVerdict]
 
@@ -163,8 +171,7 @@ def register_verdict(id: str, name: str, *, evidence: str = "", depends: tuple[s
 def stats_from_dict(d: dict[str, Any]) -> PreflightStats:
     """:class:`PreflightStats` from its ``to_dict`` (``preflight.json``'s ``stats``); keys it does not know
     (e.g. ``gain_ceiling``, derived) are skipped, missing ones keep their defaults."""
-    def ci(x):
-        return CI(x["value"], x["low"], x["high"], x["n"], x.get("level", 0.95)) if isinstance(x, dict) else x
+    ci = ci_from_dict
     known = {f.name: f for f in dataclasses.fields(PreflightStats)}
     kw: dict[str, Any] = {}
     for key, val in d.items():
@@ -175,6 +182,8 @@ def stats_from_dict(d: dict[str, Any]) -> PreflightStats:
                                                     "verifier error")}
             val = ResponseStats(val.get("responses", 0), val.get("failures", 0), reasons, ci(val["cut"]),
                                 ci(val.get("answer_in_failed_response")), ci(val.get("answer_in_cut_response")))
+        elif key == "length_coupling" and isinstance(val, dict):
+            val = LengthCoupling.from_dict(val)
         elif isinstance(val, dict) and {"value", "low", "high"} <= set(val):
             val = ci(val)
         kw[key] = val
@@ -432,11 +441,11 @@ def _balanced(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdi
     t = THRESHOLDS["length_ratio"]["value"]
     lc = s.length_coupling
     thr, src = f"within-group fail/success length ratio >= {t}", THRESHOLDS["length_ratio"]["source"]
-    if not lc or lc.get("fail_success_length_ratio") is None:
+    if lc is None or lc.fail_success_length_ratio is None:
         return MethodVerdict(CANT_TELL, "no group holds both a success and a failure", thr, src, [], "")
-    lo, hi = lc["ratio_ci"]
-    rests = (f"ratio {lc['fail_success_length_ratio']:.3f} [{lo:.3f}, {hi:.3f}] over {lc['mixed_groups']} mixed "
-             f"groups ({lc['responses']} responses)")
+    lo, hi = lc.ratio_ci
+    rests = (f"ratio {lc.fail_success_length_ratio:.3f} [{lo:.3f}, {hi:.3f}] over {lc.mixed_groups} mixed "
+             f"groups ({lc.responses} responses)")
     v = _against(lo, hi, t)
     row = MethodVerdict(v, rests, thr, src, ["objective.aggregation=balanced"] if v == INDICATED else [],
                         "precondition only: where it held, balanced did not beat token aggregation" if v == INDICATED
