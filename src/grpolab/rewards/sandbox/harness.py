@@ -837,11 +837,21 @@ def _hide_mount_tables() -> None:
 
 
 def _limit(req: dict) -> None:
-    """The request's rlimits, soft = hard (a program can only lower them further)."""
-    import resource  # noqa: PLC0415
+    """The request's rlimits (``{resource number: value}``, numbered by the host: same kernel),
+    soft = hard (a program can only lower them further); through the C library's ``setrlimit``
+    when ``_ctypes`` is loaded already (Landlock), which spares loading ``resource``."""
+    ctypes = sys.modules.get("_ctypes")
+    if ctypes is None:
+        import resource  # noqa: PLC0415
 
-    for name, value in req["rlimits"].items():
-        resource.setrlimit(getattr(resource, name), (value, value))
+        for number, value in req["rlimits"].items():
+            resource.setrlimit(number, (value, value))
+        return
+    setrlimit = ctypes.dlsym(ctypes.dlopen(None), "setrlimit")
+    for number, value in req["rlimits"].items():
+        both = value.to_bytes(8, "little") * 2  # struct rlimit {rlim_cur, rlim_max}
+        if ctypes.call_function(setrlimit, (number, both)):
+            raise OSError(f"setrlimit({number}, {value}) failed: the sandbox does not start")
 
 
 def program(source: str) -> None:

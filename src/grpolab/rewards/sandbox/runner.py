@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import resource
 import select
 import shutil
 import signal
@@ -179,7 +180,8 @@ class Launcher:
         return args
 
     def request(self, role: str, limits: SandboxLimits, **fields) -> bytes:
-        req = {"role": role, "rlimits": limits.rlimits(), "path": self.spec["sys_path"],
+        rlimits = {getattr(resource, name): value for name, value in limits.rlimits().items()}
+        req = {"role": role, "rlimits": rlimits, "path": self.spec["sys_path"],
                "stdlib": self.spec["stdlib"],
                "packages": [self.spec["sys_path"][-1]] if self.packages else [],
                "code": self.harness[0], "src": self.harness[1], "landlock": self.landlock,
