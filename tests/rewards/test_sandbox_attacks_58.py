@@ -460,6 +460,15 @@ def _host_paths(pool) -> list[str]:
     return sorted(p for p in out if p not in ("/", "/tmp", ""))
 
 
+def _kernel_has_landlock() -> bool:
+    """Whether this kernel answers landlock_create_ruleset's version query (probed here, not
+    with the code under test)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) >= 1
+
+
 def test_no_mount_table_shows_a_host_path(any_pool):
     """Before: /proc/self/mountinfo (and mounts, mountstats, /proc/1/..., a thread's
     /proc/<tid>/...) listed every bind of the view with its host source: the staging folder
@@ -481,6 +490,8 @@ def test_no_mount_table_shows_a_host_path(any_pool):
         tables = out["tables"]
         assert f"/proc/{tables['thread']}/mountinfo" in tables, (mode, where)
         leaks = [(p, h) for p, t in tables.items() for h in hosts if h in t]
+        if leaks and not _kernel_has_landlock():
+            _fail_or_skip(f"{mode}: no Landlock here, mount tables show {leaks[:3]}: {pool.notes}")
         assert not leaks, (mode, where, leaks[:5], {p: tables[p][:300] for p, _ in leaks[:2]})
 
 
@@ -495,7 +506,7 @@ def test_the_isolation_record_says_whether_mount_tables_are_hidden(monkeypatch):
         feats = pool.features()
         if not feats:
             _fail_or_skip(f"no sandbox: {pool.notes}")
-        if runner.landlock_abi() < 1:
+        if not _kernel_has_landlock():
             _fail_or_skip("this kernel has no Landlock (or it is not in its lsm= list)")
         assert "landlock" in feats, feats
         r = pool.run("print(open('/proc/self/mountinfo').read())", "", SandboxLimits(timeout_s=20))
