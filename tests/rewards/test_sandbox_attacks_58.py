@@ -409,29 +409,120 @@ def test_tmp_is_bounded_in_files_not_only_in_bytes(pool2):
     assert int(r.stdout.split()[-1]) <= MAX_TMP_FILES + 20_000, r.stdout[-100:]
 
 
-MOUNTS = "print(open('/proc/self/mountinfo').read())"
+MOUNT_TABLES = r"""
+import json, os, threading
+def read(p):
+    try:
+        with open(p) as f:
+            return f.read()
+    except OSError as e:
+        return f"<{type(e).__name__} {e.errno}>"
+out = {p: read(p) for p in (
+    "/proc/self/mountinfo", "/proc/self/mounts", "/proc/self/mountstats", "/proc/mounts",
+    "/proc/1/mountinfo", "/proc/1/mounts", "/proc/1/mountstats", "/proc/thread-self/mountinfo",
+    "/proc/1/task/1/mountinfo", "/proc/1/task/1/mounts", "/proc/1/root/proc/1/mountinfo",
+    "/proc/self/cwd/../proc/self/mountinfo", "/proc/self/net/../mountinfo")}
+def in_a_thread():
+    tid = threading.get_native_id()
+    for name in ("mountinfo", "mounts", "mountstats"):
+        for p in (f"/proc/{tid}/{name}", f"/proc/1/task/{tid}/{name}", f"/proc/thread-self/{name}"):
+            out[p] = read(p)
+    out["thread"] = str(tid)
+t = threading.Thread(target=in_a_thread)
+t.start()
+t.join()
+handle = os.open("/proc/self/mountinfo", os.O_PATH)  # no access checked yet: reopened below
+out["/proc/self/fd/<O_PATH handle>"] = read(f"/proc/self/fd/{handle}")
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for name in ("mountinfo", "mounts", "mountstats"):
+            out[f"/proc/{pid}/{name}"] = read(f"/proc/{pid}/{name}")
+status = read("/proc/self/status")
+print(json.dumps({"tables": out, "status": status[:5], "fds": len(os.listdir("/proc/self/fd"))}))
+"""
 
 
-def test_mountinfo_shows_neither_the_trainers_pid_nor_a_packages_host_path(any_pool):
-    """Before: the staging folder's name carried the trainer's pid, and each allow-listed
-    package's bind showed the virtual environment's path. Packages are now mirrored into the
-    staging tree where hard links work (a package another user owns on another file system is
-    still bound from its host path: docs/sandbox.md)."""
-    mode, pool = any_pool
-    r = pool.run(MOUNTS, "", SandboxLimits(timeout_s=20))
-    assert r.ok, r.stderr[-300:]
-    assert f"-{os.getpid()}-" not in r.stdout, r.stdout
+def _host_paths(pool) -> list[str]:
+    """Host paths a program must not learn from a mount table: the staging folder, the
+    trainer's virtual environment and working folder, this checkout, /root and /work, and the
+    host side of every bind whose path in the view differs from it (a package's venv path)."""
+    import tempfile
+
+    from grpolab.rewards.sandbox.view import VIEW_PREFIX
+
     launcher = pool.launcher()
-    for src, dst in launcher.spec["binds"]:
-        if dst.startswith("/sandbox/packages/") and _linkable(src, launcher.staged["root"]):
-            assert f" {src} " not in r.stdout, (src, r.stdout)
+    staged = launcher.staged["root"]
+    out = {staged, os.path.join(os.path.dirname(staged), VIEW_PREFIX),
+           os.path.join(tempfile.gettempdir(), VIEW_PREFIX), sys.prefix,
+           os.path.realpath(sys.prefix), os.getcwd(), str(HERE.parents[1]), "/root", "/work"}
+    out |= {src for src, dst in launcher.spec["binds"] if src != dst}
+    out |= {src for src, dst in launcher.staged["binds"] if src != dst}
+    return sorted(p for p in out if p not in ("/", "/tmp", ""))
 
 
-def _linkable(src: str, staging: str) -> bool:
-    """Whether this process may hard-link ``src``'s files into ``staging`` (same file system;
-    as a non-root user, its own files)."""
-    st = os.stat(src)
-    return st.st_dev == os.stat(staging).st_dev and (os.geteuid() == 0 or st.st_uid == os.getuid())
+def _kernel_has_landlock() -> bool:
+    """Whether this kernel answers landlock_create_ruleset's version query (probed here, not
+    with the code under test)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)) >= 1
+
+
+def test_no_mount_table_shows_a_host_path(any_pool):
+    """Before: /proc/self/mountinfo (and mounts, mountstats, /proc/1/..., a thread's
+    /proc/<tid>/...) listed every bind of the view with its host source: the staging folder
+    (/tmp/grpolab-view-...), hence where the trainer keeps its files. A program, on the plain
+    and the fast path, in every mode, reads every mount table it can name (its own, pid 1's, its
+    threads', through /proc/1/root and /proc/self/cwd): none shows a host path, while the rest
+    of its /proc (status, fd) stays readable."""
+    import json
+
+    mode, pool = any_pool
+    hosts = _host_paths(pool)
+    r = pool.run(MOUNT_TABLES, "", SandboxLimits(timeout_s=20))
+    assert r.ok, (r.reason, r.stderr[-500:])
+    fast, _ = pool.run_fast(MOUNT_TABLES, "", ["1"], "", SandboxLimits(timeout_s=20))
+    assert fast.ok, (fast.reason, fast.stderr[-500:])
+    for where, text in (("program", r.stdout), ("fast path", fast.stderr)):
+        out = json.loads(text.strip().splitlines()[-1])
+        assert out["status"] == "Name:" and out["fds"] >= 3, (mode, where, out["status"])
+        tables = out["tables"]
+        assert f"/proc/{tables['thread']}/mountinfo" in tables, (mode, where)
+        leaks = [(p, h) for p, t in tables.items() for h in hosts if h in t]
+        if leaks and not _kernel_has_landlock():
+            _fail_or_skip(f"{mode}: no Landlock here, mount tables show {leaks[:3]}: {pool.notes}")
+        assert not leaks, (mode, where, leaks[:5], {p: tables[p][:300] for p, _ in leaks[:2]})
+
+
+def test_the_isolation_record_says_whether_mount_tables_are_hidden(monkeypatch):
+    """"landlock" is in a pool's features exactly when its programs cannot read a mount table:
+    on a kernel without Landlock (simulated: the ABI probe answers 0) the feature is missing,
+    the pool's notes say why, and a program reads its mountinfo again."""
+    from grpolab.rewards.sandbox import runner
+
+    pool = SandboxPool(size=1)
+    try:
+        feats = pool.features()
+        if not feats:
+            _fail_or_skip(f"no sandbox: {pool.notes}")
+        if not _kernel_has_landlock():
+            _fail_or_skip("this kernel has no Landlock (or it is not in its lsm= list)")
+        assert "landlock" in feats, feats
+        r = pool.run("print(open('/proc/self/mountinfo').read())", "", SandboxLimits(timeout_s=20))
+        assert r.returncode == 1 and "PermissionError" in r.stderr, (r.stdout[:300], r.stderr)
+    finally:
+        pool.close()
+    monkeypatch.setattr(runner, "landlock_abi", lambda: 0)
+    bare = SandboxPool(size=1)
+    try:
+        feats = bare.features()
+        assert feats and "landlock" not in feats, feats
+        assert any("no Landlock" in n for n in bare.notes), bare.notes
+        r = bare.run("print(open('/proc/self/mountinfo').read())", "", SandboxLimits(timeout_s=20))
+        assert r.ok and " /proc " in r.stdout, (r.stdout[:300], r.stderr[-300:])
+    finally:
+        bare.close()
 
 
 # ------------------------------------------------------------------ 5. locks, leases, notify

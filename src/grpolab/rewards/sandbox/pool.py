@@ -124,6 +124,11 @@ class SandboxPool:
                     launcher.close()  # no launcher without its uids: every call refuses again
                     raise
                 self._launcher, self._uids = launcher, uids
+                if not launcher.landlock:
+                    self.notes.append(
+                        "no Landlock (kernel < 5.13, disabled at boot, or no _ctypes in the "
+                        "programs' interpreter): programs can read their mount tables, which "
+                        "name the host folders the view is bound from (docs/sandbox.md)")
                 self._prestart = Prestarter(self._start_key)
             return self._launcher
 
@@ -187,8 +192,7 @@ class SandboxPool:
             self.notes.append(f"the probe program failed: {r.reason} {r.detail} "
                               f"{r.stderr[-300:]}")
             return ()
-        uid = ("uid",) if self.sandbox_uids() else ()
-        return FEATURES + uid
+        return self.isolation_features()
 
     def warm_up(self) -> None:
         """Stage the view and prestart one sandbox per slot for the default limits."""
@@ -379,7 +383,11 @@ class SandboxPool:
             discard(procs)  # no-op for sandboxes supervise already reaped and closed
 
     def isolation_features(self) -> tuple[str, ...]:
-        return FEATURES + (("uid",) if any(u is not None for u in (self._uids or ())) else ())
+        """:data:`FEATURES`, plus "uid" (a host uid of their own per slot) and "landlock" (no
+        mount table readable: docs/sandbox.md) where they hold."""
+        launcher = self._launcher
+        return (FEATURES + (("uid",) if any(u is not None for u in (self._uids or ())) else ())
+                + (("landlock",) if launcher is not None and launcher.landlock else ()))
 
 
 def result_of(p: Proc, limits: SandboxLimits, wall: float, features) -> SandboxResult:

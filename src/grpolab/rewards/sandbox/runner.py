@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import marshal
 import os
+import resource
 import select
 import shutil
 import signal
@@ -92,6 +93,19 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 SETPRIV = shutil.which("setpriv")
 
 
+def landlock_abi() -> int:
+    """This kernel's Landlock ABI version (0: none, or disabled at boot): the programs' mount
+    tables are hidden with it (see ``_hide_mount_tables`` in the harness)."""
+    try:
+        import ctypes  # noqa: PLC0415 - host side, once per pool
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        abi = libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except (OSError, AttributeError):
+        return 0
+    return max(int(abi), 0)
+
+
 def bwrap_path() -> str | None:
     """The bubblewrap binary, or None when it is not installed."""
     return shutil.which("bwrap") or (os.path.exists("/usr/bin/bwrap") and "/usr/bin/bwrap") or None
@@ -117,6 +131,9 @@ class Launcher:
         self.filter = seccomp.filter_bytes() if seccomp.supported() else b""
         self.harness = _harness_payload(self.python)
         self.packages = tuple(self.spec.get("packages", ()))
+        #: Whether every sandbox hides the mount tables with Landlock (this kernel has it and
+        #: the programs' interpreter has ``_ctypes``); a sandbox that then cannot does not start.
+        self.landlock = landlock_abi() >= 1 and bool(self.spec.get("ctypes"))
         self._static = self._static_args()
 
     def close(self) -> None:
@@ -143,17 +160,16 @@ class Launcher:
             args += ["--ro-bind", src, dst]
         # /proc/sys read-only (bubblewrap covers it only when the folder itself is writable,
         # and the files in it are checked against the uid alone, not capabilities)
-        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
-                 "--perms", "0755", "--size", "65536", "--tmpfs", "/dev"]
-        for dev in view.VIEW_DEVICES:  # no ptmx, pts, shm: five device nodes
+        args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys"]
+        for dev in view.VIEW_DEVICES:  # no ptmx, pts, shm: five device nodes in a read-only /dev
             args += ["--dev-bind", dev, dev]
-        return args + ["--remount-ro", "/dev"]
+        return args
 
     def argv(self, limits: SandboxLimits, fds: list[int], seccomp_fd: int | None,
              info_fd: int) -> list[str]:
         args = list(self._static)
         args += ["--perms", "1777", "--size", str(limits.tmp_mb() << 20), "--tmpfs", "/tmp",
-                 "--remount-ro", "/", "--chdir", "/tmp", "--clearenv",
+                 "--chdir", "/tmp", "--clearenv",
                  "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8",
                  "--setenv", "HOME", "/tmp", "--info-fd", str(info_fd)]
         for k, v in ENV.items():
@@ -164,10 +180,12 @@ class Launcher:
         return args
 
     def request(self, role: str, limits: SandboxLimits, **fields) -> bytes:
-        req = {"role": role, "rlimits": limits.rlimits(), "path": self.spec["sys_path"],
+        rlimits = {getattr(resource, name): value for name, value in limits.rlimits().items()}
+        req = {"role": role, "rlimits": rlimits, "path": self.spec["sys_path"],
                "stdlib": self.spec["stdlib"],
                "packages": [self.spec["sys_path"][-1]] if self.packages else [],
-               "code": self.harness[0], "src": self.harness[1], **fields}
+               "code": self.harness[0], "src": self.harness[1], "landlock": self.landlock,
+               **fields}
         data = marshal.dumps(req)
         return len(data).to_bytes(4, "big") + data
 

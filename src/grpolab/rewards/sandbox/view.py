@@ -9,8 +9,8 @@ in the view.
 
 :func:`stage` turns the spec into few mounts (bubblewrap pays ~0.2 ms per mount): every single
 file is hard-linked (or copied) into one private staging tree that mirrors the view's layout,
-whose top-level folders are then bound read-only; directories (the standard library, the
-packages) are bound as they are.
+which is bound read-only as the programs' ``/``; directories (the standard library, the
+packages) are bound on top as they are, or mirrored into the tree too.
 """
 
 from __future__ import annotations
@@ -241,62 +241,67 @@ def view_spec(packages=()) -> dict:
     for src, name in pkgs:
         binds.append((src, PACKAGES_DIR + "/" + name))
     sys_path = list(stdlib) + ([PACKAGES_DIR] if pkgs else [])
+    import importlib.util
+
     return {"binds": binds, "hide": hide, "stdlib": stdlib, "sys_path": sys_path,
-            "executable": exe, "packages": sorted(n for _, n in pkgs if not n.endswith(".libs"))}
+            "executable": exe, "packages": sorted(n for _, n in pkgs if not n.endswith(".libs")),
+            "ctypes": importlib.util.find_spec("_ctypes") is not None}
 
 
 def stage(spec: dict, mirror: bool = False) -> dict:
     """``{"root": staging dir, "binds": [(src, dst)], "empty": empty dir}`` for ``spec``:
-    single files linked into the staging tree (binds of its top-level folders first), then the
-    directory binds on top. The staging dir is private to this process (removed by the caller;
-    one left by a process that died without removing it is removed here, see :func:`sweep`).
+    single files linked into the staging tree ``root/view``, which is bound read-only as the
+    programs' ``/`` (one mount; the mount points of /proc, /dev and /tmp are made in it), then
+    the directory binds on top. The staging dir is private to this process (removed by the
+    caller; one left by a process that died without removing it is removed here, see
+    :func:`sweep`).
 
     ``mirror``: directories too are mirrored into the staging tree (hard links, copies across
     file systems; the hidden site-packages folders left out), so that every bind's source
     lies in the world-readable staging tree: how a root pool runs programs under a uid of
     their own when the interpreter sits below a folder other users cannot enter (``/root``)."""
     sweep()
-    # no pid in the name: the name shows in the programs' /proc/self/mountinfo (the owner's pid
-    # is in OWNER_FILE, outside every folder the view binds)
+    # no pid in the name (the owner's pid is in OWNER_FILE, outside the bound view)
     root = tempfile.mkdtemp(prefix=VIEW_PREFIX)
     os.chmod(root, 0o755)
     with open(os.path.join(root, OWNER_FILE), "w") as f:
         f.write(str(os.getpid()))
-    tops: list[str] = []
+    tree = os.path.join(root, "view")
+    os.mkdir(tree)
+    os.chmod(tree, 0o755)
     dir_binds: list[tuple[str, str]] = []
     for src, dst in spec["binds"]:
         if os.path.isdir(src) and (mirror or dst.startswith(PACKAGES_DIR + "/")) and _mkdirs(
-                root, os.path.dirname(dst)) is None and _mirrored(
-                src, root + dst, set(spec.get("hide", ())), dst, copy=mirror):
-            # a package's host path (a virtual environment's) stays out of mountinfo too
-            top = "/" + dst.strip("/").split("/")[0]
-            if top not in tops:
-                tops.append(top)
-            continue
+                tree, os.path.dirname(dst)) is None and _mirrored(
+                src, tree + dst, set(spec.get("hide", ())), dst, copy=mirror):
+            continue  # a package's host path (a virtual environment's) is not a mount source
         if os.path.isdir(src):
             dir_binds.append((src, dst))
-            _mkdirs(root, dst)  # the mount point exists inside the staged tree
+            _mkdirs(tree, dst)  # the mount point exists inside the staged tree
             continue
-        target = root + dst
-        _mkdirs(root, os.path.dirname(dst))
+        target = tree + dst
+        _mkdirs(tree, os.path.dirname(dst))
         if not os.path.exists(target):
             try:
                 os.link(src, target)
             except OSError:
                 shutil.copy2(src, target)
-        top = "/" + dst.strip("/").split("/")[0]
-        if top not in tops:
-            tops.append(top)
-    for d in spec.get("hide", ()) if not mirror else ():
-        _mkdirs(root, d)
+    for d in (*(spec.get("hide", ()) if not mirror else ()), *MOUNT_POINTS):
+        _mkdirs(tree, d)
+    for dev in VIEW_DEVICES:  # files the device nodes are bound onto (read-only /dev)
+        open(tree + dev, "w").close()
     empty = os.path.join(root, ".empty")
     os.mkdir(empty)
     os.chmod(empty, 0o555)
-    binds = [(root + t, t) for t in tops] + [(s, d) for s, d in dir_binds
-                                             if not d.startswith(PACKAGES_DIR + "/")]
+    binds = [(tree, "/")] + [(s, d) for s, d in dir_binds if not d.startswith(PACKAGES_DIR + "/")]
     binds += [(empty, d) for d in spec.get("hide", ()) if not mirror]
     binds += [(s, d) for s, d in dir_binds if d.startswith(PACKAGES_DIR + "/")]
     return {"root": root, "binds": binds, "empty": empty, "mirrored": mirror}
+
+
+#: Mount points every view has (bubblewrap mounts /proc and /tmp on them and binds the device
+#: nodes into /dev; the view's ``/`` is a read-only bind, so they cannot be made at start).
+MOUNT_POINTS = ("/proc", "/dev", "/tmp")
 
 
 #: Staging dirs are ``<tmp>/grpolab-view-<random>``, holding OWNER_FILE (the owner's pid).
