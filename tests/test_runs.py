@@ -92,7 +92,12 @@ def test_preflight_reports_and_uses_the_template(chat, spy, capsys):
     assert main(["preflight", str(tmp / "run"), "--n", "4", "--k", "2", "--no-readability", "--out",
                  str(tmp / "hr")]) == 0
     assert CHAT_LINE in capsys.readouterr().out and _all_chat(spy)
-    assert json.loads((tmp / "hr" / "preflight.json").read_text())["stats"]["n_items"] == 4
+    rec = json.loads((tmp / "hr" / "preflight.json").read_text())
+    assert rec["stats"]["n_items"] == 4
+    # the items carry privileged text: the record and the RLSD/GEAR line say readability was turned off
+    assert rec["stats"]["readability"] == {"not_measured": "turned off (--no-readability)"}
+    credit = next(m for m in rec["methods"] if m["id"] == "credit")
+    assert "turned off (--no-readability)" in credit["rests_on"] and "budget" not in credit["note"]
 
 
 def _chat_rows(ids, att, labels=None):

@@ -253,6 +253,21 @@ def _credit_row(read):
     return res.method("credit")
 
 
+def test_the_credit_verdict_names_why_readability_was_not_measured():
+    # --no-readability: the line says so and names that flag, not a budget no one set (issue 59 item 5)
+    row = _credit_row({"not_measured": "turned off (--no-readability)"})
+    assert row.verdict == CANT_TELL and "turned off (--no-readability)" in row.rests_on
+    assert "without --no-readability" in row.note and "budget" not in row.note
+    # the budget stopped it: the fix is a looser budget
+    row = _credit_row({"not_measured": "the budget stopped before a first chunk of >= 4 items"})
+    assert row.verdict == CANT_TELL and "without a tight --budget" in row.note
+    row = _credit_row(None)  # a record from before the reason was kept: the budget, as it was then
+    assert "budget" in row.rests_on and "without a tight --budget" in row.note
+    # measured but nothing localised: neither flag nor budget is the fix
+    row = _credit_row({"teacher_auc": None, "rederivable": False})
+    assert row.verdict == CANT_TELL and "undefined" in row.rests_on and "budget" not in row.note
+
+
 def test_the_credit_verdict_rests_on_the_error_auc_not_on_copying():
     # a copier of the reference: the first-departure AUC is ~1 by construction, the error AUC is chance
     copier = {"teacher_auc": 0.99, "wrong_responses_localised": 120, "tokens_before": 600, "rederivable": True,

@@ -224,6 +224,11 @@ def measure_preflight(model, tokenizer, items, collector, spec: PreflightSpec, *
                "budget_s": planner.budget or None, "stopped_at_budget": done < len(items) and not decided_early,
                "stopped_when_decided": decided_early, "seconds": round(clock() - t0, 2)})
     has_priv = any(getattr(it, "privileged", "") for it in items)
+    if read_row is None and has_priv:  # say why, so the verdict's line names the real cause
+        read_row = {"not_measured": "turned off (--no-readability)" if not spec.readability else
+                    "no teacher to measure (no credit settings or prompt format)"
+                    if spec.credit is None or prompt_format is None else
+                    "the budget stopped before a first chunk of >= 4 items"}
     return _result(greedy, sampled, spec, families=[family_of(getattr(it, "meta", None)) for it in items[:done]],
                    readability=read_row, has_privileged=has_priv, settings=st)
 

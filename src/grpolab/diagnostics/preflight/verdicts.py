@@ -386,10 +386,15 @@ def _credit(s: PreflightStats, prior: dict[str, MethodVerdict]) -> MethodVerdict
     if not s.has_privileged:
         return MethodVerdict(NOT_INDICATED, "the task's items carry no privileged text", thr, src, [],
                              "no reference for a self-teacher to read", rests_on_items=False)
-    if not rd or rd.get("teacher_auc") is None and not rd.get("rederivable"):
-        why = "not measured (within the budget)" if not rd else "undefined: no wrong response could be localised"
-        return MethodVerdict(CANT_TELL, f"teacher readability {why}", thr, src, [],
-                             "measured on the first chunk of >= 4 items: `grpolab preflight` without a tight --budget")
+    if not rd or "not_measured" in rd:
+        why = (rd or {}).get("not_measured", "the budget stopped before a first chunk of >= 4 items")
+        fix = ("`grpolab preflight` without --no-readability" if "--no-readability" in why else
+               "`grpolab preflight` without a tight --budget" if "budget" in why else "a config with credit settings")
+        return MethodVerdict(CANT_TELL, f"teacher readability not measured: {why}", thr, src, [],
+                             f"measured on the first chunk of >= 4 items: {fix}")
+    if rd.get("teacher_auc") is None and not rd.get("rederivable"):
+        return MethodVerdict(CANT_TELL, "teacher readability undefined: no wrong response could be localised", thr,
+                             src, [], "measured on the first chunk of >= 4 items: more items (--n) or a longer cap")
     v, rests, note = _error_readability(rd, t)
     grpo = prior["grpo"]
     if grpo.verdict == NOT_INDICATED:
