@@ -307,3 +307,41 @@ def test_full_disk_mid_run_is_named_and_resume_is_exact(baseline, small_disk, ca
     _resume(run, capsys)
     _assert_same_run(run, baseline)
     shutil.rmtree(run)
+
+
+def _sft_argv(out):
+    return ["sft", "--out", str(out), *sum([["--set", s] for s in SMALL], [])]
+
+
+@pytest.fixture(scope="module")
+def sft_baseline(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults_sft") / "ws"
+    done = _grpolab(_sft_argv(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_sft_full_disk_is_refused_up_front(small_disk, capsys):
+    (small_disk / "filler").write_bytes(b"\0" * (44 << 20))  # 4 MiB left: less than the warm start writes
+    out = small_disk / "ws"
+    rc, _out, lines = _main(_sft_argv(out), capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: not enough disk space at {out}: ") and "MiB free" in lines[0]
+    assert "the warm start takes about " in lines[0] and lines[0].endswith("pick another --out")
+    assert not out.exists() and not (small_disk / "ws.partial").exists()  # refused before anything was written
+
+
+def test_sft_full_disk_mid_warm_start_is_named_and_the_rerun_is_exact(sft_baseline, small_disk, capsys):
+    out, filler = small_disk / "ws", small_disk / "filler"
+    # the disk fills before warm-start step 3: its checkpoint write fails, step 2's stands
+    full = _grpolab(_sft_argv(out), fault="fill", point="warm_start", n=3, filler=str(filler))
+    lines = [line for line in full.stderr.splitlines() if line.strip()]
+    assert full.returncode == 2 and len(lines) == 1, full.stderr[-3000:]
+    assert lines[0].startswith(f"error: disk full at {small_disk}"), lines[0]
+    assert "the last complete checkpoint is step 2" in lines[0]
+    assert lines[0].endswith("Free space and run the same `grpolab sft` command again (it goes on from there)")
+    filler.unlink()
+    again = _grpolab(_sft_argv(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (out / "model.safetensors").read_bytes() == (sft_baseline / "model.safetensors").read_bytes()
+    shutil.rmtree(out)
