@@ -14,17 +14,31 @@ exits with code 2.
 - :mod:`~grpolab.commands.diagnose`: ``diagnose``
 - :mod:`~grpolab.commands.credit`: ``credit``
 - :mod:`~grpolab.commands.sweep`: ``sweep``, ``compare``
+
+The command functions load on first use (a module ``__getattr__``): importing this package loads
+no torch, so that the command line checks the environment variables first
+(:func:`~grpolab.utils.envvars.check_environment`; a bad ``OMP_NUM_THREADS`` is then grpolab's one
+error line, not libgomp's).
 """
 
-from grpolab.config import ConfigError
-from grpolab.commands.config import config_command, dry_run, resume_hint, train_run_dir
-from grpolab.commands.credit import credit_command
-from grpolab.commands.diagnose import diagnose_command
-from grpolab.commands.models import eval_command, models_import_command
-from grpolab.commands.preflight import preflight_command
-from grpolab.commands.sweep import compare_command, sweep_command
-from grpolab.commands.train import sft_command, train_command
+import importlib
 
-__all__ = ["ConfigError", "compare_command", "config_command", "dry_run", "credit_command", "diagnose_command", "eval_command",
-           "models_import_command", "preflight_command", "sft_command", "resume_hint", "sweep_command", "train_command",
-           "train_run_dir"]
+from grpolab.config import ConfigError
+from grpolab.utils.envvars import check_environment
+
+#: each command function's module in this package
+_HOMES = {
+    "config_command": "config", "dry_run": "config", "resume_hint": "config", "train_run_dir": "config",
+    "credit_command": "credit", "diagnose_command": "diagnose", "eval_command": "models",
+    "models_import_command": "models", "preflight_command": "preflight", "compare_command": "sweep",
+    "sweep_command": "sweep", "sft_command": "train", "train_command": "train",
+}
+
+__all__ = ["ConfigError", "check_environment", *sorted(_HOMES)]
+
+
+def __getattr__(name: str):
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'grpolab.commands' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"grpolab.commands.{home}"), name)
