@@ -269,7 +269,7 @@ def _update_and_log(run: _Steps, exp: Experience, sampling_metrics: dict, timer:
     run.metrics_log.log(state.step, K.with_verl_names(row) if cfg.log.metric_names == "both" else row)
     # the figures of the step just finished, set before the line (or bar) for it is drawn
     run.progress.set_postfix(reward=f"{row[K.REWARD_MEAN]:.2f}", acc=f"{row[K.ACCURACY]:.2f}",
-                             eval=f"{state.history['eval'][-1]['accuracy']:.2f}", s=f"{row[K.TIME_STEP]:.1f}")
+                             eval=f"{state.history['eval'][-1]['accuracy']:.2f}", step_s=f"{row[K.TIME_STEP]:.1f}")
     run.progress.update(1)
 
 
@@ -383,7 +383,7 @@ def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Con
     """Step 0: held-out greedy accuracy, and the preflight (``trainer.preflight``)."""
     start = _evaluate(state.policy, state.tokenizer, eval_items, cfg, collector)
     state.record_eval(0, start.accuracy, start.mean_reward, per_family(eval_items, start.scores))
-    log(f"step 0  held-out greedy accuracy {start.accuracy:.3f}")
+    log(f"step 0  held-out greedy accuracy on {len(eval_items)} items: {start.accuracy:.3f}")
     if cfg.trainer.preflight:  # own generator: the training RNG streams are untouched
         from grpolab.measure.preflight import run_preflight_check
 
