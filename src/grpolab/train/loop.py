@@ -213,7 +213,10 @@ def _train(cfg: Config, run_dir: RunDir, stops: StopSignals, *, resume: bool, ov
         _step(run)
     run.progress.close()
     metrics_log.close()
-    return finish_run(state, cfg, run_dir, seconds=run.seconds(), log=log, n_eval=len(eval_items))
+    with stops.deferred("writing final/ and the report"):  # never a final/ without its summary.md
+        result = finish_run(state, cfg, run_dir, seconds=run.seconds(), log=log, n_eval=len(eval_items))
+    stops.raise_pending()
+    return result
 
 
 def _step(run: _Steps) -> None:
