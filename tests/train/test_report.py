@@ -75,6 +75,12 @@ def test_per_family_counts_solved_items():
     assert [line.split(" | ")[0] for line in table if line.startswith("| difficulty")] == [
         "| difficulty 2", "| difficulty 3", "| difficulty 4", "| difficulty 10"]
     assert "| task | held-out items |" in "\n".join(table)
+    # nothing ran before RL: said so, not "headroom measured before RL" over a column of "not measured"
+    assert "no preflight ran (trainer.preflight=false)" in table[0] and "headroom" not in "\n".join(table)
+    # a preflight that measured none of a family's items (the SmolLM2 example's 1-item preflight): its table
+    table = per_task_markdown(per_task_rows(out, out, preflight={"families": {}}))
+    assert "the preflight's GRPO verdict before RL ([preflight.md](preflight.md))" in table[0]
+    assert all(line.endswith("| not measured | - |") for line in table if line.startswith("| difficulty"))
     assert per_family([TaskItem(prompt="x", reference="")], [1.0]) == {}
     with pytest.raises(ValueError, match="one score per item"):
         per_family(items, [1.0])

@@ -214,7 +214,7 @@ def per_task_rows(start: dict[str, dict], final: dict[str, dict],
             "headroom_sampled": (h.get("sampled") or {}).get("value"),
             "headroom_pass_at_k": ((h.get("pass_at_k") or {}).get(str(h.get("k"))) or {}).get("value"),
             "headroom_reachable": (h.get("reachable") or {}).get("value"),
-            "verdict_source": source if h else None,
+            "verdict_source": source,  # what ran before RL, whether or not it measured this family
         })
     return rows
 
@@ -237,11 +237,14 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
         return []
     f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     pk = f"pass@{k}" if k else "pass@k"
-    if any(r.get("verdict_source") == "preflight" for r in rows):
+    if not any(r.get("verdict_source") == "headroom" for r in rows):  # a preflight, or nothing, ran before RL
+        ran = any(r.get("verdict_source") == "preflight" for r in rows)
         lines = ["Per task: held-out greedy success before RL and at the end (on the run's held-out items), "
-                 "and the preflight's GRPO verdict before RL ([preflight.md](preflight.md)), which rests on the first "
-                 "held-out items of the task (their number in brackets) and on the share of them within reach "
-                 "(a sample solves it, or the answer is already in a failed response).", "",
+                 + ("and the preflight's GRPO verdict before RL ([preflight.md](preflight.md)), which rests on the "
+                    "first held-out items of the task (their number in brackets; \"not measured\": none of the "
+                    "items it measured) and on the share of them within reach (a sample solves it, or the answer is "
+                    "already in a failed response)." if ran else
+                    "with no verdict before RL: no preflight ran (trainer.preflight=false)."), "",
                  f"| task | held-out items | before RL | final | change | GRPO verdict before RL (items) | "
                  f"preflight greedy / {pk} / reachable |",
                  "|---|---|---|---|---|---|---|"]
@@ -252,7 +255,8 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
                  f"{f(r['headroom_greedy'])} / {f(r['headroom_pass_at_k'])} / {f(r['headroom_reachable'])}")
             lines.append(f"| {task_label(r)} | {r['n']} | {f(r['before'])} | {f(r['after'])} | {ch} | {v} | {h} |")
         return lines + [""]
-    lines = ["Per task (held-out greedy success; headroom measured before RL on the first held-out items):", "",
+    lines = ["Per task (held-out greedy success; headroom measured before RL on the first held-out items, by an "
+             "older grpolab: headroom.json):", "",
              f"| task | held-out items | before RL | final | change | headroom verdict | headroom items | "
              f"greedy / sampled / {pk} |",
              "|---|---|---|---|---|---|---|---|"]
