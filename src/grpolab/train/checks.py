@@ -14,7 +14,8 @@ from typing import Callable
 
 from grpolab.config import Config, ConfigError
 
-__all__ = ["check_disk_space", "check_sft_disk_space", "check_train", "check_writable", "tokenizer_and_context", "weight_bytes"]
+__all__ = ["check_disk_space", "check_sft_disk_space", "check_train", "check_writable", "tokenizer_and_context",
+           "weight_bytes"]
 
 
 def check_writable(path: str | os.PathLike, what: str, *, directory: bool = False) -> Path:

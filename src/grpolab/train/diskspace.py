@@ -23,7 +23,8 @@ import torch
 
 from grpolab.errors import ConfigError
 
-__all__ = ["DiskFullError", "check_free_space", "check_warm_start_space", "checkpoint_bytes", "disk_full_named", "is_disk_full", "model_bytes"]
+__all__ = ["DiskFullError", "check_free_space", "check_warm_start_space", "checkpoint_bytes",
+           "disk_full_named", "is_disk_full", "model_bytes"]
 
 #: room for the tokenizer, the config files and the RNG state of one checkpoint, and the logs
 OVERHEAD_BYTES = 4 << 20

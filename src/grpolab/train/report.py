@@ -324,8 +324,9 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True, prompt
                           headroom, preflight)
     if preflight is not None:
         st = preflight.get("stats", {})
-        lines += [f"Preflight before RL ([preflight.md](preflight.md), {st.get('n_items')} held-out items x {st.get('k')} "
-                  f"samples): **GRPO {preflight.get('verdict')}** -- "
+        n = st.get("n_items")
+        lines += [f"Preflight before RL ([preflight.md](preflight.md), {n} held-out item{'' if n == 1 else 's'} x "
+                  f"{st.get('k')} samples): **GRPO {preflight.get('verdict')}** -- "
                   + "; ".join(f"{m['method']}: {m['verdict']}" for m in preflight.get("methods", [])[1:]), ""]
     k = ((preflight or {}).get("stats") or {}).get("k") or (headroom or {}).get("overall", {}).get("k")
     lines += per_task_markdown(tasks, k=k)

@@ -129,8 +129,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
 )
 
 #: Set by grpolab for its own worker processes (parent to child); never read from a user's shell.
-INTERNAL = ("GRPOLAB_MINIWOB_REPLY_FD", "GRPOLAB_MINIWOB_NETNS", "GRPOLAB_MINIWOB_CHROME", "GRPOLAB_MINIWOB_DRIVER",
-            "GRPOLAB_MINIWOB_HTML", "GRPOLAB_MINIWOB_PROFILE", "GRPOLAB_VERL_CPU_NETNS")
+INTERNAL = ("GRPOLAB_MINIWOB_REPLY_FD", "GRPOLAB_MINIWOB_NETNS", "GRPOLAB_MINIWOB_CHROME",
+            "GRPOLAB_MINIWOB_DRIVER", "GRPOLAB_MINIWOB_HTML", "GRPOLAB_MINIWOB_PROFILE", "GRPOLAB_VERL_CPU_NETNS")
 
 
 def check_variable(name: str, env: Mapping[str, str] | None = None) -> None:
