@@ -104,7 +104,8 @@ ENV_VARS: tuple[EnvVar, ...] = (
            "threads torch computes with (unset: one per core); the figures of a run depend on it", _threads),
     EnvVar("MKL_NUM_THREADS", "a whole number >= 1",
            "threads of MKL's kernels (unset: as OMP_NUM_THREADS); a value MKL cannot read left torch one thread", _positive),
-    EnvVar("GRPOLAB_MMAP_THRESHOLD", f"a whole number of bytes from 0 to {MMAP_THRESHOLD_MAX} (32 MiB)",
+    EnvVar("GRPOLAB_MMAP_THRESHOLD",
+           f"a whole number of bytes from 0 (0 keeps glibc's dynamic threshold) to {MMAP_THRESHOLD_MAX} (32 MiB)",
            "glibc's mmap threshold while training (unset: 131072 at one torch thread, glibc's own at more; "
            "0: glibc's own); grpolab.utils.heap", _mmap_threshold),
     EnvVar("GRPOLAB_CACHE_DIR", "a directory (created if missing)",
