@@ -79,15 +79,16 @@ def _quiet_transformers() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from grpolab.commands import COMMANDS, ConfigError
+    from grpolab.commands import COMMANDS, ConfigError, check_environment
 
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 0
-    _quiet_transformers()
     try:
+        check_environment()  # every variable grpolab reads, before torch loads (grpolab.utils.envvars)
+        _quiet_transformers()
         return args.func(args)
     except ConfigError as e:  # a problem the user can fix: one line, exit code 2
         if args.debug:

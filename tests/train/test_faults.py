@@ -6,7 +6,9 @@ completions.jsonl hold the same rows once each, and what the user read was one c
 - ``kill -9`` during sampling, the update, a checkpoint write and the warm start;
 - a full disk (a small tmpfs; needs root to mount, skipped otherwise): refused up front, and met
   while writing a checkpoint and while writing metrics.jsonl;
-- SIGTERM (a batch scheduler): handled like Ctrl-C, with the resume hint;
+- SIGTERM (a batch scheduler), SIGHUP and Ctrl-C: handled alike, with the resume hint and a
+  checkpoint of the last completed step (a step being updated or checkpointed is finished first;
+  a second signal stops at once), so the resume replays nothing;
 - two processes on one run directory.
 
 Every run trains in a process of its own with one torch thread, so that the runs are bit-for-bit
@@ -45,6 +47,7 @@ VOLATILE = ("time/", "tokens_per_s", "timing_s/", "perf/throughput", "memory/")
 #   kill: SIGKILL itself (sampling: before step n's sampling; update: after step n's update;
 #         checkpoint: before writing step n's state.pt; warm_start: before warm-start step n)
 #   fill: fill the run's file system (all but nothing left) before the point runs
+#   SIGTERM, SIGHUP, SIGINT (SIGTERMx2: twice): send it to itself at the point
 RUNNER = r"""
 import os, signal, sys
 import torch
@@ -58,6 +61,11 @@ def hit():
         return
     if fault == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if fault.startswith("SIG"):  # a stop signal, or two in a row ("SIGTERMx2"): the handlers run next
+        name, _, times = fault.partition("x")
+        for _ in range(int(times or 1)):
+            os.kill(os.getpid(), getattr(signal, name))
+        return
     with open(filler, "wb") as f:  # the disk fills up: everything up to the last byte
         try:
             while True:
@@ -191,9 +199,48 @@ def test_sigterm_stops_like_ctrl_c_with_the_resume_hint(baseline, tmp_path, caps
         pytest.skip("the run finished before SIGTERM arrived (a very fast machine)")
     lines = [line for line in err.splitlines() if line.strip()]
     assert proc.returncode == 128 + signal.SIGTERM, err[-2000:]
-    assert len(lines) == 1 and lines[0].startswith(f"stopped by SIGTERM; resume with `grpolab train --resume {run}`")
-    assert "continues from its last checkpoint, step " in lines[0]
+    # landing in a step's update, logging or checkpoint write, the signal lets the step finish (one line says so)
+    assert len(lines) <= 2 and all(line.startswith("SIGTERM: finishing step ") for line in lines[:-1]), lines
+    assert lines[-1].startswith(f"stopped by SIGTERM; resume with `grpolab train --resume {run}`")
+    assert "continues from its last checkpoint, step " in lines[-1]
     _resume(run, capsys)
+    _assert_same_run(run, baseline)
+
+
+# (fault, point, n, settings, the checkpoint the resume starts from, whether the step in progress is finished,
+# the steps metrics.jsonl holds at the stop).
+# With trainer.save_every=3 no checkpoint falls due before the last step: the one a resume finds was written
+# at the signal.
+SIGNAL_CASES = [
+    # during step 2's sampling (no weight has changed): step 2 is abandoned, step 1's checkpoint written
+    ("SIGTERM", "sampling", 2, "trainer.save_every=3", 1, False, [1]),
+    # during step 2's update: the step is finished, logged and checkpointed, then the run stops
+    ("SIGHUP", "update", 2, "trainer.save_every=3", 2, True, [1, 2]),
+    # during step 2's checkpoint write (Ctrl-C): the write is finished, then the run stops
+    ("SIGINT", "checkpoint", 2, "trainer.save_every=1", 2, True, [1, 2]),
+    # a second signal stops at once: step 2's write is cut short (its folder removed), step 1's stands
+    ("SIGTERMx2", "checkpoint", 2, "trainer.save_every=1", 1, True, [1, 2]),
+    # ... and during an update: nothing is written, the resume replays from the start, exactly
+    ("SIGTERMx2", "update", 2, "trainer.save_every=3", 0, True, [1]),
+]
+
+
+@pytest.mark.parametrize("fault,point,n,setting,kept,finishing,logged", SIGNAL_CASES)
+def test_a_signal_keeps_the_last_completed_step(baseline, tmp_path, capsys, fault, point, n, setting, kept,
+                                                 finishing, logged):
+    run = tmp_path / "run"
+    stopped = _grpolab(_argv(run, setting), fault=fault, point=point, n=n)
+    name = fault.partition("x")[0]
+    lines = [line for line in stopped.stderr.splitlines() if line.strip()]
+    assert stopped.returncode == 128 + getattr(signal, name), stopped.stderr[-3000:]
+    said = "interrupted" if name == "SIGINT" else f"stopped by {name}"
+    where = f" (continues from its last checkpoint, step {kept})" if kept else ""
+    assert lines == [f"{name}: finishing step {n} and writing its checkpoint, then stopping; a second signal stops "
+                     "at once"] * finishing + [f"{said}; resume with `grpolab train --resume {run}`{where}"]
+    assert not list((run / "checkpoints").glob(".tmp-*"))  # a write cut short leaves nothing behind
+    assert [r["step"] for r in _stable(run)] == logged  # the finished step's row is written once, before it stops
+    out = _resume(run, capsys)
+    assert (f"resumed {run} at step {kept}" if kept else f"no checkpoint in {run}; starting from step 0") in out
     _assert_same_run(run, baseline)
 
 
@@ -260,3 +307,41 @@ def test_full_disk_mid_run_is_named_and_resume_is_exact(baseline, small_disk, ca
     _resume(run, capsys)
     _assert_same_run(run, baseline)
     shutil.rmtree(run)
+
+
+def _sft_argv(out):
+    return ["sft", "--out", str(out), *sum([["--set", s] for s in SMALL], [])]
+
+
+@pytest.fixture(scope="module")
+def sft_baseline(tmp_path_factory):
+    out = tmp_path_factory.mktemp("faults_sft") / "ws"
+    done = _grpolab(_sft_argv(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def test_sft_full_disk_is_refused_up_front(small_disk, capsys):
+    (small_disk / "filler").write_bytes(b"\0" * (44 << 20))  # 4 MiB left: less than the warm start writes
+    out = small_disk / "ws"
+    rc, _out, lines = _main(_sft_argv(out), capsys)
+    assert rc == 2 and len(lines) == 1, lines
+    assert lines[0].startswith(f"error: not enough disk space at {out}: ") and "MiB free" in lines[0]
+    assert "the warm start takes about " in lines[0] and lines[0].endswith("pick another --out")
+    assert not out.exists() and not (small_disk / "ws.partial").exists()  # refused before anything was written
+
+
+def test_sft_full_disk_mid_warm_start_is_named_and_the_rerun_is_exact(sft_baseline, small_disk, capsys):
+    out, filler = small_disk / "ws", small_disk / "filler"
+    # the disk fills before warm-start step 3: its checkpoint write fails, step 2's stands
+    full = _grpolab(_sft_argv(out), fault="fill", point="warm_start", n=3, filler=str(filler))
+    lines = [line for line in full.stderr.splitlines() if line.strip()]
+    assert full.returncode == 2 and len(lines) == 1, full.stderr[-3000:]
+    assert lines[0].startswith(f"error: disk full at {small_disk}"), lines[0]
+    assert "the last complete checkpoint is step 2" in lines[0]
+    assert lines[0].endswith("Free space and run the same `grpolab sft` command again (it goes on from there)")
+    filler.unlink()
+    again = _grpolab(_sft_argv(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert (out / "model.safetensors").read_bytes() == (sft_baseline / "model.safetensors").read_bytes()
+    shutil.rmtree(out)

@@ -63,14 +63,24 @@ def test_per_family_counts_solved_items():
     assert out == {"a": {"solved": 1, "n": 3, "accuracy": pytest.approx(1 / 3), "kind": "family"},
                    "b": {"solved": 2, "n": 2, "accuracy": 1.0, "kind": "family"}}
     # a difficulty level says so (the default run's rows read `3`, `4`, `2` with no word of what they were)
-    levels = [TaskItem(prompt=str(i), reference="", meta={"difficulty": d}) for i, d in enumerate([3, 4, 3])]
-    out = per_family(levels, [1.0, 0.0, 0.0])
+    levels = [TaskItem(prompt=str(i), reference="", meta={"difficulty": d}) for i, d in enumerate([3, 4, 3, 10, 2])]
+    out = per_family(levels, [1.0, 0.0, 0.0, 0.0, 1.0])
     assert out["3"]["kind"] == "difficulty" and out["3"]["n"] == 2
     from grpolab.train.report import per_task_markdown
 
     table = per_task_markdown(per_task_rows(out, out))
     assert any(line.startswith("| difficulty 3 | 2 |") for line in table)
     assert not any(line.startswith("| 3 |") for line in table)
+    # the levels in order (they read 3, 4, 2 in the order the held-out items happened to come), counted in items
+    assert [line.split(" | ")[0] for line in table if line.startswith("| difficulty")] == [
+        "| difficulty 2", "| difficulty 3", "| difficulty 4", "| difficulty 10"]
+    assert "| task | held-out items |" in "\n".join(table)
+    # nothing ran before RL: said so, not "headroom measured before RL" over a column of "not measured"
+    assert "no preflight ran (trainer.preflight=false)" in table[0] and "headroom" not in "\n".join(table)
+    # a preflight that measured none of a family's items (the SmolLM2 example's 1-item preflight): its table
+    table = per_task_markdown(per_task_rows(out, out, preflight={"families": {}}))
+    assert "the preflight's GRPO verdict before RL ([preflight.md](preflight.md))" in table[0]
+    assert all(line.endswith("| not measured | - |") for line in table if line.startswith("| difficulty"))
     assert per_family([TaskItem(prompt="x", reference="")], [1.0]) == {}
     with pytest.raises(ValueError, match="one score per item"):
         per_family(items, [1.0])

@@ -31,7 +31,7 @@ def test_summary_shows_the_preflight_verdict_and_its_sample_size(tmp_path):
     assert "| carry | 100 | 0.020 | 0.600 | +0.580 | indicated (12) | 0.000 / 1.000 / 1.000 |" in md
     assert "| no carry | 100 | 0.200 | 0.800 | +0.600 | can't tell (6) | 0.000 / 0.000 / 0.000 |" in md
     assert "no headroom" not in md
-    assert "Preflight before RL (RUN_DIR/preflight.md, 18 held-out items x 8 samples): **GRPO indicated**" in md
+    assert "Preflight before RL ([preflight.md](preflight.md), 18 held-out items x 8 samples): **GRPO indicated**" in md
     data = json.loads((tmp_path / "summary.json").read_text())
     assert data["preflight_verdict"] == "indicated" and data["preflight_items"] == 18
     carry = data["per_task"][0]

@@ -52,9 +52,9 @@ def test_line_progress_prints_every_n_steps_with_eta():
         t[0] += 2.0
         p.set_postfix(reward="0.50")
         p.update(1)
-    assert lines == ["grpo step 4/10 (40%) reward=0.50 2.00 s/step, elapsed 8s, ETA 12s",
-                     "grpo step 8/10 (80%) reward=0.50 2.00 s/step, elapsed 16s, ETA 4s",
-                     "grpo step 10/10 (100%) reward=0.50 2.00 s/step, elapsed 20s, ETA 0s"]
+    assert lines == ["grpo step 4/10 (40%) reward=0.50 mean 2.00 s/step, elapsed 8s, ETA 12s",
+                     "grpo step 8/10 (80%) reward=0.50 mean 2.00 s/step, elapsed 16s, ETA 4s",
+                     "grpo step 10/10 (100%) reward=0.50 mean 2.00 s/step, elapsed 20s, ETA 0s"]
     assert all("\r" not in x for x in lines)
 
 
@@ -65,7 +65,7 @@ def test_line_progress_of_a_resumed_run_times_only_its_own_steps():
     for _ in range(25):
         t[0] += 1.0
         p.update(1)
-    assert lines == ["step 75/100 (75%) 1.00 s/step, elapsed 25s, ETA 25s"]
+    assert lines == ["step 75/100 (75%) mean 1.00 s/step, elapsed 25s, ETA 25s"]
 
 
 def test_progress_bar_is_lines_off_a_terminal():
@@ -106,10 +106,10 @@ def test_item_progress_counts_batches_of_items():
     for n in (32, 32, 32, 4):  # batches cross the 25-item marks
         t[0] += 8.0
         p.update(n)
-    assert lines == ["eval greedy 32/100 items (32%) 0.25 s/item, elapsed 8s, ETA 17s",
-                     "eval greedy 64/100 items (64%) 0.25 s/item, elapsed 16s, ETA 9s",
-                     "eval greedy 96/100 items (96%) 0.25 s/item, elapsed 24s, ETA 1s",
-                     "eval greedy 100/100 items (100%) 0.32 s/item, elapsed 32s, ETA 0s"]
+    assert lines == ["eval greedy 32/100 items (32%) mean 0.25 s/item, elapsed 8s, ETA 17s",
+                     "eval greedy 64/100 items (64%) mean 0.25 s/item, elapsed 16s, ETA 9s",
+                     "eval greedy 96/100 items (96%) mean 0.25 s/item, elapsed 24s, ETA 1s",
+                     "eval greedy 100/100 items (100%) mean 0.32 s/item, elapsed 32s, ETA 0s"]
 
 
 def test_evaluate_reports_items_done_per_batch():

@@ -63,3 +63,20 @@ def test_sft_stops_on_sigterm_with_its_hint(tmp_path, monkeypatch, capsys):
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert err == ["stopped by SIGTERM; run the same `grpolab sft` command again to continue from its last "
                    "checkpoint (sft.save_every)"]
+
+
+def test_a_signal_while_the_run_finishes_lets_final_and_the_report_be_written(tmp_path, monkeypatch, capfd):
+    from grpolab.train import loop
+
+    run = tmp_path / "run"
+    _signal_at(monkeypatch, loop, "save_final", 1, signal.SIGTERM)  # lands as final/ is about to be written
+    capfd.readouterr()
+    assert main(["train", *_sets(*SMALL, "sft.enabled=no", f"trainer.run_dir={run}")]) == 128 + signal.SIGTERM
+    err = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
+    assert err == ["SIGTERM: writing final/ and the report, then stopping; a second signal stops at once",
+                   f"stopped by SIGTERM; resume with `grpolab train --resume {run}` (continues from its last "
+                   "checkpoint, step 3)"]
+    assert (run / "final" / "model.safetensors").exists() and (run / "summary.md").exists()
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(run)]) == 0
+    assert "already finished its 3 steps" in capfd.readouterr().out

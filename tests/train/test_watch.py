@@ -119,6 +119,13 @@ def test_early_truncation_in_a_run_that_learns_to_stop_is_a_note():
     # a relapse at the last step after the first ones: persists (still truncated when the run ended)
     h = run_health(_trunc_steps(0.9, 0.1, 0.1, 0.1, 0.1, 0.1, 0.7), truncated_frac=0.5)
     assert h.truncation_persists and "(still at the last step)" in h.headline()
+    # a 2-step run truncated at both steps (the SmolLM2 example at trainer.steps=2): a note that does not claim
+    # its last step was not truncated
+    h = run_health(_trunc_steps(0.875, 0.53), truncated_frac=0.5)
+    assert h.headline() is None
+    assert h.note().startswith("Note: 2 of 2 steps had most responses truncated (all within the first 5 steps; the "
+                               "run ended within them). ")
+    assert "not at the last step" not in h.note()
     # scattered late steps, not at the end: a note saying how many in a row at most
     h = run_health(_trunc_steps(0.9, 0.1, 0.1, 0.1, 0.1, 0.7, 0.1, 0.1), truncated_frac=0.5)
     assert h.headline() is None and "at most 1 in a row after the first 5 steps" in h.note()

@@ -20,6 +20,10 @@ import the library inside their functions, never at their top.
 - :mod:`~grpolab.commands.diagnose`: ``diagnose``
 - :mod:`~grpolab.commands.credit`: ``credit``
 - :mod:`~grpolab.commands.config`: ``config``
+
+Importing this package loads no torch (tested), so the command line checks the environment variables
+first (:func:`~grpolab.utils.envvars.check_environment`; a bad ``OMP_NUM_THREADS`` is then grpolab's one
+error line, not libgomp's).
 """
 
 from grpolab.commands.base import Command
@@ -31,10 +35,11 @@ from grpolab.commands.preflight import PREFLIGHT, preflight_command
 from grpolab.commands.sweep import COMPARE, SWEEP, compare_command, sweep_command
 from grpolab.commands.train import SFT, TRAIN, dry_run, sft_command, train_command
 from grpolab.errors import ConfigError
+from grpolab.utils.envvars import check_environment
 
 #: Every command, in the order ``grpolab --help`` lists them.
 COMMANDS: tuple[Command, ...] = (TRAIN, SFT, EVAL, PREFLIGHT, SWEEP, COMPARE, DIAGNOSE, CREDIT, CONFIG, MODELS)
 
-__all__ = ["COMMANDS", "Command", "ConfigError", "compare_command", "config_command", "credit_command",
+__all__ = ["COMMANDS", "Command", "ConfigError", "check_environment", "compare_command", "config_command", "credit_command",
            "diagnose_command", "dry_run", "eval_command", "models_import_command", "preflight_command", "sft_command",
            "sweep_command", "train_command"]

@@ -65,7 +65,10 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
     directory that is no warm start, the command is refused unless ``overwrite``. (A finished warm start keeps no optimizer state, so it cannot be
     extended in place; train on from it with ``--set model.path=OUT`` and another ``--out``.)"""
     from grpolab.runs import open_run
+    from grpolab.train.checks import check_sft_disk_space, check_writable, tokenizer_and_context
+    from grpolab.train.diskspace import disk_full_named
     from grpolab.train.loop import seed_everything
+    from grpolab.train.rundir import in_progress_dir
     from grpolab.train.setup import refuse_float16, trainable_dtype
     from grpolab.train.signals import stop_signals
     from grpolab.train.warm_start import build_warm_start
@@ -74,10 +77,15 @@ def sft_command(config: str | None, overrides: list[str], *, out: str, overwrite
     refuse_float16(cfg.model)  # the warm start takes optimizer steps too
     if _keep_or_refuse(out, cfg, overwrite=overwrite, log=log):
         return 0
+    check_writable(out, "--out", directory=True)
+    # the disk before the model loads, sized from its files (grpolab.train.diskspace), as `train` does
+    check_sft_disk_space(cfg, out, None if cfg.model.path else tokenizer_and_context(cfg)[0])
     seed_everything(cfg.trainer.seed)
     run = open_run(None, cfg, train_items=True, log=log)  # the model sft.* trains, its prompt format
     model = trainable_dtype(cfg.model, run.model, log=log)  # a float16 checkpoint trains in float32
-    with stop_signals():  # SIGTERM and SIGHUP stop it like Ctrl-C (the hint: run the same command again)
+    # SIGTERM and SIGHUP stop it like Ctrl-C (the hint: run the same command again); a full disk is named
+    with stop_signals(), disk_full_named(out, checkpoints=in_progress_dir(out),
+                                         again="run the same `grpolab sft` command again (it goes on from there)"):
         saved, res = build_warm_start(cfg, model, run.tokenizer, run.train_items, run.eval_items, out, log=log,
                                       collector=run.collector)
     log(f"saved warm-started model to {saved} ({res.steps} steps, greedy accuracy {res.accuracy:.3f} on "

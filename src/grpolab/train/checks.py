@@ -14,7 +14,8 @@ from typing import Callable
 
 from grpolab.config import Config, ConfigError
 
-__all__ = ["check_disk_space", "check_train", "check_writable", "tokenizer_and_context"]
+__all__ = ["check_disk_space", "check_sft_disk_space", "check_train", "check_writable", "tokenizer_and_context",
+           "weight_bytes"]
 
 
 def check_writable(path: str | os.PathLike, what: str, *, directory: bool = False) -> Path:
@@ -145,21 +146,36 @@ def check_disk_space(cfg: Config, tokenizer=None, *, resumed: bool = False) -> N
     model: its parameters) without loading a model. The trainer checks again with the loaded model."""
     from grpolab.train.diskspace import check_free_space, checkpoint_bytes
 
+    weights = weight_bytes(cfg, tokenizer)
+    keep = cfg.trainer.keep_checkpoints
+    need = checkpoint_bytes(weights, 0 if cfg.model.lora else weights, keep=0 if resumed else keep)  # resumed: on disk
+    check_free_space(cfg.trainer.run_dir, need, keep=keep)
+
+
+def check_sft_disk_space(cfg: Config, out: str | os.PathLike, tokenizer=None) -> None:
+    """``grpolab sft --out OUT``'s disk check before any work
+    (:func:`grpolab.train.diskspace.check_warm_start_space`), sized like :func:`check_disk_space`."""
+    from grpolab.train.diskspace import check_warm_start_space
+
+    weights = weight_bytes(cfg, tokenizer)
+    every = cfg.sft.snapshot_every
+    check_warm_start_space(out, weights, weights, snapshots=cfg.sft.max_steps // every if every else 0)
+
+
+def weight_bytes(cfg: Config, tokenizer=None) -> int:
+    """Bytes of the configured model's weights without loading it: its weight files' sizes, or the
+    tiny model's parameters (built at ``model.hidden_size`` etc. with ``tokenizer``)."""
     m = cfg.model
     if m.path:
         path = Path(m.path)
         files = [path] if path.is_file() else [f for f in path.glob("*") if f.suffix in (".safetensors", ".bin", ".gguf")]
-        weights = sum(f.stat().st_size for f in files)
-    else:
-        from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
+        return sum(f.stat().st_size for f in files)
+    from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
 
-        tiny = TinyModelConfig(hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
-                               num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size)
-        model = build_tiny_model(tokenizer if tokenizer is not None else build_tokenizer(), tiny, seed=0)
-        weights = sum(p.numel() * p.element_size() for p in model.parameters())
-    keep = cfg.trainer.keep_checkpoints
-    need = checkpoint_bytes(weights, 0 if m.lora else weights, keep=0 if resumed else keep)  # resumed: on disk already
-    check_free_space(cfg.trainer.run_dir, need, keep=keep)
+    tiny = TinyModelConfig(hidden_size=m.hidden_size, num_hidden_layers=m.num_layers,
+                           num_attention_heads=m.num_heads, intermediate_size=m.intermediate_size)
+    model = build_tiny_model(tokenizer if tokenizer is not None else build_tokenizer(), tiny, seed=0)
+    return sum(p.numel() * p.element_size() for p in model.parameters())
 
 
 def model_dims(cfg: Config, tokenizer=None):

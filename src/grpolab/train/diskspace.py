@@ -23,7 +23,8 @@ import torch
 
 from grpolab.errors import ConfigError
 
-__all__ = ["DiskFullError", "check_free_space", "checkpoint_bytes", "disk_full_named", "is_disk_full", "model_bytes"]
+__all__ = ["DiskFullError", "check_free_space", "check_warm_start_space", "checkpoint_bytes",
+           "disk_full_named", "is_disk_full", "model_bytes"]
 
 #: room for the tokenizer, the config files and the RNG state of one checkpoint, and the logs
 OVERHEAD_BYTES = 4 << 20
@@ -53,18 +54,31 @@ def _mib(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
-def check_free_space(path: str | os.PathLike, need: int, *, keep: int) -> None:
+def check_free_space(path: str | os.PathLike, need: int, *, keep: int, holds: str | None = None,
+                     fix: str | None = None) -> None:
     """Refuse (:class:`DiskFullError`) when the file system of ``path`` (or its nearest existing
-    parent) has less than ``need`` bytes free."""
+    parent) has less than ``need`` bytes free. ``holds`` says what the bytes are for and ``fix``
+    how to go on (default: a run's checkpoints, with ``keep`` = ``trainer.keep_checkpoints``)."""
     p = Path(path)
     while not p.exists() and p != p.parent:
         p = p.parent
     free = shutil.disk_usage(p).free
     if free < need:
-        raise DiskFullError(
-            f"not enough disk space at {path}: {_mib(free)} free, the run's checkpoints take about {_mib(need)} "
-            f"(trainer.keep_checkpoints={keep} plus the one being written, and final/); free space there, lower "
-            "trainer.keep_checkpoints, or pick another trainer.run_dir")
+        holds = holds or (f"the run's checkpoints take about {_mib(need)} (trainer.keep_checkpoints={keep} plus the "
+                          "one being written, and final/)")
+        fix = fix or "free space there, lower trainer.keep_checkpoints, or pick another trainer.run_dir"
+        raise DiskFullError(f"not enough disk space at {path}: {_mib(free)} free, {holds.format(need=_mib(need))}; "
+                            f"{fix}")
+
+
+def check_warm_start_space(out: str | os.PathLike, weights: int, trainable: int, *, snapshots: int = 0) -> None:
+    """:func:`check_free_space` for ``grpolab sft --out OUT``: its in-progress checkpoint in
+    ``OUT.partial`` (the newest kept, one more while it is written), ``snapshots`` kept snapshots
+    (``sft.snapshot_every``) and the finished model in ``OUT``."""
+    need = checkpoint_bytes(weights, trainable, keep=1) + snapshots * (weights + OVERHEAD_BYTES)
+    check_free_space(out, need, keep=1, fix="free space there or pick another --out", holds=(
+        "the warm start takes about {need} (its in-progress checkpoint in OUT.partial, one more while it is "
+        f"written{f', {snapshots} snapshots' if snapshots else ''}, and the finished model)"))
 
 
 def is_disk_full(exc: BaseException) -> bool:
@@ -75,9 +89,11 @@ def is_disk_full(exc: BaseException) -> bool:
 
 
 @contextmanager
-def disk_full_named(run_dir: str | os.PathLike) -> Iterator[None]:
+def disk_full_named(run_dir: str | os.PathLike, *, checkpoints: str | os.PathLike | None = None,
+                    again: str | None = None) -> Iterator[None]:
     """Within the block, a write that fails for want of space raises :class:`DiskFullError`
-    naming the path, the last complete checkpoint and the resume command."""
+    naming the path, the last complete checkpoint (of ``checkpoints``, default ``run_dir``) and
+    how to go on (``again``, default the ``grpolab train --resume`` command)."""
     try:
         yield
     except (OSError, RuntimeError) as e:
@@ -86,8 +102,9 @@ def disk_full_named(run_dir: str | os.PathLike) -> Iterator[None]:
         from grpolab.train.checkpoint import latest_checkpoint
 
         where = getattr(e, "filename", None) or run_dir
-        ckpt = latest_checkpoint(run_dir)
+        ckpt = latest_checkpoint(checkpoints if checkpoints is not None else run_dir)
         kept = f"the last complete checkpoint is step {ckpt.step}" if ckpt is not None else "no checkpoint was written"
+        again = again or f"continue with `grpolab train --resume {run_dir}`"
         raise DiskFullError(
             f"disk full at {where}: the write failed ({' '.join(str(e).split())[:120]}); {kept}. Free space "
-            f"and continue with `grpolab train --resume {run_dir}`") from None
+            f"and {again}") from None

@@ -59,7 +59,8 @@ from grpolab.train.setup import (
     trainable_dtype,
 )
 from grpolab.train.nonfinite import NonFiniteError, at_step
-from grpolab.train.signals import stop_signals
+from grpolab.errors import Interrupted
+from grpolab.train.signals import StopSignals, stop_signals
 from grpolab.train.state import TrainState
 from grpolab.train.step_metrics import metric_schema, step_metrics
 from grpolab.train.warm_start import warm_start, warm_start_status
@@ -123,14 +124,16 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
 
     The run directory is claimed first (:meth:`RunDir.claim`): a folder that is not empty and was
     not created by grpolab is refused, and so is one another process trains in (its pid named).
+    A stop signal (Ctrl-C, SIGTERM, SIGHUP) ends the run with a checkpoint of its last completed
+    step (:mod:`grpolab.train.signals`), so that ``--resume`` replays nothing.
     """
     run_dir = RunDir(cfg.trainer.run_dir)
     lock = run_dir.claim(resume=resume)  # the marker file and the exclusive lock: one writer per run
     set_isolation(cfg.rollout.user_reward_process)  # the config's own rewards in a worker process, if asked
     try:
         # SIGTERM and SIGHUP stop the run like Ctrl-C; a full disk is named (grpolab.train.signals, .diskspace)
-        with stop_signals(), disk_full_named(run_dir.path):
-            return _train(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
+        with stop_signals() as stops, disk_full_named(run_dir.path):
+            return _train(cfg, run_dir, stops, resume=resume, overwrite=overwrite, log=log)
     except BaseException:
         lock.release()
         run_dir.discard_unused_claim()  # refused before any work: leave no folder behind
@@ -140,12 +143,45 @@ def train(cfg: Config, *, resume: bool = False, overwrite: bool = False,
         lock.release()
 
 
-def _train(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool,
+@dataclass
+class _Steps:
+    """What every RL step of one training process uses (built once by :func:`_train`)."""
+
+    cfg: Config
+    run_dir: RunDir
+    state: TrainState
+    collector: Collector
+    train_items: list
+    eval_items: list
+    metrics_log: MetricsLog
+    progress: object
+    watch: TrainingWatch
+    warn: Callable[[str], None]
+    stops: StopSignals
+    spec: UpdateSpec
+    advantage_fn: Callable
+    earlier: float  # wall time of the processes before this one (resumed runs)
+    t_start: float
+    saved_step: int = -1  # the step of the checkpoint this process wrote last
+
+    def seconds(self) -> float:
+        return self.earlier + time.time() - self.t_start
+
+    def save(self, before_sampling: dict | None = None) -> None:
+        """The checkpoint of the last completed step (with ``before_sampling``: as it was before
+        the abandoned step's sampling; :meth:`TrainState.sampling_marks`)."""
+        state = self.state
+        state.seconds = self.seconds()
+        save_checkpoint(self.run_dir.path, state.step, state.policy, state.tokenizer,
+                        state.state_dict(before_sampling), keep=self.cfg.trainer.keep_checkpoints)
+        self.saved_step = state.step
+
+
+def _train(cfg: Config, run_dir: RunDir, stops: StopSignals, *, resume: bool, overwrite: bool,
            log: Callable[[str], None]) -> TrainResult:
     t_start = time.time()
     bound_heap()  # freed tensors leave the process: no GiB of free heap held (grpolab.utils.heap)
     state, eval_items, train_items = start_run(cfg, run_dir, resume=resume, overwrite=overwrite, log=log)
-    earlier = state.seconds  # wall time of the processes before this one (resumed runs)
     collector = collector_for(cfg, state.tokenizer, prompt_format=state.prompt_format, stop_ids=state.stop_ids)
     if state.step == 0:
         evaluate_start(state, collector, eval_items, cfg, run_dir, log=log)
@@ -161,55 +197,83 @@ def _train(cfg: Config, run_dir: RunDir, *, resume: bool, overwrite: bool,
         if n:
             log(f"note: dropped {n} half-written line(s) of {run_dir.path / name} (a process killed while "
                 "writing it); the steps they belonged to run again")
-    progress = _progress(cfg, initial=state.step, log=log)
     spec = UpdateSpec.from_config(cfg)
     if spec.micro_batch_size == 0 and spec.micro_batch_tokens == 0:
         log(f"update micro-batches: up to {auto_micro_batch_tokens(state.policy)} padded tokens "
             "(trainer.micro_batch_tokens=0: auto, about 1 GiB of activations on CPU; set it to override)")
-    advantage_fn = obj.get_advantage_estimator(cfg.objective.advantage)
-    tr = cfg.trainer
-    watch = TrainingWatch(no_signal_steps=cfg.log.warn_no_signal_steps, truncated_frac=cfg.log.warn_truncated_frac,
-                          max_new_tokens=cfg.rollout.max_new_tokens, run_dir=str(run_dir.path))
-    warn = _warner(cfg, log)
-    while state.step < tr.steps:
-        timer = PhaseTimer()
-        # one round of prompts, or DAPO's dynamic sampling (grpolab.train.step_batch)
-        exp, sampling_metrics = collect_step(collector, state.sampler(),
-                                             lambda n: state.next_prompts(train_items, n), cfg,
-                                             n_train=len(train_items), generator=state.generator)
-        lr = state.scheduler.get_last_lr()[0]  # the rate this step's (first) optimizer step runs at, as TRL/verl log
-        with timer("update"), nonfinite_stops(state.step + 1, run_dir):
-            exp = learning_signal(exp, state, spec, advantage_fn)
-            stats = update(state.policy, state.optimizer, state.scheduler,
-                           without_truncated(exp) if cfg.objective.mask_truncated else exp, spec,
-                           generator=state.generator)  # not the global stream, which evaluation draws from
-        state.finish_step()
-        row = K.checked({**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics,
-                         **exp.episode_metrics, K.LR: lr, **_throughput(exp, timer), **memory_metrics()})
-        for line in watch.observe(state.step, row, exp.reward_error_example):  # a run that cannot learn says so
-            warn(line)
-        every = cfg.log.completions_every
-        # what the model writes, like TRL's log_completions; and the step whose reward failing was
-        # warned about, so that the completions.jsonl the warning names holds its rows
-        if (every and state.step % every == 0) or watch.warned("errors", state.step):
-            rows = completion_rows(exp.items, collector.prompt_texts(exp.items), exp.texts, exp.rewards.tolist(),
-                                   prompt_index=exp.prompt_index.tolist(), n=cfg.log.completions_n, step=state.step)
-            append_jsonl(run_dir.path / "completions.jsonl", rows)
-            metrics_log.text("completions", examples_table(rows), state.step)
-        if state.step % tr.eval_every == 0 or state.step == tr.steps:
-            row.update(evaluate_now(state, collector, eval_items, cfg))
-        metrics_log.log(state.step, K.with_verl_names(row) if cfg.log.metric_names == "both" else row)
-        # the figures of the step just finished, set before the line (or bar) for it is drawn
-        progress.set_postfix(reward=f"{row[K.REWARD_MEAN]:.2f}", acc=f"{row[K.ACCURACY]:.2f}",
-                             eval=f"{state.history['eval'][-1]['accuracy']:.2f}", s=f"{row[K.TIME_STEP]:.1f}")
-        progress.update(1)
-        if state.step % tr.save_every == 0 or state.step == tr.steps:
-            state.seconds = earlier + time.time() - t_start
-            save_checkpoint(run_dir.path, state.step, state.policy, state.tokenizer, state.state_dict(),
-                            keep=tr.keep_checkpoints)
-    progress.close()
+    run = _Steps(cfg=cfg, run_dir=run_dir, state=state, collector=collector, train_items=train_items,
+                 eval_items=eval_items, metrics_log=metrics_log, progress=_progress(cfg, initial=state.step, log=log),
+                 watch=TrainingWatch(no_signal_steps=cfg.log.warn_no_signal_steps,
+                                     truncated_frac=cfg.log.warn_truncated_frac,
+                                     max_new_tokens=cfg.rollout.max_new_tokens, run_dir=str(run_dir.path)),
+                 warn=_warner(cfg, log), stops=stops, spec=spec,
+                 advantage_fn=obj.get_advantage_estimator(cfg.objective.advantage),
+                 earlier=state.seconds, t_start=t_start, saved_step=state.step)
+    while state.step < cfg.trainer.steps:
+        _step(run)
+    run.progress.close()
     metrics_log.close()
-    return finish_run(state, cfg, run_dir, seconds=earlier + time.time() - t_start, log=log, n_eval=len(eval_items))
+    with stops.deferred("writing final/ and the report"):  # never a final/ without its summary.md
+        result = finish_run(state, cfg, run_dir, seconds=run.seconds(), log=log, n_eval=len(eval_items))
+    stops.raise_pending()
+    return result
+
+
+def _step(run: _Steps) -> None:
+    """One RL step: sample (a stop signal abandons it: the last completed step's checkpoint is
+    written), then update, log and checkpoint (a first stop signal lets them finish, then stops)."""
+    cfg, state, tr = run.cfg, run.state, run.cfg.trainer
+    timer = PhaseTimer()
+    marks = None
+    try:
+        marks = state.sampling_marks()
+        # one round of prompts, or DAPO's dynamic sampling (grpolab.train.step_batch)
+        exp, sampling_metrics = collect_step(run.collector, state.sampler(),
+                                             lambda n: state.next_prompts(run.train_items, n), cfg,
+                                             n_train=len(run.train_items), generator=state.generator)
+    except Interrupted:
+        if state.step > run.saved_step:  # a second signal cuts this write short; the checkpoint before stands
+            run.save(marks if marks is not None else state.sampling_marks())
+        raise
+    with run.stops.deferred(f"finishing step {state.step + 1} and writing its checkpoint"):
+        _update_and_log(run, exp, sampling_metrics, timer)
+        if state.step % tr.save_every == 0 or state.step == tr.steps:
+            run.save()
+    if run.stops.pending is not None:
+        if state.step > run.saved_step:
+            run.save()
+        run.stops.raise_pending()
+
+
+def _update_and_log(run: _Steps, exp: Experience, sampling_metrics: dict, timer: PhaseTimer) -> None:
+    """The update of one sampled step, its metrics row, completions and evaluation."""
+    cfg, state = run.cfg, run.state
+    lr = state.scheduler.get_last_lr()[0]  # the rate this step's (first) optimizer step runs at, as TRL/verl log
+    with timer("update"), nonfinite_stops(state.step + 1, run.run_dir):
+        exp = learning_signal(exp, state, run.spec, run.advantage_fn)
+        stats = update(state.policy, state.optimizer, state.scheduler,
+                       without_truncated(exp) if cfg.objective.mask_truncated else exp, run.spec,
+                       generator=state.generator)  # not the global stream, which evaluation draws from
+    state.finish_step()
+    row = K.checked({**step_metrics(exp, stats), **sampling_metrics, **exp.credit_metrics,
+                     **exp.episode_metrics, K.LR: lr, **_throughput(exp, timer), **memory_metrics()})
+    for line in run.watch.observe(state.step, row, exp.reward_error_example):  # a run that cannot learn says so
+        run.warn(line)
+    every = cfg.log.completions_every
+    # what the model writes, like TRL's log_completions; and the step whose reward failing was
+    # warned about, so that the completions.jsonl the warning names holds its rows
+    if (every and state.step % every == 0) or run.watch.warned("errors", state.step):
+        rows = completion_rows(exp.items, run.collector.prompt_texts(exp.items), exp.texts, exp.rewards.tolist(),
+                               prompt_index=exp.prompt_index.tolist(), n=cfg.log.completions_n, step=state.step)
+        append_jsonl(run.run_dir.path / "completions.jsonl", rows)
+        run.metrics_log.text("completions", examples_table(rows), state.step)
+    if state.step % cfg.trainer.eval_every == 0 or state.step == cfg.trainer.steps:
+        row.update(evaluate_now(state, run.collector, run.eval_items, cfg))
+    run.metrics_log.log(state.step, K.with_verl_names(row) if cfg.log.metric_names == "both" else row)
+    # the figures of the step just finished, set before the line (or bar) for it is drawn
+    run.progress.set_postfix(reward=f"{row[K.REWARD_MEAN]:.2f}", acc=f"{row[K.ACCURACY]:.2f}",
+                             eval=f"{state.history['eval'][-1]['accuracy']:.2f}", step_s=f"{row[K.TIME_STEP]:.1f}")
+    run.progress.update(1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -322,7 +386,7 @@ def evaluate_start(state: TrainState, collector: Collector, eval_items, cfg: Con
     """Step 0: held-out greedy accuracy, and the preflight (``trainer.preflight``)."""
     start = _evaluate(state.policy, state.tokenizer, eval_items, cfg, collector)
     state.record_eval(0, start.accuracy, start.mean_reward, per_family(eval_items, start.scores))
-    log(f"step 0  held-out greedy accuracy {start.accuracy:.3f}")
+    log(f"step 0  held-out greedy accuracy on {len(eval_items)} items: {start.accuracy:.3f}")
     if cfg.trainer.preflight:  # own generator: the training RNG streams are untouched
         from grpolab.measure.preflight import run_preflight_check
 

@@ -196,7 +196,7 @@ def per_task_rows(start: dict[str, dict], final: dict[str, dict],
     fams = (preflight or headroom or {}).get("families", {})
     k = ((preflight or {}).get("stats") or {}).get("k")
     rows = []
-    for name in list(dict.fromkeys([*start, *final])):
+    for name in sorted(dict.fromkeys([*start, *final]), key=_natural):  # difficulty 2, 3, 4 (not 3, 4, 2)
         b, a = start.get(name), final.get(name)
         h = _headroom_family(fams, name)
         if preflight is not None:
@@ -214,9 +214,14 @@ def per_task_rows(start: dict[str, dict], final: dict[str, dict],
             "headroom_sampled": (h.get("sampled") or {}).get("value"),
             "headroom_pass_at_k": ((h.get("pass_at_k") or {}).get(str(h.get("k"))) or {}).get("value"),
             "headroom_reachable": (h.get("reachable") or {}).get("value"),
-            "verdict_source": source if h else None,
+            "verdict_source": source,  # what ran before RL, whether or not it measured this family
         })
     return rows
+
+
+def _natural(name: str) -> tuple:
+    """Sort key: numbers by value (``"10"`` after ``"9"``), then names."""
+    return (0, int(name), "") if str(name).isdigit() else (1, 0, str(name))
 
 
 def task_label(row: dict[str, Any]) -> str:
@@ -232,12 +237,15 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
         return []
     f = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
     pk = f"pass@{k}" if k else "pass@k"
-    if any(r.get("verdict_source") == "preflight" for r in rows):
-        lines = ["Per task: held-out greedy success before RL and at the end (on the run's held-out episodes), "
-                 "and the preflight's GRPO verdict before RL (RUN_DIR/preflight.md), which rests on the first "
-                 "held-out items of the task (their number in brackets) and on the share of them within reach "
-                 "(a sample solves it, or the answer is already in a failed response).", "",
-                 f"| task | held-out episodes | before RL | final | change | GRPO verdict before RL (items) | "
+    if not any(r.get("verdict_source") == "headroom" for r in rows):  # a preflight, or nothing, ran before RL
+        ran = any(r.get("verdict_source") == "preflight" for r in rows)
+        lines = ["Per task: held-out greedy success before RL and at the end (on the run's held-out items), "
+                 + ("and the preflight's GRPO verdict before RL ([preflight.md](preflight.md)), which rests on the "
+                    "first held-out items of the task (their number in brackets; \"not measured\": none of the "
+                    "items it measured) and on the share of them within reach (a sample solves it, or the answer is "
+                    "already in a failed response)." if ran else
+                    "with no verdict before RL: no preflight ran (trainer.preflight=false)."), "",
+                 f"| task | held-out items | before RL | final | change | GRPO verdict before RL (items) | "
                  f"preflight greedy / {pk} / reachable |",
                  "|---|---|---|---|---|---|---|"]
         for r in rows:
@@ -247,8 +255,9 @@ def per_task_markdown(rows: list[dict[str, Any]], k: int | None = None) -> list[
                  f"{f(r['headroom_greedy'])} / {f(r['headroom_pass_at_k'])} / {f(r['headroom_reachable'])}")
             lines.append(f"| {task_label(r)} | {r['n']} | {f(r['before'])} | {f(r['after'])} | {ch} | {v} | {h} |")
         return lines + [""]
-    lines = ["Per task (held-out greedy success; headroom measured before RL on the first held-out items):", "",
-             f"| task | held-out episodes | before RL | final | change | headroom verdict | headroom items | "
+    lines = ["Per task (held-out greedy success; headroom measured before RL on the first held-out items, by an "
+             "older grpolab: headroom.json):", "",
+             f"| task | held-out items | before RL | final | change | headroom verdict | headroom items | "
              f"greedy / sampled / {pk} |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -315,8 +324,9 @@ def write_report(run_dir: str | Path, cfg, result, *, plots: bool = True, prompt
                           headroom, preflight)
     if preflight is not None:
         st = preflight.get("stats", {})
-        lines += [f"Preflight before RL (RUN_DIR/preflight.md, {st.get('n_items')} held-out items x {st.get('k')} "
-                  f"samples): **GRPO {preflight.get('verdict')}** -- "
+        n = st.get("n_items")
+        lines += [f"Preflight before RL ([preflight.md](preflight.md), {n} held-out item{'' if n == 1 else 's'} x "
+                  f"{st.get('k')} samples): **GRPO {preflight.get('verdict')}** -- "
                   + "; ".join(f"{m['method']}: {m['verdict']}" for m in preflight.get("methods", [])[1:]), ""]
     k = ((preflight or {}).get("stats") or {}).get("k") or (headroom or {}).get("overall", {}).get("k")
     lines += per_task_markdown(tasks, k=k)

@@ -121,8 +121,18 @@ class TrainState:
         self.history["eval"].append(entry)
 
     # ------------------------------------------------------------------ save / restore
-    def state_dict(self) -> dict[str, Any]:
-        """Everything but the policy weights (saved in HF format next to it)."""
+    def sampling_marks(self) -> dict[str, Any]:
+        """What sampling a step changes in the state (the random streams and the data order; the
+        weights and the optimizer only change in the update). Taken before a step's sampling, it
+        lets :meth:`state_dict` describe the last completed step when that sampling is abandoned."""
+        return {"data_rng": self.data_rng.getstate(), "rng": rng_state(self.generator)}
+
+    def state_dict(self, before_sampling: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Everything but the policy weights (saved in HF format next to it); with
+        ``before_sampling`` (:meth:`sampling_marks`), as it was before the sampling that followed."""
+        return {**self._state_dict(), **(before_sampling or {})}
+
+    def _state_dict(self) -> dict[str, Any]:
         return {
             "step": self.step, "seconds": self.seconds, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
             "snapshots": list(self.snapshots), "data_rng": self.data_rng.getstate(), "history": self.history,

@@ -242,9 +242,12 @@ class RunHealth:
         if not self.truncated_steps or self.truncation_persists:
             return None
         where = self._where(self.late_truncated_streak)
-        return (f"Note: {self.truncated_steps} of {self.steps} steps had most responses truncated ({where}; not at "
-                "the last step). That is normal while a model learns to stop; it is a warning when it persists "
-                f"({self.early_steps} in a row after the first {self.early_steps}, or at the last step).")
+        # a run no longer than the first steps ends inside them: its last step may be truncated, and that is no warning
+        end = ("the run ended within them" if self.steps <= self.early_steps and not self.late_truncated_streak
+               else "not at the last step")
+        return (f"Note: {self.truncated_steps} of {self.steps} steps had most responses truncated ({where}; {end}). "
+                "That is normal while a model learns to stop; it is a warning when it persists "
+                f"({self.early_steps} in a row after the first {self.early_steps}, or at a last step after them).")
 
     def _no_signal_note(self) -> str | None:
         if not self.no_signal_steps or self.not_learning:

@@ -76,13 +76,10 @@ def bound_heap(threshold: int | None = None) -> int | None:
         raw = os.environ.get(ENV, "").strip()
         if not raw and _threads() > 1:
             return None  # unmapping under several threads costs too much (module docstring)
-        try:
-            threshold = int(raw) if raw else DEFAULT_MMAP_THRESHOLD
-        except ValueError:
-            from grpolab.errors import ConfigError
+        from grpolab.utils.envvars import check_variable
 
-            raise ConfigError(f"{ENV}={raw!r} is not a number of bytes; set it to e.g. 131072, or 0 to keep "
-                              "glibc's dynamic mmap threshold") from None
+        check_variable(ENV)  # a whole number of bytes in glibc's range, else one error naming it
+        threshold = int(raw) if raw else DEFAULT_MMAP_THRESHOLD
     if threshold <= 0 or user_threshold():
         return None
     libc = _libc()

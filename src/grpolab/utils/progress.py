@@ -26,7 +26,7 @@ def format_seconds(s: float) -> str:
 
 
 class LineProgress:
-    """``desc step i/total (p%) key=value ... 1.2 s/step, elapsed 48s, ETA 7m12s`` every ``every``
+    """``desc step i/total (p%) key=value ... mean 1.2 s/step, elapsed 48s, ETA 7m12s`` every ``every``
     steps and at the last one, through ``log`` (with ``unit="item"``: ``desc i/total items ...``,
     for counts that advance by more than one at a time).
 
@@ -64,7 +64,8 @@ class LineProgress:
         eta = rate * (self.total - self.n) if done > 0 else float("nan")
         pct = 100 * self.n / self.total if self.total else 100.0
         post = " ".join(f"{k}={v}" for k, v in self.postfix.items())
-        timing = (f"{rate:.2f} s/{self.unit}, elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}"
+        # "mean": over every step of this process, evaluations included (a postfix may show the last step's own time)
+        timing = (f"mean {rate:.2f} s/{self.unit}, elapsed {format_seconds(elapsed)}, ETA {format_seconds(eta)}"
                   if done > 0 else "")
         if self.unit == "step":
             head = f"{self.desc} step {self.n}/{self.total}" if self.desc else f"step {self.n}/{self.total}"
