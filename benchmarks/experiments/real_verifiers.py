@@ -14,7 +14,7 @@ command after an interruption); ``--force`` runs it again.
     python benchmarks/experiments/real_verifiers.py train sbx-off --family code --level 1 --seed 11 \\
         --set trainer.steps=3 --set 'task.options.reward="real_verifiers:coin_reward"'
     python benchmarks/experiments/real_verifiers.py eval tuned-code-L1-s11 --family code --level 1 --cap 48 \\
-        --model runs/real_verifiers/tuned-code-L1-s11
+        --model runs/real_verifiers/tuned-code-L1-s11  # its run/final
     python benchmarks/experiments/real_verifiers.py report
 
 ``eval`` of a run directory measures its final model with the same config, levels, cap and
@@ -36,8 +36,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from grpolab import bench
+
 ROOT = Path(__file__).resolve().parents[2]
-OUT = ROOT / "docs" / "results" / "real_verifiers.json"
+OUT = bench.results_path("real_verifiers.json")  # the committed record: --out docs/results/real_verifiers.json
 RUNS = Path("runs") / "real_verifiers"
 MODEL = "models/smollm2-135m-instruct"
 FAMILIES = ("code", "sql", "json")
@@ -215,8 +217,8 @@ def run_stage(args, kind: str, argv: list[str], folder: Path, parse) -> None:
 def stage_eval(args) -> None:
     folder = RUNS / args.name
     model = args.model
-    if model != MODEL and (Path(model) / "metrics.jsonl").exists():
-        model = str(Path(model) / "final")
+    if (ROOT / model / "run" / "final").is_dir():  # a stage's folder: its trained model
+        model = str(Path(model) / "run" / "final")
     argv = eval_argv(model, args.family, args.level, args.n, args.cap, folder, args.set)
     run_stage(args, "eval", argv, folder, lambda: parse_eval(ROOT / folder))
 
@@ -234,13 +236,13 @@ def stage_preflight(args) -> None:
 def stage_train(args) -> None:
     folder = RUNS / args.name
     argv = ["grpolab", "train", config_of(args.family), "--set", f"task.options.levels=[{args.level}]",
-            "--set", f"trainer.seed={check_seed(args.seed)}", "--set", f"trainer.run_dir={folder}",
+            "--set", f"trainer.seed={check_seed(args.seed)}", "--set", f"trainer.run_dir={folder / 'run'}",
             "--set", f"rollout.max_new_tokens={args.cap}", "--set", "trainer.preflight=false",
             "--set", "log.tensorboard=false", "--set", "log.plots=false", "--set", "log.progress=false",
             "--overwrite"]
     for s in args.set:
         argv += ["--set", s]
-    run_stage(args, "train", argv, folder, lambda: parse_train(ROOT / folder))
+    run_stage(args, "train", argv, folder, lambda: parse_train(ROOT / folder / "run"))
 
 
 def stage_sft(args) -> None:
