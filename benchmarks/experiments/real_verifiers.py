@@ -7,15 +7,18 @@ the peak resident memory of the largest process of its tree (``os.wait4``), the 
 stage measured. A name already recorded with exit status 0 is skipped (resumable: rerun the same
 command after an interruption); ``--force`` runs it again.
 
-    python benchmarks/experiments/real_verifiers.py eval base-code-L1 --family code --level 1 --cap 48
-    python benchmarks/experiments/real_verifiers.py preflight pf-code-L1 --family code --level 1 --cap 48
-    python benchmarks/experiments/real_verifiers.py train sbx-pool2 --family code --level 1 --seed 11 \\
-        --set trainer.steps=3
-    python benchmarks/experiments/real_verifiers.py train sbx-off --family code --level 1 --seed 11 \\
-        --set trainer.steps=3 --set 'task.options.reward="real_verifiers:coin_reward"'
-    python benchmarks/experiments/real_verifiers.py eval tuned-code-L1-s11 --family code --level 1 --cap 48 \\
-        --model runs/real_verifiers/tuned-code-L1-s11  # its run/final
-    python benchmarks/experiments/real_verifiers.py report
+    S="python benchmarks/experiments/real_verifiers.py"; O="--out docs/results/real_verifiers.json"
+    $S eval base-code-L1 --family code --level 1 --cap 48 $O
+    $S preflight pf-code-L1 --family code --level 1 --cap 48 --n 64 --seed 12 $O \\
+        --extra --until-decided 16 --no-readability --budget 900
+    $S train grpo-code-L1-s11 --family code --level 1 --cap 48 --seed 11 --set trainer.steps=10 $O
+    $S train off-code-L1-s11 --family code --level 1 --cap 48 --seed 11 --set trainer.steps=3 \\
+        --set 'task.options.reward=real_verifiers:coin_reward' $O
+    $S eval grpo-code-L1-s11-eval --family code --level 1 --cap 48 --model runs/real_verifiers/grpo-code-L1-s11 $O
+    $S report $O --gains base-code-L1 grpo-code-L1-s11-eval grpo-code-L1-s12-eval
+
+(docs/results/real_verifiers.md lists every command as run.) Without ``--out`` records go to
+``runs/bench/real_verifiers.json``.
 
 ``eval`` of a run directory measures its final model with the same config, levels, cap and
 ``trainer.seed=0`` as the starting model, so both see the same held-out items (checked by prompt in
