@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from grpolab import objectives as obj
+from cli_helpers import sets, tiny_run
 from grpolab.cli import main
 from grpolab.config import load_config
 from grpolab.models import TinyModelConfig, build_tiny_model, build_tokenizer
@@ -22,17 +23,7 @@ from grpolab.train.checkpoint import save_checkpoint
 from grpolab.train.loop import learning_signal
 from grpolab.train.nonfinite import NonFiniteError
 
-SMALL = [
-    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
-    "task.options.max_digits=1", "task.options.max_terms=2", "task.n_train=16", "task.n_eval=4",
-    "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4",
-    "trainer.steps=3", "trainer.save_every=1", "trainer.eval_every=3", "trainer.preflight=false",
-    "log.progress=false", "log.plots=false",
-]
-
-
-def _sets(*values):
-    return sum([["--set", v] for v in values], [])
+SMALL = tiny_run(3)
 
 
 def _one_error(capsys, argv):
@@ -47,7 +38,7 @@ def _one_error(capsys, argv):
 def test_float16_training_is_refused_before_any_work(tmp_path, capsys, dry):
     run = tmp_path / "run"
     err = _one_error(capsys, ["train", *(["--dry-run"] if dry else []),
-                              *_sets(*SMALL, "model.dtype=float16", f"trainer.run_dir={run}")])
+                              *sets(*SMALL, "model.dtype=float16", f"trainer.run_dir={run}")])
     assert "model.dtype=float16 cannot be trained" in err and "model.dtype=float32" in err and "bfloat16" in err
     assert not run.exists()  # nothing written
 
@@ -60,7 +51,7 @@ def test_float16_checkpoint_with_auto_dtype_trains_in_float32(tmp_path, capsys):
     model.save_pretrained(src)
     tok.save_pretrained(src)
     run = tmp_path / "run"
-    assert main(["train", *_sets(*SMALL, f"model.path={src}", "trainer.steps=2",
+    assert main(["train", *sets(*SMALL, f"model.path={src}", "trainer.steps=2",
                                  f"trainer.run_dir={run}")]) == 0
     assert "holds float16 weights" in capsys.readouterr().out
     from safetensors.torch import load_file
@@ -72,7 +63,7 @@ def test_float16_checkpoint_with_auto_dtype_trains_in_float32(tmp_path, capsys):
 def test_diverging_weights_stop_the_run_at_that_step(tmp_path, capsys):
     # lr 1e30 with weight decay 1: the weights grow by 1e30 per step and overflow at step 2
     run = tmp_path / "run"
-    err = _one_error(capsys, ["train", *_sets(*SMALL, "optim.lr=1e30", "optim.weight_decay=1",
+    err = _one_error(capsys, ["train", *sets(*SMALL, "optim.lr=1e30", "optim.weight_decay=1",
                                               "optim.warmup_steps=0", f"trainer.run_dir={run}")])
     assert err.startswith("error: training stopped at step 2: the ")
     # which quantity overflows first depends on the sampled batch; each is named
@@ -155,7 +146,7 @@ def test_a_non_finite_model_is_never_saved(step_parts, tmp_path):
 
 def test_a_diverging_warm_start_stops_and_saves_nothing(tmp_path, capsys):
     run = tmp_path / "run"
-    err = _one_error(capsys, ["train", *_sets(*[s for s in SMALL if s != "sft.enabled=no"], "sft.enabled=yes",
+    err = _one_error(capsys, ["train", *sets(*[s for s in SMALL if s != "sft.enabled=no"], "sft.enabled=yes",
                                               "sft.lr=1e30", "sft.max_steps=6", "sft.eval_every=3",
                                               "sft.batch_size=8", "sft.n_eval=4", f"trainer.run_dir={run}")])
     assert err.startswith("error: the warm start stopped at its step ") and "lower sft.lr" in err

@@ -8,25 +8,16 @@ import shutil
 
 import pytest
 
+from cli_helpers import sets, tiny_run
 from grpolab.cli import main
 
-SMALL = [
-    "model.hidden_size=32", "model.num_layers=2", "model.num_heads=2", "model.intermediate_size=64",
-    "task.options.max_digits=1", "task.options.max_terms=2", "task.n_train=16", "task.n_eval=4",
-    "sft.enabled=no", "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=4",
-    "trainer.steps=2", "trainer.save_every=1", "trainer.eval_every=2", "trainer.preflight=false",
-    "log.progress=false", "log.plots=false",
-]
-
-
-def _sets(*values):
-    return sum([["--set", v] for v in values], [])
+SMALL = tiny_run(2)
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     run = tmp_path_factory.mktemp("resume") / "run"
-    assert main(["train", *_sets(*SMALL, f"trainer.run_dir={run}")]) == 0
+    assert main(["train", *sets(*SMALL, f"trainer.run_dir={run}")]) == 0
     return run
 
 
@@ -48,14 +39,14 @@ def _one_error(capsys, argv, *needles):
 
 
 def test_lora_added_on_resume(run, capsys):
-    _one_error(capsys, ["train", "--resume", str(run), *_sets("model.lora={r: 4}", "trainer.steps=3")],
+    _one_error(capsys, ["train", "--resume", str(run), *sets("model.lora={r: 4}", "trainer.steps=3")],
                "cannot change model.lora", "start a new run")
 
 
 def test_truncated_state_pt(run, capsys):
     state = run / "checkpoints" / "step_000002" / "state.pt"
     state.write_bytes(state.read_bytes()[:100])
-    _one_error(capsys, ["train", "--resume", str(run), *_sets("trainer.steps=3")],
+    _one_error(capsys, ["train", "--resume", str(run), *sets("trainer.steps=3")],
                "step_000002: its state.pt cannot be read", "truncated or corrupt",
                f"delete {run / 'checkpoints' / 'step_000002'} to resume from step_000001")
 
@@ -64,14 +55,14 @@ def test_truncated_weights(run, capsys):
     w = run / "checkpoints" / "step_000002" / "model" / "model.safetensors"
     w.write_bytes(w.read_bytes()[:500])
     shutil.rmtree(run / "checkpoints" / "step_000001")  # no older checkpoint: start over
-    _one_error(capsys, ["train", "--resume", str(run), *_sets("trainer.steps=3")],
+    _one_error(capsys, ["train", "--resume", str(run), *sets("trainer.steps=3")],
                "its model weights cannot be read", "truncated or corrupt", "--overwrite")
 
 
 def test_resume_with_fewer_steps_than_done(run, capsys):
-    _one_error(capsys, ["train", "--resume", str(run), *_sets("trainer.steps=1")],
+    _one_error(capsys, ["train", "--resume", str(run), *sets("trainer.steps=1")],
                "the run is at step 2 but trainer.steps=1", "--set trainer.steps=3")
-    _one_error(capsys, ["train", "--resume", str(run), "--dry-run", *_sets("trainer.steps=1")],
+    _one_error(capsys, ["train", "--resume", str(run), "--dry-run", *sets("trainer.steps=1")],
                "the run is at step 2 but trainer.steps=1")
 
 
