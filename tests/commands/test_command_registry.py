@@ -52,3 +52,17 @@ def test_a_command_runs_or_has_actions():
         Command("x", "help")
     with pytest.raises(ValueError, match="give either run or actions"):
         Command("x", "help", run=lambda args: 0, actions=(Command("y", "help", run=lambda args: 0),))
+
+
+def test_the_command_line_keeps_the_hugging_face_libraries_offline():
+    """docs/faults.md: grpolab sets HF_HUB_OFFLINE and HF_HUB_DISABLE_TELEMETRY for every command (and the
+    processes it starts); the tests' conftest sets them too, so this runs in a clean interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_HUB_")}
+    code = ("import os, sys; from grpolab.cli import main; rc = main(['config']); "
+            "sys.stderr.write(os.environ.get('HF_HUB_OFFLINE', '-') + os.environ.get('HF_HUB_DISABLE_TELEMETRY', '-'))")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stderr.endswith("11"), r.stderr[-300:]

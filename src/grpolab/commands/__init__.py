@@ -26,6 +26,7 @@ first (:func:`~grpolab.utils.envvars.check_environment`; a bad ``OMP_NUM_THREADS
 error line, not libgomp's).
 """
 
+import grpolab.utils.offline  # noqa: F401  (first: no Hub lookup or telemetry from any command; docs/faults.md)
 from grpolab.commands.base import Command
 from grpolab.commands.config import CONFIG, config_command
 from grpolab.commands.credit import CREDIT, credit_command
