@@ -30,20 +30,26 @@ def tiny():
                                                  intermediate_size=64), seed=0), tok
 
 
-@pytest.mark.parametrize("case", sorted(CASES))
-def test_failing_user_reward_is_shown_with_its_cause(case, tiny, tmp_path, monkeypatch):
-    body, expected = CASES[case]
-    mod = f"h46_reward_{case}"
-    (tmp_path / f"{mod}.py").write_text(textwrap.dedent(f"""
-        def fn(completion, reference):
-            {body}
-    """))
+def _collector(tiny, tmp_path, monkeypatch, mod: str, source: str):
+    """A collector whose task is scored by ``mod:fn`` (written from ``source`` into tmp_path), the tiny
+    model and tokenizer, and the task's training items."""
+    (tmp_path / f"{mod}.py").write_text(source)
     monkeypatch.syspath_prepend(str(tmp_path))
     cfg = load_config(overrides=[f"task.options.reward={mod}:fn", "task.n_train=8", "task.n_eval=4",
                                  "rollout.prompts_per_step=2", "rollout.max_new_tokens=4", "task.chat_template=off"])
     model, tok = tiny
     train_items, _ = build_task_splits(cfg.task, seed=0)
-    collector = collector_for(cfg, tok, prompt_format=cfg.task.prompt_format().resolve(tok))
+    return collector_for(cfg, tok, prompt_format=cfg.task.prompt_format().resolve(tok)), model, train_items
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_failing_user_reward_is_shown_with_its_cause(case, tiny, tmp_path, monkeypatch):
+    body, expected = CASES[case]
+    mod = f"h46_reward_{case}"
+    collector, model, train_items = _collector(tiny, tmp_path, monkeypatch, mod, textwrap.dedent(f"""
+        def fn(completion, reference):
+            {body}
+    """))
     exp = collector.collect(model, train_items[:2], group_size=2)
     assert exp.reward_errors == 4 and float(exp.rewards.sum()) == 0
     ex = exp.reward_error_example
@@ -71,13 +77,8 @@ def test_a_reward_that_exits_is_a_failing_reward(case, tiny, tmp_path, monkeypat
 
     body, expected = EXITS[case]
     mod = f"h62_reward_{case}"
-    (tmp_path / f"{mod}.py").write_text(f"def fn(completion, reference):\n    {body}\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = load_config(overrides=[f"task.options.reward={mod}:fn", "task.n_train=8", "task.n_eval=4",
-                                 "rollout.prompts_per_step=2", "rollout.max_new_tokens=4", "task.chat_template=off"])
-    model, tok = tiny
-    train_items, _ = build_task_splits(cfg.task, seed=0)
-    collector = collector_for(cfg, tok, prompt_format=cfg.task.prompt_format().resolve(tok))
+    collector, model, train_items = _collector(tiny, tmp_path, monkeypatch, mod,
+                                               f"def fn(completion, reference):\n    {body}\n")
     with stop_signals():  # the trainer's handlers: a real Ctrl-C is told apart from the reward's own
         exp = collector.collect(model, train_items[:2], group_size=2)
     assert exp.reward_errors == 4 and float(exp.rewards.sum()) == 0
@@ -92,14 +93,8 @@ def test_a_real_interrupt_still_stops(tiny, tmp_path, monkeypatch):
     from grpolab.errors import Interrupted
     from grpolab.train.signals import stop_signals
 
-    (tmp_path / "h62_sig.py").write_text("import os, signal\ndef fn(completion, reference):\n"
-                                          "    os.kill(os.getpid(), signal.SIGTERM)\n    return 1.0\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = load_config(overrides=["task.options.reward=h62_sig:fn", "task.n_train=8", "task.n_eval=4",
-                                 "rollout.prompts_per_step=2", "rollout.max_new_tokens=4", "task.chat_template=off"])
-    model, tok = tiny
-    train_items, _ = build_task_splits(cfg.task, seed=0)
-    collector = collector_for(cfg, tok, prompt_format=cfg.task.prompt_format().resolve(tok))
+    collector, model, train_items = _collector(tiny, tmp_path, monkeypatch, "h62_sig", (
+        "import os, signal\ndef fn(completion, reference):\n    os.kill(os.getpid(), signal.SIGTERM)\n    return 1.0\n"))
     with pytest.raises(Interrupted) as e, stop_signals():
         collector.collect(model, train_items[:2], group_size=2)
     assert e.value.signal_name == "SIGTERM"
